@@ -1,0 +1,118 @@
+"""Every environment variable unigrad reads, declared once, and `Context` to override them.
+
+A knob is read from the environment the first time it is used; `Context(DEBUG=4)` overrides it
+for a `with` block or a decorated function. `python -m unigrad.knobs` lists them all.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(eq=False)
+class Knob:
+  """One setting: its name, type, default and help text. Compare it like its value."""
+  name: str
+  kind: type
+  default: Any
+  help: str
+  _value: Any = field(default=None, repr=False)
+  _loaded: bool = field(default=False, repr=False)
+
+  @property
+  def value(self) -> Any:
+    if not self._loaded:
+      raw = os.environ.get(self.name)
+      self._value = self.default if raw is None else _parse(self.kind, raw, self.name)
+      self._loaded = True
+    return self._value
+
+  @value.setter
+  def value(self, v: Any) -> None:
+    self._value, self._loaded = v, True
+
+  def __bool__(self) -> bool: return bool(self.value)
+  def __int__(self) -> int: return int(self.value)
+  def __index__(self) -> int: return int(self.value)
+  def __str__(self) -> str: return str(self.value)
+  def __eq__(self, other: object) -> bool: return self.value == other
+  def __hash__(self) -> int: return hash(self.name)
+  def __lt__(self, other: Any) -> bool: return self.value < other
+  def __le__(self, other: Any) -> bool: return self.value <= other
+  def __gt__(self, other: Any) -> bool: return self.value > other
+  def __ge__(self, other: Any) -> bool: return self.value >= other
+
+
+def _parse(kind: type, raw: str, name: str) -> Any:
+  try:
+    if kind is bool: return raw.strip().lower() not in ("", "0", "false", "no")
+    return kind(raw)
+  except ValueError:
+    raise ValueError(f"environment variable {name}={raw!r} is not a valid {kind.__name__}") from None
+
+
+KNOBS: dict[str, Knob] = {}
+
+
+def knob(name: str, kind: type, default: Any, help: str) -> Knob:  # noqa: A002
+  k = Knob(name, kind, default, help)
+  KNOBS[name] = k
+  return k
+
+
+DEBUG = knob("DEBUG", int, 0, "1 devices and stage timings, 2 per-kernel time, 3 opts and AST, "
+             "4 rendered source, 5 UOp graph per stage, 6 linear listing")
+SPEC = knob("SPEC", int, 0, "1 runs each stage's spec verifier on its output")
+DEV = knob("DEV", str, "", "default device (CPU, PYTHON, NULL, CL, CUDA); empty picks CPU when a "
+           "C compiler is found, else PYTHON")
+CC = knob("CC", str, "", "C compiler for the CPU device; empty tries clang, then gcc")
+CACHEDIR = knob("CACHEDIR", str, "", "directory for the on-disk caches; empty uses "
+                "$XDG_CACHE_HOME/unigrad or ~/.cache/unigrad")
+CACHELEVEL = knob("CACHELEVEL", int, 1, "0 disables the on-disk compile and BEAM caches")
+TRACK_MATCH_STATS = knob("TRACK_MATCH_STATS", int, 0, "1 records which rewrite rule fired, where, "
+                         "with the node before and after")
+NOOPT = knob("NOOPT", bool, False, "skip kernel optimizations (heuristics and BEAM)")
+BEAM = knob("BEAM", int, 0, "beam width for the kernel optimizer search; 0 uses the heuristics")
+BEAM_BUDGET = knob("BEAM_BUDGET", float, 30.0, "seconds BEAM may spend searching one kernel")
+THREADS = knob("THREADS", int, 0, "CPU threads for THREAD axes; 0 uses every core")
+LRU = knob("LRU", bool, True, "reuse freed device buffers of the same size")
+REWRITE_STACK_LIMIT = knob("REWRITE_STACK_LIMIT", int, 250_000, "graph_rewrite work-stack limit "
+                           "that turns a rewrite loop into an error")
+SEED = knob("SEED", int, 0, "default random seed")
+XDG_CACHE_HOME = knob("XDG_CACHE_HOME", str, "", "standard cache directory root")
+HOME = knob("HOME", str, "", "the user's home directory (for the cache)")
+
+
+def getenv(name: str, default: Any = 0) -> Any:
+  """A declared knob's value, or an undeclared variable parsed like `default`."""
+  if name in KNOBS: return KNOBS[name].value
+  raw = os.environ.get(name)
+  return default if raw is None else _parse(type(default), raw, name)
+
+
+class Context(contextlib.ContextDecorator):
+  """Override knobs for a block: `with Context(DEBUG=2): ...` or `@Context(NOOPT=1)`."""
+
+  def __init__(self, **overrides: Any) -> None:
+    unknown = [k for k in overrides if k not in KNOBS]
+    if unknown: raise ValueError(f"unknown knob(s) {unknown}; known: {sorted(KNOBS)}")
+    self.overrides = overrides
+    self._saved: list[dict[str, Any]] = []
+
+  def __enter__(self) -> Context:
+    self._saved.append({k: KNOBS[k].value for k in self.overrides})
+    for k, v in self.overrides.items(): KNOBS[k].value = KNOBS[k].kind(v)
+    return self
+
+  def __exit__(self, *exc: object) -> None:
+    for k, v in self._saved.pop().items(): KNOBS[k].value = v
+
+
+def main(out: Any = sys.stdout) -> None:
+  for k in KNOBS.values(): print(f"{k.name:20s} {k.kind.__name__:6s} default={k.default!r:8}  {k.help}", file=out)
+
+
+if __name__ == "__main__": main()

@@ -1,0 +1,177 @@
+"""The op set of the spec (drafts 000 and 001), its groups, axis types and typed args.
+
+Declaration order matters: it is the tie-breaker of every deterministic sort (canonical operand
+order, the linearizer's priority order).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum, auto
+from typing import Any
+
+from unigrad.dtype import AddrSpace, DType
+
+
+class Ops(Enum):
+  """Every UOp op. Spelled as the spec spells them (upper case)."""
+  # source ops (leaves)
+  PARAM = auto(); BUFFER = auto(); BUFFER_VIEW = auto(); CONST = auto(); VCONST = auto()  # noqa: E702
+  BINARY = auto()
+  # movement ops
+  RESHAPE = auto(); PERMUTE = auto(); EXPAND = auto(); PAD = auto(); SHRINK = auto()  # noqa: E702
+  FLIP = auto(); INDEX = auto(); STACK = auto(); REPLICATED = auto()  # noqa: E702
+  # reduce
+  REDUCE = auto()
+  # call ops
+  FUNCTION = auto(); CALL = auto(); TUPLE = auto(); GETTUPLE = auto()  # noqa: E702
+  # memory
+  LOAD = auto(); STORE = auto(); COPY = auto()  # noqa: E702
+  # ordering
+  RANGE = auto(); END = auto(); AFTER = auto(); GROUP = auto(); SINK = auto()  # noqa: E702
+  LINEAR = auto()
+  # markers
+  CONTIGUOUS = auto(); CONTIGUOUSBACKWARD = auto(); DETACH = auto()  # noqa: E702
+  # elementwise primitives
+  CAST = auto(); BITCAST = auto(); RECIP = auto(); TRUNC = auto()  # noqa: E702
+  ADD = auto(); MUL = auto(); MAX = auto(); MOD = auto(); IDIV = auto()  # noqa: E702
+  CMPLT = auto(); CMPNE = auto()  # noqa: E702
+  XOR = auto(); OR = auto(); AND = auto(); SHR = auto(); SHL = auto()  # noqa: E702
+  WHERE = auto()
+  # decomposed elementwise ops
+  NEG = auto(); SUB = auto(); DIV = auto()  # noqa: E702
+  CMPGT = auto(); CMPGE = auto(); CMPLE = auto(); CMPEQ = auto(); NOT = auto()  # noqa: E702
+  EXP2 = auto(); LOG2 = auto(); SIN = auto(); SQRT = auto(); POW = auto()  # noqa: E702
+  MULACC = auto(); THREEFRY = auto()  # noqa: E702
+  # C-semantics integer division (truncating), introduced by instruction selection
+  CDIV = auto(); CMOD = auto()  # noqa: E702
+  # codegen ops
+  BARRIER = auto(); INS = auto(); GETADDR = auto(); SPECIAL = auto()  # noqa: E702
+  IF = auto(); ENDIF = auto(); WMMA = auto(); CUSTOM = auto(); ATOMICADD = auto()  # noqa: E702
+  CUSTOMFUNCTION = auto(); PROGRAM = auto(); SOURCE = auto()  # noqa: E702
+  GEP = auto()  # read lanes of a vector value
+  NOOP = auto()
+
+  def __repr__(self) -> str: return f"Ops.{self.name}"
+  def __lt__(self, other: Ops) -> bool: return self.value < other.value
+
+
+class GroupOp:
+  """Named sets of ops that rule tables match on."""
+  Unary = frozenset({Ops.RECIP, Ops.TRUNC, Ops.NEG, Ops.NOT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT})
+  Binary = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.MOD, Ops.IDIV, Ops.CMPLT, Ops.CMPNE, Ops.XOR,
+                      Ops.OR, Ops.AND, Ops.SHR, Ops.SHL, Ops.SUB, Ops.DIV, Ops.CMPGT, Ops.CMPGE,
+                      Ops.CMPLE, Ops.CMPEQ, Ops.POW, Ops.THREEFRY, Ops.CDIV, Ops.CMOD})
+  Ternary = frozenset({Ops.WHERE, Ops.MULACC})
+  ALU = Unary | Binary | Ternary
+  Elementwise = ALU | {Ops.CAST, Ops.BITCAST}
+  Primitive = frozenset({Ops.RECIP, Ops.TRUNC, Ops.CAST, Ops.BITCAST, Ops.ADD, Ops.MUL, Ops.MAX,
+                         Ops.MOD, Ops.IDIV, Ops.CMPLT, Ops.CMPNE, Ops.XOR, Ops.OR, Ops.AND, Ops.SHR,
+                         Ops.SHL, Ops.WHERE})
+  Decomposed = frozenset({Ops.NEG, Ops.SUB, Ops.DIV, Ops.CMPGT, Ops.CMPGE, Ops.CMPLE, Ops.CMPEQ,
+                          Ops.NOT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.POW, Ops.MULACC,
+                          Ops.THREEFRY})
+  Comparison = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPGT, Ops.CMPGE, Ops.CMPLE, Ops.CMPEQ})
+  Commutative = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.CMPEQ, Ops.XOR, Ops.OR, Ops.AND})
+  Associative = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.XOR, Ops.OR, Ops.AND})
+  Idempotent = frozenset({Ops.MAX, Ops.OR, Ops.AND})
+  Transcendental = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.POW})
+  Source = frozenset({Ops.PARAM, Ops.BUFFER, Ops.BUFFER_VIEW, Ops.CONST, Ops.VCONST, Ops.BINARY})
+  Movement = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP})
+  Reduce = frozenset({Ops.ADD, Ops.MUL, Ops.MAX})  # the ops a REDUCE may apply
+  Call = frozenset({Ops.FUNCTION, Ops.CALL})
+  Marker = frozenset({Ops.CONTIGUOUS, Ops.CONTIGUOUSBACKWARD, Ops.DETACH})
+  Defines = frozenset({Ops.PARAM, Ops.BUFFER})
+  Irreducible = frozenset({Ops.CONST, Ops.VCONST, Ops.RANGE, Ops.PARAM, Ops.SPECIAL})
+  Void = frozenset({Ops.STORE, Ops.SINK, Ops.GROUP, Ops.END, Ops.IF, Ops.ENDIF, Ops.BARRIER,
+                    Ops.LINEAR, Ops.TUPLE, Ops.FUNCTION, Ops.PROGRAM, Ops.SOURCE, Ops.NOOP})
+  All = frozenset(Ops)
+
+
+# number of sources of each fixed-arity elementwise op
+ARITY: dict[Ops, int] = {**{op: 1 for op in GroupOp.Unary | {Ops.CAST, Ops.BITCAST}},
+                         **{op: 2 for op in GroupOp.Binary}, **{op: 3 for op in GroupOp.Ternary}}
+
+
+class AxisType(Enum):
+  """The role of a RANGE in a kernel; `letter` is the spec's one-letter name."""
+  GLOBAL = "g"
+  LOCAL = "l"
+  WARP = "w"
+  THREAD = "t"
+  LOOP = "L"
+  REDUCE = "R"
+  GROUP_REDUCE = "G"
+  UPCAST = "u"
+  UNROLL = "r"
+
+  @property
+  def letter(self) -> str: return self.value
+
+  def __repr__(self) -> str: return f"AxisType.{self.name}"
+
+
+# the order axes are laid out in a kernel (outermost first)
+AXIS_ORDER: dict[AxisType, int] = {AxisType.THREAD: 0, AxisType.GLOBAL: 1, AxisType.LOOP: 2,
+                                   AxisType.WARP: 3, AxisType.LOCAL: 4, AxisType.GROUP_REDUCE: 5,
+                                   AxisType.REDUCE: 6, AxisType.UPCAST: 7, AxisType.UNROLL: 8}
+
+
+# ---- typed args ----
+
+@dataclass(frozen=True)
+class ParamArg:
+  """Arg of PARAM and BUFFER: a slot number, the element dtype, device and address space.
+
+  A PARAM with a `name` and bounds in its sources is a symbolic variable (slot -1 until numbered).
+  """
+  slot: int
+  dtype: DType
+  device: str | tuple[str, ...] | None = None
+  addrspace: AddrSpace = AddrSpace.GLOBAL
+  name: str | None = None
+
+
+@dataclass(frozen=True)
+class RangeArg:
+  """Arg of RANGE: a kernel-unique id and the axis type."""
+  id: int
+  axis_type: AxisType = AxisType.LOOP
+
+
+@dataclass(frozen=True)
+class ReduceArg:
+  """Arg of REDUCE: the combining op (ADD, MUL or MAX) and, in the tensor graph, the axes."""
+  op: Ops
+  axes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class CallInfo:
+  """Arg of FUNCTION and CALL: a name and, optionally, a gradient function."""
+  name: str = "f"
+  grad_fxn: Any = None
+  precompile: bool = False
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+  """Arg of a kernel's SINK: its name and the optimizations applied or still to apply."""
+  name: str = "kernel"
+  applied_opts: tuple = ()
+  opts_to_apply: tuple | None = None
+  dont_use_locals: bool = False
+
+
+class InvalidType:
+  """The value of an index that must not be dereferenced (a padded or dead position)."""
+  _instance: InvalidType | None = None
+
+  def __new__(cls) -> InvalidType:
+    if cls._instance is None: cls._instance = super().__new__(cls)
+    return cls._instance
+
+  def __repr__(self) -> str: return "Invalid"
+  def __reduce__(self) -> str: return "Invalid"
+
+
+Invalid = InvalidType()

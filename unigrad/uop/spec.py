@@ -1,0 +1,262 @@
+"""Spec verifiers: per-stage legality checks of a UOp graph, named `spec_<stage>`.
+
+A verifier is a table from op to check functions. Each check looks at one node and returns None
+when the node obeys its rule, or a message saying what is wrong; `Spec.verify` raises `SpecError`
+naming the stage, the op, the rule and a short repr of the node. Every verifier also checks that a
+node's stored dtype equals the dtype the spec derives for it. Later stages add their own tables.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from unigrad.dtype import DType, dtypes
+from unigrad.uop.ops import ARITY, GroupOp, InvalidType, Ops, ParamArg, ReduceArg
+from unigrad.uop.properties import derive_dtype
+
+if TYPE_CHECKING:
+  from unigrad.uop.uop import UOp
+
+Check = Callable[["UOp"], "str | None"]
+
+
+class SpecError(TypeError, ValueError):
+  """A node breaks a rule of a stage's spec. Both a TypeError and a ValueError."""
+
+  def __init__(self, stage: str, node: UOp, rule: str, message: str) -> None:
+    self.stage, self.node, self.rule = stage, node, rule
+    super().__init__(f"{stage}: {node.op.name} breaks rule '{rule}': {message}\n  node: {short_repr(node)}")
+
+
+def short_repr(u: UOp) -> str:
+  """One line: op, dtype, arg and the ops of the sources."""
+  srcs = ", ".join(f"{s.op.name}:{s.dtype.name}" for s in u.src)
+  arg = "" if u.arg is None else f", arg={u.arg!r}"[:80]
+  return f"UOp({u.op!r}, {u.dtype!r}{arg}, src=({srcs}))"
+
+
+@dataclass(frozen=True)
+class Spec:
+  """A stage's rules: for each op allowed in the stage, the checks it must pass."""
+  stage: str
+  checks: dict[Ops, tuple[tuple[str, Check], ...]]
+
+  def verify(self, root: UOp) -> UOp:
+    """Check every node below `root`; returns `root` so stages can chain it."""
+    for u in root.toposort(): self.verify_node(u)
+    return root
+
+  def verify_node(self, u: UOp) -> None:
+    rules = self.checks.get(u.op)
+    if rules is None:
+      raise SpecError(self.stage, u, "allowed ops", f"{u.op.name} may not appear in the {self.stage} stage")
+    for rule, check in ((("stored dtype", _check_dtype),) + rules):
+      try: msg = check(u)
+      except (ValueError, TypeError, IndexError, AttributeError) as e: msg = f"{type(e).__name__}: {e}"
+      if msg is not None: raise SpecError(self.stage, u, rule, msg)
+
+
+# ---- generic checks ----
+
+def _check_dtype(u: UOp) -> str | None:
+  if u.op in (Ops.CONST, Ops.VCONST, Ops.CAST, Ops.BITCAST, Ops.SOURCE, Ops.CUSTOM, Ops.INS, Ops.LOAD):
+    return None
+  want = derive_dtype(u.op, u.src, u.arg)
+  return None if want == u.dtype else f"stored dtype {u.dtype!r}, derived {want!r}"
+
+
+def nsrc(*counts: int) -> Check:
+  def check(u: UOp) -> str | None:
+    return None if len(u.src) in counts else f"takes {' or '.join(map(str, counts))} source(s), got {len(u.src)}"
+  return check
+
+
+def min_src(n: int) -> Check:
+  return lambda u: None if len(u.src) >= n else f"takes at least {n} source(s), got {len(u.src)}"
+
+
+def arg_is(kind: type | tuple[type, ...], what: str) -> Check:
+  return lambda u: None if isinstance(u.arg, kind) else f"arg must be {what}, got {u.arg!r}"
+
+
+def is_shape_uop(u: UOp) -> bool:
+  return u.dtype == dtypes.index and u.shape is not None and len(u.shape) == 1
+
+
+def src_is_shape(*idx: int) -> Check:
+  def check(u: UOp) -> str | None:
+    bad = [i for i in idx if not is_shape_uop(u.src[i])]
+    return f"source(s) {bad} must be (k,)-shaped index UOps" if bad else None
+  return check
+
+
+def has_shape(u: UOp) -> str | None:
+  return None if u.shape is not None else "has no derivable shape"
+
+
+# ---- elementwise ----
+
+def _same_dtypes(u: UOp) -> str | None:
+  srcs = u.src[1:] if u.op is Ops.WHERE else u.src
+  dts = {s.dtype for s in srcs}
+  return None if len(dts) == 1 else f"sources must share a dtype, got {sorted(dt.name for dt in dts)}"
+
+
+def _where_cond(u: UOp) -> str | None:
+  return None if u.src[0].dtype.scalar() == dtypes.bool else f"condition must be bool, got {u.src[0].dtype!r}"
+
+
+def _int_or_bool(u: UOp) -> str | None:
+  ok = all(dtypes.is_int(s.dtype) or s.dtype == dtypes.bool for s in u.src)
+  return None if ok else f"{u.op.name} needs integer or bool sources"
+
+
+def _float_only(u: UOp) -> str | None:
+  return None if dtypes.is_float(u.dtype) else f"{u.op.name} needs a float dtype, got {u.dtype!r}"
+
+
+def _arity(u: UOp) -> str | None:
+  n = ARITY[u.op]
+  return None if len(u.src) == n else f"takes {n} source(s), got {len(u.src)}"
+
+
+def _bitcast_size(u: UOp) -> str | None:
+  a, b = u.src[0].dtype.itemsize, u.dtype.itemsize
+  if a == b: return None
+  shape = u.src[0].shape
+  if shape and isinstance(shape[-1], int) and (shape[-1] * a) % b == 0: return None
+  return f"cannot reinterpret {u.src[0].dtype!r} as {u.dtype!r}: the byte count changes"
+
+
+def _elementwise_checks(op: Ops) -> tuple[tuple[str, Check], ...]:
+  rules: list[tuple[str, Check]] = [("arity", _arity)]
+  if op is Ops.WHERE: rules += [("bool condition", _where_cond)]
+  if op in GroupOp.Binary or op in GroupOp.Ternary: rules += [("matching dtypes", _same_dtypes)]
+  if op in (Ops.XOR, Ops.OR, Ops.AND, Ops.SHL, Ops.SHR, Ops.IDIV, Ops.CDIV, Ops.CMOD, Ops.THREEFRY):
+    rules += [("integer operands", _int_or_bool)]
+  if op in (Ops.RECIP, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.DIV):
+    rules += [("float dtype", _float_only)]
+  if op is Ops.BITCAST: rules += [("byte size", _bitcast_size)]
+  return tuple(rules + [("broadcastable shapes", has_shape)])
+
+
+# ---- sources and movement ----
+
+def _const_arg(u: UOp) -> str | None:
+  a, dt = u.arg, u.dtype
+  if isinstance(a, InvalidType): return None if dt == dtypes.index else "Invalid is an index value"
+  if dt.count > 1: return f"CONST is scalar, got the vector dtype {dt!r}: use STACK"
+  if dt == dtypes.bool: ok = isinstance(a, bool)
+  elif dtypes.is_int(dt): ok = isinstance(a, int) and not isinstance(a, bool) and dt.min <= a <= dt.max
+  elif dtypes.is_float(dt): ok = isinstance(a, float)
+  else: ok = False
+  return None if ok else f"value {a!r} ({type(a).__name__}) does not fit {dt!r}"
+
+
+def _param_dtype(u: UOp) -> str | None:
+  if not isinstance(u.arg, ParamArg): return f"arg must be a ParamArg, got {u.arg!r}"
+  return None if u.arg.dtype == u.dtype else f"arg dtype {u.arg.dtype!r} differs from {u.dtype!r}"
+
+
+def _static(xs: tuple) -> bool: return all(isinstance(x, int) for x in xs)
+
+
+def _reshape_size(u: UOp) -> str | None:
+  old, new = u.src[0].shape, u.shape
+  if _static(old) and _static(new) and math.prod(old) != math.prod(new):
+    return f"cannot reshape {old} ({math.prod(old)} elements) to {new} ({math.prod(new)} elements)"
+  return None
+
+
+def _expand_rule(u: UOp) -> str | None:
+  old, new = u.src[0].shape, u.shape
+  if len(old) != len(new): return f"cannot expand {old} to {new}: ranks differ"
+  bad = [i for i, (a, b) in enumerate(zip(old, new)) if not (a is b or a == b or a == 1)]
+  return f"cannot expand {old} to {new}: axes {bad} are not 1 or equal" if bad else None
+
+
+def _permute_rule(u: UOp) -> str | None:
+  n = len(u.src[0].shape)
+  return None if sorted(u.arg) == list(range(n)) else f"{u.arg} is not a permutation of {n} axes"
+
+
+def _flip_rule(u: UOp) -> str | None:
+  ok = len(u.arg) == len(u.src[0].shape) and all(isinstance(f, bool) for f in u.arg)
+  return None if ok else f"arg must be one bool per axis ({len(u.src[0].shape)}), got {u.arg!r}"
+
+
+def _pad_shrink_rule(u: UOp) -> str | None:
+  old, offs, new = u.src[0].shape, u.src[1].shape, u.shape
+  if len(old) != len(new) or offs != (len(old),):
+    return f"offsets and new shape must have one entry per axis of {old}"
+  off = u.src[1].arg if u.src[1].op is Ops.VCONST else None
+  if off is None or not (_static(old) and _static(new)): return None
+  inner, outer = (new, old) if u.op is Ops.SHRINK else (old, new)
+  bad = [i for i, (o, a, b) in enumerate(zip(off, inner, outer)) if o < 0 or o + a > b]
+  return f"offsets {off} with {inner} do not fit in {outer} at axes {bad}" if bad else None
+
+
+def _reduce_rule(u: UOp) -> str | None:
+  a = u.arg
+  if not isinstance(a, ReduceArg) or a.op not in GroupOp.Reduce:
+    return f"arg must be ReduceArg(op in ADD/MUL/MAX, axes), got {a!r}"
+  n = len(u.src[0].shape)
+  bad = [x for x in a.axes if not 0 <= x < n]
+  return f"axes {bad} out of range for {n} dims" if bad else None
+
+
+def _store_rule(u: UOp) -> str | None:
+  if len(u.src) == 3 and u.src[2].dtype != dtypes.bool: return "the gate must be bool"
+  a, b = u.src[0].shape, u.src[1].shape
+  return None if a == b else f"buffer shape {a} differs from value shape {b}"
+
+
+def _function_body(u: UOp) -> str | None:
+  return None if u.src[0].op is Ops.TUPLE else f"body must be a TUPLE, got {u.src[0].op.name}"
+
+
+def _gettuple_rule(u: UOp) -> str | None:
+  f = u.src[0]
+  if f.op is not Ops.FUNCTION: return f"source must be a FUNCTION, got {f.op.name}"
+  ok = isinstance(u.arg, int) and 0 <= u.arg < len(f.src[0].src)
+  return None if ok else f"index {u.arg!r} out of range for {len(f.src[0].src)} results"
+
+
+def _dtype_is(dt: DType) -> Check: return lambda u: None if u.dtype == dt else f"dtype must be {dt!r}"
+
+
+_SHAPE1 = (("sources", nsrc(1)), ("shape", has_shape))
+_tensor_checks: dict[Ops, tuple[tuple[str, Check], ...]] = {
+  Ops.CONST: (("sources", nsrc(0)), ("value fits dtype", _const_arg)),
+  Ops.VCONST: (("sources", nsrc(0)), ("tuple arg", arg_is(tuple, "a tuple of values"))),
+  Ops.BINARY: (("sources", nsrc(0)), ("bytes arg", arg_is(bytes, "bytes"))),
+  Ops.BUFFER: (("sources", nsrc(1)), ("ParamArg", _param_dtype), ("shape", src_is_shape(0))),
+  Ops.PARAM: (("sources", nsrc(1, 3)), ("ParamArg", _param_dtype), ("shape", src_is_shape(0))),
+  Ops.BUFFER_VIEW: (("sources", nsrc(1)),),
+  Ops.RESHAPE: (("sources", nsrc(2)), ("shape", src_is_shape(1)), ("same size", _reshape_size)),
+  Ops.EXPAND: (("sources", nsrc(2)), ("shape", src_is_shape(1)), ("broadcast", _expand_rule)),
+  Ops.PERMUTE: (("sources", nsrc(1)), ("tuple arg", arg_is(tuple, "a tuple of axes")), ("permutation", _permute_rule)),
+  Ops.FLIP: (("sources", nsrc(1)), ("tuple arg", arg_is(tuple, "a tuple of bools")), ("flags", _flip_rule)),
+  Ops.PAD: (("sources", nsrc(3)), ("shape", src_is_shape(1, 2)), ("fits", _pad_shrink_rule)),
+  Ops.SHRINK: (("sources", nsrc(3)), ("shape", src_is_shape(1, 2)), ("fits", _pad_shrink_rule)),
+  Ops.INDEX: (("sources", min_src(1)), ("shape", has_shape)),
+  Ops.STACK: (("sources", min_src(1)), ("shape", has_shape)),
+  Ops.REPLICATED: _SHAPE1,
+  Ops.REDUCE: (("sources", nsrc(1)), ("ReduceArg", _reduce_rule)),
+  Ops.FUNCTION: (("sources", min_src(1)), ("TUPLE body", _function_body)),
+  Ops.CALL: (("sources", min_src(1)),),
+  Ops.TUPLE: (),
+  Ops.GETTUPLE: (("sources", nsrc(1)), ("index", _gettuple_rule)),
+  Ops.COPY: (("sources", nsrc(1)), ("device arg", arg_is((str, tuple), "a device name or tuple"))),
+  Ops.STORE: (("sources", nsrc(2, 3)), ("void", _dtype_is(dtypes.void)), ("shapes", _store_rule)),
+  Ops.AFTER: (("sources", min_src(1)),),
+  Ops.GROUP: (("void", _dtype_is(dtypes.void)),),
+  Ops.SINK: (("void", _dtype_is(dtypes.void)),),
+  Ops.CONTIGUOUS: _SHAPE1, Ops.CONTIGUOUSBACKWARD: _SHAPE1, Ops.DETACH: _SHAPE1,
+  Ops.NOOP: (),
+  **{op: _elementwise_checks(op) for op in GroupOp.Elementwise},
+}
+
+spec_tensor = Spec("tensor", _tensor_checks)

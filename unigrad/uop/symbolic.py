@@ -1,0 +1,355 @@
+"""The symbolic simplifier: named rule tables over ALU UOps.
+
+Tables, applied together by `pm_simplify`:
+- `pm_fold_constants`: ALU/CAST/BITCAST of constants is evaluated (uop/alu.py semantics);
+- `pm_identities`: x+0, x*1, x//1, x^x, where(c,x,x), cast to the same dtype, ...;
+- `pm_min_max`: an integer node whose min_max is a single value becomes that constant; MAX and
+  WHERE decided by intervals;
+- `pm_canonical`: commutative operands in a canonical order; integer sums in a linear normal form
+  (like terms combined, sorted, constant last; (x//c)*c + x%c recombined), so equal expressions
+  become the same node;
+- `pm_divmod`: floor division and modulo by a positive constant split off the multiples of the
+  divisor, fold bounded remainders (`(x*4+y)//4 -> x`, `(x*4+y)%4 -> y` for 0 <= y < 4), factor
+  common divisors and merge nested div/mod;
+- `pm_compare`: integer comparisons against constants normalized (constants moved, gcd divided);
+- `pm_invalid`: ALU ops move inside `WHERE(valid, x, Invalid)` gates.
+Rules build new nodes only through methods of the matched nodes, so this module never imports the
+UOp class (uop.py imports it).
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from unigrad.dtype import FLOATS, dtypes
+from unigrad.uop.alu import exec_alu, exec_bitcast, exec_cast
+from unigrad.uop.ops import GroupOp, Invalid, InvalidType, Ops
+from unigrad.uop.upat import PatternMatcher, UPat
+
+if TYPE_CHECKING:
+  from unigrad.uop.uop import UOp
+
+INT_LIKE = (*[dt for dt in (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8,
+                            dtypes.uint16, dtypes.uint32, dtypes.uint64)], dtypes.index)
+
+
+def is_int(u: UOp) -> bool: return dtypes.is_int(u.dtype) and u.dtype.count == 1
+
+
+def is_invalid(u: UOp) -> bool: return u.op is Ops.CONST and isinstance(u.arg, InvalidType)
+
+
+def int_const(u: UOp) -> int | None:
+  """The value of an integer CONST, else None."""
+  if u.op is Ops.CONST and type(u.arg) is int: return u.arg
+  return None
+
+
+def no_overflow(u: UOp) -> bool:
+  """True when u's integer range is proven (index math, or a range narrower than its dtype)."""
+  if u.dtype == dtypes.index: return True
+  return (u.vmin, u.vmax) != (u.dtype.min, u.dtype.max)
+
+
+# ---- canonical order ----
+
+def order_key(u: UOp) -> tuple:
+  """A deterministic structural sort key (constants sort last); cached per node."""
+  if (k := u.__dict__.get("_okey")) is not None: return k
+  stack: list[tuple[UOp, bool]] = [(u, False)]
+  while stack:
+    x, ready = stack.pop()
+    if "_okey" in x.__dict__: continue
+    if not ready:
+      stack.append((x, True))
+      stack.extend((s, False) for s in x.src if "_okey" not in s.__dict__)
+      continue
+    arg = x.arg if isinstance(x.arg, (int, float, str, bool)) else repr(x.arg)
+    x.__dict__["_okey"] = (x.op is Ops.CONST, x.op.value, str(type(arg)), arg, x.dtype.priority,
+                           tuple(s.__dict__["_okey"] for s in x.src))
+  return u.__dict__["_okey"]
+
+
+def sort_commutative(x: UOp) -> UOp | None:
+  a, b = x.src
+  if order_key(b) < order_key(a): return x.replace(src=(b, a))
+  return None
+
+
+# ---- linear normal form of integer sums ----
+
+def linear_terms(u: UOp) -> tuple[dict[UOp, int], int]:
+  """u as sum(coeff * term) + const, looking through ADD and MUL-by-constant."""
+  terms: dict[UOp, int] = {}
+  const = 0
+  stack = [(u, 1)]
+  while stack:
+    x, c = stack.pop()
+    if (v := int_const(x)) is not None: const += c * v
+    elif x.op is Ops.ADD: stack.extend((s, c) for s in x.src)
+    elif x.op is Ops.MUL and (v := int_const(x.src[1])) is not None: stack.append((x.src[0], c * v))
+    elif x.op is Ops.MUL and (v := int_const(x.src[0])) is not None: stack.append((x.src[1], c * v))
+    else: terms[x] = terms.get(x, 0) + c
+  return _recombine_divmod(terms), const
+
+
+def _recombine_divmod(terms: dict[UOp, int]) -> dict[UOp, int]:
+  """(x//c)*(a*c) + (x%c)*a -> x*a, repeatedly."""
+  changed = True
+  while changed:
+    changed = False
+    for t, a in list(terms.items()):
+      if t.op is not Ops.MOD or (c := int_const(t.src[1])) is None or c <= 0: continue
+      q = t.src[0].alu(Ops.IDIV, c)
+      if terms.get(q) != a * c: continue
+      del terms[t], terms[q]
+      sub, k = linear_terms(t.src[0])
+      if k: continue  # a constant inside x: leave this pair alone
+      for s, b in sub.items(): terms[s] = terms.get(s, 0) + a * b
+      changed = True
+      break
+  return {t: a for t, a in terms.items() if a != 0}
+
+
+def build_linear(like: UOp, terms: dict[UOp, int], const: int) -> UOp:
+  """sum(coeff * term) + const in canonical order, with `like`'s dtype."""
+  out: UOp | None = None
+  for t, c in sorted(terms.items(), key=lambda tc: order_key(tc[0])):
+    if c == 0: continue
+    e = t if c == 1 else t.alu(Ops.MUL, c)
+    out = e if out is None else out.alu(Ops.ADD, e)
+  if out is None: return like.const_like(const)
+  return out if const == 0 else out.alu(Ops.ADD, const)
+
+
+def canonical_sum(x: UOp) -> UOp | None:
+  terms, const = linear_terms(x)
+  return build_linear(x, terms, const)
+
+
+def distribute_mul(x: UOp, c: UOp) -> UOp | None:
+  """(a+b)*c -> a*c + b*c and (a*c1)*c2 -> a*(c1*c2) for integers."""
+  terms, const = linear_terms(x.alu(Ops.MUL, c))
+  return build_linear(x, terms, const)
+
+
+# ---- div and mod by a positive constant ----
+
+def fold_idiv(x: UOp, d: UOp) -> UOp | None:
+  c = int_const(d)
+  if c is None or c <= 0 or not no_overflow(x): return None
+  if c == 1: return x
+  terms, k = linear_terms(x)
+  quot = {t: a // c for t, a in terms.items() if a % c == 0}
+  rem = {t: a for t, a in terms.items() if a % c != 0}
+  qk, rk = divmod(k, c)
+  g = math.gcd(c, rk, *rem.values())
+  r = build_linear(x, rem, rk)
+  if r.vmin // c == r.vmax // c: rdiv = x.const_like(r.vmin // c)
+  elif g > 1: rdiv = build_linear(x, {t: a // g for t, a in rem.items()}, rk // g).alu(Ops.IDIV, c // g)
+  elif not quot and not qk: return None
+  else: rdiv = r.alu(Ops.IDIV, c)
+  return build_linear(x, quot, qk).alu(Ops.ADD, rdiv)
+
+
+def fold_mod(x: UOp, d: UOp) -> UOp | None:
+  c = int_const(d)
+  if c is None or c <= 0 or not no_overflow(x): return None
+  if c == 1: return x.const_like(0)
+  terms, k = linear_terms(x)
+  rem = {t: a % c for t, a in terms.items() if a % c != 0}
+  r = build_linear(x, rem, k % c)
+  if 0 <= r.vmin and r.vmax < c: return r
+  if r.vmin // c == r.vmax // c: return r.alu(Ops.ADD, -(r.vmin // c) * c)
+  g = math.gcd(c, k % c, *rem.values())
+  if g > 1: return build_linear(x, {t: a // g for t, a in rem.items()}, (k % c) // g).alu(Ops.MOD, c // g).alu(Ops.MUL, g)
+  return r.alu(Ops.MOD, c)
+
+
+def fold_nested_div(x: UOp, a: UOp, b: UOp) -> UOp | None:
+  """(x//a)//b -> x//(a*b) for positive a, b."""
+  ca, cb = int_const(a), int_const(b)
+  if ca is None or cb is None or ca <= 0 or cb <= 0: return None
+  return x.alu(Ops.IDIV, ca * cb)
+
+
+def fold_div_of_mod(x: UOp, m: UOp, d: UOp) -> UOp | None:
+  """(x%(k*c))//c -> (x//c)%k for positive constants."""
+  cm, cd = int_const(m), int_const(d)
+  if cm is None or cd is None or cd <= 0 or cm <= 0 or cm % cd: return None
+  return x.alu(Ops.IDIV, cd).alu(Ops.MOD, cm // cd)
+
+
+def fold_mod_of_mod(x: UOp, m: UOp, d: UOp) -> UOp | None:
+  """(x%(k*c))%c -> x%c for positive constants."""
+  cm, cd = int_const(m), int_const(d)
+  if cm is None or cd is None or cd <= 0 or cm <= 0 or cm % cd: return None
+  return x.alu(Ops.MOD, cd)
+
+
+# ---- comparisons ----
+
+def fold_cmplt(x: UOp, d: UOp) -> UOp | None:
+  """sum(a*t) + k < c  ->  sum((a/g)*t) < ceil((c-k)/g), g the gcd of the coefficients."""
+  c = int_const(d)
+  if c is None or not no_overflow(x): return None
+  if x.op is Ops.IDIV and (dv := int_const(x.src[1])) is not None and dv > 0 and no_overflow(x.src[0]):
+    return x.src[0].alu(Ops.CMPLT, c * dv)  # x//d < c  <=>  x < c*d
+  terms, k = linear_terms(x)
+  if not terms: return None
+  g = math.gcd(*terms.values())
+  if k == 0 and g == 1: return None
+  g = abs(g) if all(a > 0 for a in terms.values()) else 1
+  if k == 0 and g == 1: return None
+  lhs = build_linear(x, {t: a // g for t, a in terms.items()}, 0)
+  return lhs.alu(Ops.CMPLT, -((k - c) // g))
+
+
+# ---- constant folding ----
+
+def fold_alu(a: UOp) -> UOp | None:
+  if a.op is Ops.WHERE: return a.src[1] if a.src[0].arg else a.src[2]
+  if any(is_invalid(s) for s in a.src): return type(a).const(a.dtype, Invalid)
+  vals = tuple(s.arg for s in a.src)
+  return type(a).const(a.dtype, exec_alu(a.op, a.dtype, vals))
+
+
+def fold_cast(c: UOp, x: UOp) -> UOp | None:
+  if is_invalid(x): return None
+  return type(c).const(c.dtype, exec_cast(x.arg, x.dtype, c.dtype))
+
+
+def fold_bitcast(c: UOp, x: UOp) -> UOp | None:
+  if is_invalid(x) or c.dtype.itemsize != x.dtype.itemsize or c.dtype.count > 1: return None
+  return type(c).const(c.dtype, exec_bitcast(x.arg, x.dtype, c.dtype))
+
+
+def fold_to_const(x: UOp) -> UOp | None:
+  """An integer or bool node whose min_max is one value is that value."""
+  if x.op is Ops.CONST or x.dtype.count > 1 or dtypes.is_float(x.dtype): return None
+  lo, hi = x.min_max
+  return type(x).const(x.dtype, lo) if lo == hi else None
+
+
+def fold_max(m: UOp, a: UOp, b: UOp) -> UOp | None:
+  if not (is_int(m) or m.dtype == dtypes.bool): return None
+  if a.vmin >= b.vmax: return a
+  if b.vmin >= a.vmax: return b
+  return None
+
+
+def where_pick(c: UOp, a: UOp, b: UOp) -> UOp | None:
+  if c.op is not Ops.CONST or is_invalid(c): return None
+  return a if c.arg else b
+
+
+pm_fold_constants = PatternMatcher([
+  (UPat(GroupOp.ALU, src=UPat(Ops.CONST), name="a"), fold_alu),  # op(c0, c1) -> c
+  (UPat(Ops.CAST, src=(UPat(Ops.CONST, name="x"),), name="c"), fold_cast),  # cast(c) -> c'
+  (UPat(Ops.BITCAST, src=(UPat(Ops.CONST, name="x"),), name="c"), fold_bitcast),  # bitcast(c) -> c'
+  (UPat(Ops.WHERE, src=(UPat.var("c"), UPat.var("a"), UPat.var("b"))), where_pick),  # where(True,a,b) -> a
+])
+
+_x, _y, _c = UPat.var("x"), UPat.var("y"), UPat.cvar("c")
+_int = INT_LIKE
+
+pm_identities = PatternMatcher([
+  (UPat(Ops.ADD, src=[_x, UPat.const(None, 0)]), lambda x: x if not dtypes.is_float(x.dtype) else None),  # x+0 -> x
+  (UPat(Ops.MUL, src=[_x, UPat.const(None, 1)]), lambda x: x),  # x*1 -> x
+  (UPat(Ops.MUL, src=[UPat.var("x", _int), UPat.const(None, 0).named("z")]), lambda x, z: z),  # x*0 -> 0
+  (UPat(Ops.IDIV, src=(UPat.var("x", _int), UPat.const(None, 1))), lambda x: x),  # x//1 -> x
+  (UPat(Ops.IDIV, src=(UPat.var("x", _int), UPat.const(None, -1))), lambda x: x.alu(Ops.MUL, -1)),  # x//-1 -> -x
+  (UPat(Ops.MOD, src=(UPat.var("x", _int), UPat.const(None, 1))), lambda x: x.const_like(0)),  # x%1 -> 0
+  (UPat((Ops.OR, Ops.XOR), src=[UPat.var("x", (*_int, dtypes.bool)), UPat.const(None, 0)]), lambda x: x),  # x|0 -> x
+  (UPat(Ops.AND, src=[UPat.var("x", (*_int, dtypes.bool)), UPat.const(None, 0).named("z")]), lambda x, z: z),  # x&0 -> 0
+  (UPat(Ops.AND, src=[UPat.var("x", dtypes.bool), UPat.const(dtypes.bool, True)]), lambda x: x),  # x&True -> x
+  (UPat(Ops.OR, src=[UPat.var("x", dtypes.bool), UPat.const(dtypes.bool, True).named("t")]), lambda x, t: t),  # x|True -> True
+  (UPat((Ops.MAX, Ops.AND, Ops.OR), src=(_x, _x)), lambda x: x),  # max(x,x), x&x, x|x -> x
+  (UPat(Ops.XOR, src=(UPat.var("x", (*_int, dtypes.bool)), UPat.var("x"))), lambda x: x.const_like(0)),  # x^x -> 0
+  (UPat(Ops.CMPLT, src=(UPat.var("x", (*_int, dtypes.bool)), UPat.var("x"))),
+   lambda x: type(x).const(dtypes.bool, False)),  # x<x -> False
+  (UPat(Ops.CMPNE, src=(UPat.var("x", (*_int, dtypes.bool)), UPat.var("x"))),
+   lambda x: type(x).const(dtypes.bool, False)),  # x!=x -> False
+  (UPat(Ops.CMPNE, src=(UPat(Ops.CMPNE, src=(_x, UPat.const(dtypes.bool, True))), UPat.const(dtypes.bool, True))),
+   lambda x: x),  # not(not(x)) -> x
+  (UPat(Ops.CMPNE, src=(UPat.var("x", dtypes.bool), UPat.const(dtypes.bool, False))), lambda x: x),  # x!=False -> x
+  (UPat(Ops.WHERE, src=(UPat.var(), _x, _x)), lambda x: x),  # where(c,x,x) -> x
+  (UPat(Ops.WHERE, src=(UPat(Ops.CMPNE, src=(UPat.var("c"), UPat.const(dtypes.bool, True))), _x, _y)),
+   lambda c, x, y: c.where(y, x)),  # where(!c,x,y) -> where(c,y,x)
+  (UPat(Ops.WHERE, dtypes.bool, src=(UPat.var("c"), UPat.const(dtypes.bool, True), UPat.const(dtypes.bool, False))),
+   lambda c: c),  # where(c,True,False) -> c
+  (UPat(Ops.CAST, name="c", src=(_x,)), lambda c, x: x if c.dtype == x.dtype else None),  # cast to own dtype -> x
+  (UPat(Ops.TRUNC, src=(UPat.var("x", (*_int, dtypes.bool)),)), lambda x: x),  # trunc(int) -> x
+  (UPat(Ops.MUL, src=(UPat(Ops.MUL, src=(_x, UPat.const(None, -1))), UPat.const(None, -1))), lambda x: x),  # -(-x) -> x
+])
+
+pm_min_max = PatternMatcher([
+  (UPat(GroupOp.ALU | {Ops.CAST, Ops.RANGE, Ops.SPECIAL}, name="x"), fold_to_const),  # [v,v] -> v
+  (UPat(Ops.MAX, name="m", src=(UPat.var("a"), UPat.var("b"))), fold_max),  # max by intervals
+])
+
+pm_canonical = PatternMatcher([
+  (UPat(Ops.ADD, dtype=_int, name="x"), canonical_sum),  # integer sums in linear normal form
+  (UPat(Ops.MUL, dtype=_int, src=[UPat(Ops.ADD, name="x"), UPat.cvar("c")]), distribute_mul),  # (a+b)*c
+  (UPat(Ops.MUL, dtype=_int, src=(UPat(Ops.MUL, name="x"), UPat.cvar("c"))), distribute_mul),  # (a*c1)*c2
+  (UPat(GroupOp.Commutative - {Ops.ADD}, name="x", src=(UPat.var(), UPat.var())), sort_commutative),
+  (UPat(Ops.ADD, dtype=tuple(FLOATS), name="x", src=(UPat.var(), UPat.var())), sort_commutative),  # a+b
+])
+
+pm_divmod = PatternMatcher([
+  (UPat(Ops.IDIV, src=(UPat(Ops.IDIV, src=(_x, UPat.cvar("a"))), UPat.cvar("b"))), fold_nested_div),
+  (UPat(Ops.IDIV, src=(UPat(Ops.MOD, src=(_x, UPat.cvar("m"))), UPat.cvar("d"))), fold_div_of_mod),
+  (UPat(Ops.MOD, src=(UPat(Ops.MOD, src=(_x, UPat.cvar("m"))), UPat.cvar("d"))), fold_mod_of_mod),
+  (UPat(Ops.IDIV, dtype=_int, src=(_x, UPat.cvar("d"))), fold_idiv),  # (x*c+y)//c -> x + y//c
+  (UPat(Ops.MOD, dtype=_int, src=(_x, UPat.cvar("d"))), fold_mod),  # (x*c+y)%c -> y%c
+])
+
+pm_compare = PatternMatcher([
+  (UPat(Ops.CMPLT, src=(UPat.var("x", _int), UPat.cvar("d"))), fold_cmplt),  # x+k < c -> x < c-k
+])
+
+
+def push_into_gate(alu: UOp, w: UOp, v: UOp, x: UOp) -> UOp:
+  """op(where(v, x, Invalid), y) -> where(v, op(x, y), Invalid)"""
+  inner = alu.replace(src=tuple(x if s is w else s for s in alu.src))
+  return v.where(inner, inner.const_like(w.src[2].arg))
+
+
+_gated = UPat(Ops.WHERE, name="w", src=(UPat.var("v"), UPat.var("x"), UPat(Ops.CONST, arg=None, name="inv")))
+
+
+def _push_checked(alu: UOp, w: UOp, v: UOp, x: UOp, inv: UOp) -> UOp | None:
+  return push_into_gate(alu, w, v, x) if is_invalid(inv) and alu.op is not Ops.WHERE else None
+
+
+def merge_gates(v: UOp, w: UOp, x: UOp, inv: UOp, inv2: UOp) -> UOp | None:
+  """where(v, where(w, x, Invalid), Invalid) -> where(v & w, x, Invalid)"""
+  if not (is_invalid(inv) and is_invalid(inv2)): return None
+  return (v & w).where(x, inv)
+
+
+pm_invalid = PatternMatcher([
+  (UPat(GroupOp.Binary, name="alu", src=[_gated, UPat.var()]), _push_checked),  # op(gated, y) -> gated
+  (UPat(Ops.WHERE, src=(UPat.var("v"), UPat(Ops.WHERE, src=(UPat.var("w"), _x, UPat(Ops.CONST, name="inv2"))),
+                        UPat(Ops.CONST, name="inv"))), merge_gates),
+])
+
+pm_simplify = (pm_fold_constants + pm_invalid + pm_identities + pm_min_max + pm_divmod +
+               pm_compare + pm_canonical)
+
+
+def simplify(u: UOp) -> UOp:
+  """`u.simplify()`: defined in uop.py as a graph_rewrite with `pm_simplify`."""
+  return u.simplify()
+
+
+def sym_infer(u: UOp, values: dict[UOp, Any]) -> Any:
+  """The value of `u` with the variables in `values` bound (evaluated, not simplified)."""
+  out: dict[UOp, Any] = {}
+  for x in u.toposort():
+    if x in values: out[x] = values[x]
+    elif x.op is Ops.CONST: out[x] = x.arg
+    elif x.op is Ops.CAST: out[x] = exec_cast(out[x.src[0]], x.src[0].dtype, x.dtype)
+    elif x.op in GroupOp.ALU: out[x] = exec_alu(x.op, x.dtype, tuple(out[s] for s in x.src))
+    else: raise ValueError(f"sym_infer: unbound {x.op!r} node {x.render(simplify=False)}")
+  return out[u]

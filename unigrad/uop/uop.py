@@ -1,0 +1,366 @@
+"""UOp: the one node type of the IR, immutable and hash-consed, with the traversal API of draft 002.
+
+Building the same (op, dtype, src, arg, tag) twice returns the same object, so `is` is structural
+equality. The cache holds nodes weakly: a graph no one references is freed. Derived properties are
+computed on first use, bottom-up over the not-yet-cached part of the graph with an explicit stack,
+so 100k-node chains never hit Python's recursion limit.
+"""
+from __future__ import annotations
+
+import math
+import weakref
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar, Union
+
+from unigrad.dtype import AddrSpace, DType, dtypes, truncate
+from unigrad.uop import properties as props
+from unigrad.uop.alu import float_bits
+from unigrad.uop.ops import ARITY, AxisType, GroupOp, InvalidType, Ops, ParamArg, RangeArg
+from unigrad.uop.printer import pyrender
+from unigrad.uop.printer import render as render_expr
+from unigrad.uop.rewrite import graph_rewrite, substitute
+from unigrad.uop.symbolic import pm_simplify
+
+T = TypeVar("T")
+sint = Union[int, "UOp"]  # a size: a Python int or a symbolic index UOp
+
+_ucache: dict[tuple, weakref.ref] = {}
+
+
+def _arg_key(arg: Any) -> Any:
+  """Part of the hash-cons key: keeps 1, 1.0 and True apart, and -0.0 apart from 0.0."""
+  t = type(arg)
+  if t is float: return (t, float_bits(arg))
+  if t is int or t is bool: return (t, arg)
+  return arg
+
+
+def _check_new(op: Any, dtype: Any, src: tuple, arg: Any) -> None:
+  if not isinstance(op, Ops): raise TypeError(f"UOp op must be an Ops member, got {op!r}")
+  if not isinstance(dtype, DType): raise TypeError(f"{op!r}: dtype must be a DType, got {dtype!r}")
+  for i, s in enumerate(src):
+    if not isinstance(s, UOp):
+      raise TypeError(f"{op!r}: source {i} must be a UOp, got {type(s).__name__} {s!r}")
+  if (n := ARITY.get(op)) is not None and len(src) != n:
+    raise ValueError(f"{op!r} takes {n} source(s), got {len(src)}")
+
+
+class UOpMetaClass(type):
+  def __call__(cls, op: Ops, dtype: DType | None = None, src: Iterable[UOp] = (), arg: Any = None,
+               tag: Any = None) -> UOp:
+    src = src if type(src) is tuple else tuple(src)
+    if dtype is None:
+      _check_new(op, dtypes.void, src, arg)
+      dtype = props.derive_dtype(op, src, arg)
+    key = (op, dtype, src, _arg_key(arg), tag)
+    try:
+      ref = _ucache.get(key)
+    except TypeError:
+      raise TypeError(f"{op!r}: arg and tag must be hashable, got {arg!r} / {tag!r}") from None
+    if ref is not None and (node := ref()) is not None: return node
+    _check_new(op, dtype, src, arg)
+    node = super().__call__(op, dtype, src, arg, tag)
+    _ucache[key] = weakref.ref(node)
+    return node
+
+
+def _derived(compute: Callable[[UOp], Any]) -> property:
+  """A property cached per node and evaluated iteratively over the uncached sources."""
+  name = "_" + compute.__name__.removeprefix("derive_")
+
+  def get(self: UOp) -> Any:
+    d = self.__dict__
+    if name in d: return d[name]
+    stack: list[tuple[UOp, bool]] = [(self, False)]
+    while stack:
+      u, ready = stack.pop()
+      if name in u.__dict__: continue
+      if ready:
+        u.__dict__[name] = compute(u)
+        continue
+      stack.append((u, True))
+      stack.extend((s, False) for s in u.src if name not in s.__dict__)
+    return d[name]
+  return property(get, doc=compute.__doc__)
+
+
+class UOp(metaclass=UOpMetaClass):
+  """A node `(op, dtype, src, arg, tag)`. Treat it as immutable; build changed copies with replace."""
+  __slots__ = ("op", "dtype", "src", "arg", "tag", "__weakref__", "__dict__")
+  op: Ops
+  dtype: DType
+  src: tuple[UOp, ...]
+  arg: Any
+  tag: Any
+
+  def __init__(self, op: Ops, dtype: DType, src: tuple[UOp, ...] = (), arg: Any = None,
+               tag: Any = None) -> None:
+    self.op, self.dtype, self.src, self.arg, self.tag = op, dtype, src, arg, tag
+
+  def __del__(self) -> None:
+    try:
+      key = (self.op, self.dtype, self.src, _arg_key(self.arg), self.tag)
+      ref = _ucache.get(key)
+      if ref is not None and ref() is None: del _ucache[key]
+    except (AttributeError, TypeError, KeyError):  # half-built node or interpreter shutdown
+      pass
+
+  def __reduce__(self) -> tuple: return (UOp, (self.op, self.dtype, self.src, self.arg, self.tag))
+
+  def __repr__(self) -> str: return pyrender(self)
+
+  # ---- derived properties (uop/properties.py) ----
+  shape = _derived(props.derive_shape)
+  device = _derived(props.derive_device)
+  addrspace = _derived(props.derive_addrspace)
+  min_max = _derived(props.derive_min_max)
+  axis = _derived(props.derive_axis)
+  ranges = _derived(props.derive_ranges)
+
+  @property
+  def vmin(self) -> Any: return self.min_max[0]
+
+  @property
+  def vmax(self) -> Any: return self.min_max[1]
+
+  @property
+  def ndim(self) -> int: return len(self.shape)
+
+  @property
+  def size(self) -> sint:
+    return math.prod(self.shape) if all(isinstance(d, int) for d in self.shape) else _sprod(self.shape)
+
+  # ---- traversal ----
+
+  def toposort(self, gate: Callable[[UOp], bool] | None = None) -> dict[UOp, None]:
+    """Every node reachable from self, sources before consumers. `gate(node)` False skips the
+    node and whatever lies only below it."""
+    out: dict[UOp, None] = {}
+    stack: list[tuple[UOp, bool]] = [(self, False)]
+    while stack:
+      node, ready = stack.pop()
+      if node in out: continue
+      if ready:
+        out[node] = None
+        continue
+      if gate is not None and not gate(node): continue
+      stack.append((node, True))
+      stack.extend((s, False) for s in reversed(node.src) if s not in out)
+    return out
+
+  def topovisit(self, visitor: Callable[[UOp], T], cache: dict[UOp, T]) -> T:
+    """Apply `visitor` to every node not yet in `cache`, sources first; the root's result."""
+    for node in self.toposort(lambda n: n not in cache):
+      cache[node] = visitor(node)
+    return cache[self]
+
+  @property
+  def backward_slice_with_self(self) -> dict[UOp, None]:
+    return self.toposort()
+
+  @property
+  def backward_slice(self) -> dict[UOp, None]:
+    """Every node that feeds into self (self excluded)."""
+    out = self.toposort()
+    del out[self]
+    return out
+
+  def op_in_backward_slice_with_self(self, *ops: Ops) -> bool:
+    opset = set(ops)
+    seen: set[UOp] = set()
+    stack = [self]
+    while stack:
+      u = stack.pop()
+      if u.op in opset: return True
+      for s in u.src:
+        if s not in seen:
+          seen.add(s)
+          stack.append(s)
+    return False
+
+  def get_consumer_map(self) -> dict[UOp, dict[UOp, None]]:
+    return consumer_map_from_toposort(self.toposort())
+
+  # ---- single-node operations ----
+
+  def replace(self, **kwargs: Any) -> UOp:
+    """A copy with the given fields changed; self when nothing changes."""
+    new = (kwargs.pop("op", self.op), kwargs.pop("dtype", self.dtype), kwargs.pop("src", self.src),
+           kwargs.pop("arg", self.arg), kwargs.pop("tag", self.tag))
+    if kwargs: raise TypeError(f"replace() got unknown field(s) {sorted(kwargs)}")
+    if all(a is b for a, b in zip(new, (self.op, self.dtype, self.src, self.arg, self.tag))): return self
+    return UOp(*new)
+
+  def f(self, op: Ops, **kwargs: Any) -> UOp:
+    """`UOp(op, ..., src=(self,))`: a new node with self as its only source."""
+    dtype = kwargs.pop("dtype", None)
+    return UOp(op, dtype, (self,), **kwargs)
+
+  def detach(self) -> UOp: return UOp(Ops.DETACH, self.dtype, (self,))
+
+  def cast(self, dtype: DType) -> UOp:
+    return self if dtype == self.dtype else UOp(Ops.CAST, dtype, (self,))
+
+  def bitcast(self, dtype: DType) -> UOp:
+    return self if dtype == self.dtype else UOp(Ops.BITCAST, dtype, (self,))
+
+  def sink(self, *srcs: UOp) -> UOp:
+    """`UOp.sink(a, b, ...)` (or `a.sink(b, ...)`): a SINK collecting the given nodes."""
+    return UOp(Ops.SINK, dtypes.void, (self, *srcs))
+
+  def const_like(self, value: Any) -> UOp:
+    """A CONST of self's dtype (Python bools for comparisons give bool constants)."""
+    return UOp.const(self.dtype, value)
+
+  # ---- constructors ----
+
+  @staticmethod
+  def const(dtype: DType, value: Any) -> UOp:
+    """A scalar CONST holding `value` as `dtype` would (`Invalid` marks a dead index)."""
+    if isinstance(value, UOp): return value
+    if dtype.count > 1: return UOp(Ops.STACK, dtype.scalar(), (UOp.const(dtype.scalar(), value),) * dtype.count)
+    if isinstance(value, InvalidType): return UOp(Ops.CONST, dtype, arg=value)
+    return UOp(Ops.CONST, dtype, arg=truncate(dtype, value))
+
+  @staticmethod
+  def vconst(dtype: DType, values: Iterable[Any]) -> UOp:
+    return UOp(Ops.VCONST, dtype, arg=tuple(truncate(dtype, v) for v in values))
+
+  @staticmethod
+  def variable(name: str, vmin: int, vmax: int, dtype: DType = dtypes.index) -> UOp:
+    """A bounded symbolic variable: PARAM(shape (), vmin, vmax) named `name`."""
+    if not isinstance(name, str) or not name: raise TypeError(f"variable name must be a str, got {name!r}")
+    if isinstance(vmin, int) and isinstance(vmax, int) and vmin > vmax:
+      raise ValueError(f"variable {name!r}: min {vmin} > max {vmax}")
+    bounds = (UOp.const(dtype, vmin), UOp.const(dtype, vmax))
+    return UOp(Ops.PARAM, dtype, (shape_uop(()), *bounds), ParamArg(-1, dtype, None, AddrSpace.REG, name))
+
+  @staticmethod
+  def range(bound: sint, idx: int, axis_type: AxisType = AxisType.LOOP) -> UOp:
+    return UOp(Ops.RANGE, dtypes.index, (as_uop(bound),), RangeArg(idx, axis_type))
+
+  # ---- values ----
+
+  def sintify(self) -> sint:
+    """The int if self is an int CONST, else self."""
+    return self.arg if self.op is Ops.CONST and isinstance(self.arg, int) and not isinstance(self.arg, bool) else self
+
+  def simplify(self, tracked: bool = False) -> UOp:
+    """The node rewritten by the symbolic rules to a fixed point."""
+    return graph_rewrite(self, pm_simplify, name="simplify")
+
+  def ssimplify(self) -> UOp | Any:
+    """simplify(), then the constant's value if the result is a CONST."""
+    ret = self.simplify()
+    return ret.arg if ret.op is Ops.CONST else ret
+
+  def substitute(self, dvars: dict[UOp, UOp], name: str | None = None, extra_pm: Any = None) -> UOp:
+    """Replace the keys of `dvars` by their values everywhere below self (values are not
+    looked into); then `extra_pm`, if given, rewrites the result."""
+    return substitute(self, dvars, extra_pm)
+
+  def render(self, simplify: bool = True, pm: Any = None) -> str:
+    """A readable expression, e.g. `((r0*4)+r1)`."""
+    return render_expr(self.simplify() if simplify else self, pm)
+
+  # ---- ALU builders ----
+
+  def alu(self, op: Ops, *srcs: UOp | Any) -> UOp:
+    """`op` over self and `srcs`; Python scalars become constants of self's dtype."""
+    ops = tuple(s if isinstance(s, UOp) else UOp.const(self.dtype, s) for s in srcs)
+    return UOp(op, dtypes.bool if op in GroupOp.Comparison else None, (self, *ops))
+
+  def _ralu(self, op: Ops, other: Any) -> UOp: return UOp.const(self.dtype, other).alu(op, self)
+
+  def __add__(self, x: Any) -> UOp: return self.alu(Ops.ADD, x)
+  def __radd__(self, x: Any) -> UOp: return self._ralu(Ops.ADD, x)
+  def __sub__(self, x: Any) -> UOp: return self.alu(Ops.ADD, -x if not isinstance(x, UOp) else x.neg())
+  def __rsub__(self, x: Any) -> UOp: return self.neg().alu(Ops.ADD, x)
+  def __mul__(self, x: Any) -> UOp: return self.alu(Ops.MUL, x)
+  def __rmul__(self, x: Any) -> UOp: return self._ralu(Ops.MUL, x)
+  def __floordiv__(self, x: Any) -> UOp: return self.alu(Ops.IDIV, x)
+  def __rfloordiv__(self, x: Any) -> UOp: return self._ralu(Ops.IDIV, x)
+  def __mod__(self, x: Any) -> UOp: return self.alu(Ops.MOD, x)
+  def __rmod__(self, x: Any) -> UOp: return self._ralu(Ops.MOD, x)
+  def __truediv__(self, x: Any) -> UOp:
+    if not dtypes.is_float(self.dtype): raise TypeError(f"'/' needs a float UOp, got {self.dtype!r}: use //")
+    return self.alu(Ops.MUL, x.alu(Ops.RECIP) if isinstance(x, UOp) else 1 / x)
+  def __rtruediv__(self, x: Any) -> UOp: return self.alu(Ops.RECIP).alu(Ops.MUL, x)
+  def __neg__(self) -> UOp: return self.neg()
+  def __and__(self, x: Any) -> UOp: return self.alu(Ops.AND, x)
+  def __rand__(self, x: Any) -> UOp: return self._ralu(Ops.AND, x)
+  def __or__(self, x: Any) -> UOp: return self.alu(Ops.OR, x)
+  def __ror__(self, x: Any) -> UOp: return self._ralu(Ops.OR, x)
+  def __xor__(self, x: Any) -> UOp: return self.alu(Ops.XOR, x)
+  def __rxor__(self, x: Any) -> UOp: return self._ralu(Ops.XOR, x)
+  def __lshift__(self, x: Any) -> UOp: return self.alu(Ops.SHL, x)
+  def __rshift__(self, x: Any) -> UOp: return self.alu(Ops.SHR, x)
+  def __lt__(self, x: Any) -> UOp: return self.alu(Ops.CMPLT, x)
+  def __gt__(self, x: Any) -> UOp: return self._ralu(Ops.CMPLT, x) if not isinstance(x, UOp) else x.alu(Ops.CMPLT, self)
+  def __le__(self, x: Any) -> UOp: return (self > x).logical_not()
+  def __ge__(self, x: Any) -> UOp: return (self < x).logical_not()
+  def __invert__(self) -> UOp: return self.logical_not() if self.dtype == dtypes.bool else self.alu(Ops.XOR, -1)
+
+  def __bool__(self) -> bool:
+    """A bool node is truthy only when its value is proven; any other node is an object."""
+    if self.dtype != dtypes.bool: return True
+    lo, hi = self.min_max
+    if lo == hi: return bool(lo)
+    raise TypeError(f"the truth of {self.render(simplify=False)} depends on symbolic values")
+
+  def neg(self) -> UOp:
+    return self.alu(Ops.CMPNE, True) if self.dtype == dtypes.bool else self.alu(Ops.MUL, -1)
+
+  def logical_not(self) -> UOp: return self.alu(Ops.CMPNE, True)
+  def eq(self, x: Any) -> UOp: return self.ne(x).logical_not()
+  def ne(self, x: Any) -> UOp: return self.alu(Ops.CMPNE, x)
+  def maximum(self, x: Any) -> UOp: return self.alu(Ops.MAX, x)
+  def minimum(self, x: Any) -> UOp: return (self < x).where(self, x)
+
+  def where(self, a: Any, b: Any) -> UOp:
+    dt = a.dtype if isinstance(a, UOp) else b.dtype if isinstance(b, UOp) else dtypes.from_py(a)
+    ua = a if isinstance(a, UOp) else UOp.const(dt, a)
+    ub = b if isinstance(b, UOp) else UOp.const(dt, b)
+    return UOp(Ops.WHERE, dt, (self, ua, ub))
+
+  def recip(self) -> UOp: return self.alu(Ops.RECIP)
+  def trunc(self) -> UOp: return self.alu(Ops.TRUNC)
+  def sqrt(self) -> UOp: return self.alu(Ops.SQRT)
+  def exp2(self) -> UOp: return self.alu(Ops.EXP2)
+  def log2(self) -> UOp: return self.alu(Ops.LOG2)
+  def sin(self) -> UOp: return self.alu(Ops.SIN)
+  def pow(self, x: Any) -> UOp: return self.alu(Ops.POW, x)
+  def threefry(self, key: UOp) -> UOp: return self.alu(Ops.THREEFRY, key)
+
+
+def as_uop(x: sint) -> UOp:
+  """An index UOp for a size (an int becomes a CONST)."""
+  if isinstance(x, UOp): return x
+  if isinstance(x, bool) or not isinstance(x, int): raise TypeError(f"a size must be an int or UOp, got {x!r}")
+  return UOp.const(dtypes.index, x)
+
+
+def shape_uop(shape: Iterable[sint]) -> UOp:
+  """A (k,)-shaped index UOp holding a shape: VCONST when static, else STACK of index values."""
+  shape = tuple(shape)
+  if all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
+    return UOp(Ops.VCONST, dtypes.index, arg=shape)
+  return UOp(Ops.STACK, dtypes.index, tuple(as_uop(d) for d in shape))
+
+
+def _sprod(shape: Iterable[sint]) -> sint:
+  out: sint = 1
+  for d in shape: out = d * out if isinstance(d, UOp) else out * d
+  return out
+
+
+def consumer_map_from_toposort(nodes: Iterable[UOp]) -> dict[UOp, dict[UOp, None]]:
+  """node -> its consumers, for every node of a toposorted collection."""
+  out: dict[UOp, dict[UOp, None]] = {}
+  for u in nodes:
+    out.setdefault(u, {})
+    for s in u.src: out.setdefault(s, {})[u] = None
+  return out
+
+
+all_metadata: weakref.WeakKeyDictionary[UOp, tuple] = weakref.WeakKeyDictionary()
