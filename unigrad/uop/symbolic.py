@@ -350,6 +350,7 @@ def sym_infer(u: UOp, values: dict[UOp, Any]) -> Any:
     if x in values: out[x] = values[x]
     elif x.op is Ops.CONST: out[x] = x.arg
     elif x.op is Ops.CAST: out[x] = exec_cast(out[x.src[0]], x.src[0].dtype, x.dtype)
+    elif x.op is Ops.BITCAST: out[x] = exec_bitcast(out[x.src[0]], x.src[0].dtype, x.dtype)
     elif x.op in GroupOp.ALU: out[x] = exec_alu(x.op, x.dtype, tuple(out[s] for s in x.src))
     else: raise ValueError(f"sym_infer: unbound {x.op!r} node {x.render(simplify=False)}")
   return out[u]
