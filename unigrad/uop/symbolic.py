@@ -345,10 +345,9 @@ def simplify(u: UOp) -> UOp:
 
 def sym_infer(u: UOp, values: dict[UOp, Any]) -> Any:
   """The value of `u` with the variables in `values` bound (evaluated, not simplified)."""
-  out: dict[UOp, Any] = {}
-  for x in u.toposort():
-    if x in values: out[x] = values[x]
-    elif x.op is Ops.CONST: out[x] = x.arg
+  out: dict[UOp, Any] = dict(values)
+  for x in u.toposort(lambda n: n not in values):
+    if x.op is Ops.CONST: out[x] = x.arg
     elif x.op is Ops.CAST: out[x] = exec_cast(out[x.src[0]], x.src[0].dtype, x.dtype)
     elif x.op is Ops.BITCAST: out[x] = exec_bitcast(out[x.src[0]], x.src[0].dtype, x.dtype)
     elif x.op in GroupOp.ALU: out[x] = exec_alu(x.op, x.dtype, tuple(out[s] for s in x.src))
