@@ -1,6 +1,8 @@
 """unigrad: a small tensor compiler implementing the UOp specification."""
 from unigrad.dtype import dtypes
+from unigrad.frontend.tensor import Tensor
 from unigrad.knobs import Context
+from unigrad.runtime.device import Device
 from unigrad.uop import UOp
 
-__all__ = ["Context", "UOp", "dtypes"]
+__all__ = ["Context", "Device", "Tensor", "UOp", "dtypes"]

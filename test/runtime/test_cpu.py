@@ -1,0 +1,144 @@
+"""The CPU device: compile and run C kernels, the disk cache, compile errors, parallel chunks."""
+import struct
+import threading
+
+import pytest
+
+from unigrad.dtype import dtypes
+from unigrad.knobs import Context
+from unigrad.runtime import Buffer, CompileError, Device
+from unigrad.runtime.ops_cpu import ChunkPool, ClangCompiler, chunk_pool, find_c_compiler
+
+pytestmark = pytest.mark.skipif(find_c_compiler() is None, reason="no C compiler")
+
+ADD = """void add(float* restrict d0, const float* restrict d1, int n, int core_id) {
+  for (int i = core_id; i < n; i += 2) d0[i] += d1[i];
+}"""
+IDS = "void ids(int* restrict out, int core_id) { out[core_id] = core_id + 1; }"
+TID = """#include <pthread.h>
+void tid(unsigned long* restrict out, int core_id) {
+  out[core_id] = (unsigned long)pthread_self();
+}"""
+# every chunk waits (up to 5 s) until all n have arrived: only parallel chunks can all succeed
+MEET = """#include <time.h>
+void meet(int* restrict arrived, int* restrict ok, int n, int core_id) {
+  __atomic_add_fetch(arrived, 1, __ATOMIC_SEQ_CST);
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  do {
+    if (__atomic_load_n(arrived, __ATOMIC_SEQ_CST) >= n) { ok[core_id] = 1; return; }
+    clock_gettime(CLOCK_MONOTONIC, &t);
+  } while (t.tv_sec - t0.tv_sec < 5);
+}"""
+
+
+def program(name, src):
+  dev = Device["CPU"]
+  return dev.runtime(name, dev.compiler.compile_cached(src))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def private_cache(tmp_path_factory):
+  """Compile into a fresh cache, not the user's."""
+  with Context(CACHEDIR=str(tmp_path_factory.mktemp("cache"))): yield
+
+
+def ints(n): return Buffer("CPU", n, dtypes.int32).copyin(bytes(4 * n))
+
+
+def test_compile_and_run():
+  a = Buffer("CPU", 5, dtypes.float32).copyin(struct.pack("5f", *range(5)))
+  b = Buffer("CPU", 5, dtypes.float32).copyin(struct.pack("5f", *[10.0] * 5))
+  prog = program("add", ADD)
+  assert prog(a, b, vals=(5,), global_size=(2,)) is None
+  assert a.tolist() == [10.0, 11.0, 12.0, 13.0, 14.0]
+  elapsed = prog(a.address(), b.address(), vals=(5,), wait=True)  # raw addresses work too
+  assert isinstance(elapsed, float) and elapsed >= 0
+  assert a.tolist()[0::2] == [20.0, 22.0, 24.0]  # one chunk: core_id 0 does the even slots
+
+
+def test_each_chunk_gets_its_core_id():
+  out = ints(7)
+  program("ids", IDS)(out, global_size=(7, 1, 1))
+  assert out.tolist() == [1, 2, 3, 4, 5, 6, 7]
+  with Context(THREADS=1):  # serial path: same result
+    out2 = ints(7)
+    program("ids", IDS)(out2, global_size=(7,))
+    assert out2.tolist() == [1, 2, 3, 4, 5, 6, 7]
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_chunks_run_concurrently(n):
+  arrived, ok = ints(1), ints(n)
+  with Context(THREADS=n):
+    program("meet", MEET)(arrived, ok, vals=(n,), global_size=(n,))
+  assert ok.tolist() == [1] * n
+
+
+def test_pool_threads_are_reused():
+  prog = program("tid", TID)
+  with Context(THREADS=2):
+    pool = chunk_pool()
+    seen = set()
+    for _ in range(3):
+      out = Buffer("CPU", 8, dtypes.uint64).copyin(bytes(64))
+      prog(out, global_size=(8,))
+      seen |= set(out.tolist())
+    assert chunk_pool() is pool and len(pool.threads) == 1
+    assert seen <= {t.ident for t in pool.threads} | {threading.get_ident()}
+
+
+def test_pool_propagates_errors():
+  pool = ChunkPool(2)
+  def fxn(core_id):
+    if core_id == 3: raise ValueError("chunk 3 failed")
+  with pytest.raises(ValueError, match="chunk 3"): pool.run(fxn, [], 6)
+  pool.close()
+
+
+def test_bad_launches():
+  prog = program("ids", IDS)
+  with pytest.raises(ValueError, match="global_size"): prog(ints(1), global_size=(0,))
+  with pytest.raises(ValueError, match="global_size"): prog(ints(1), global_size=(1, 2))
+  with pytest.raises(TypeError, match="Buffers or int"): prog("nope")
+  with pytest.raises(RuntimeError, match="no function 'missing'"): program("missing", IDS)
+
+
+class CountingCompiler(ClangCompiler):
+  def __init__(self):
+    super().__init__()
+    self.calls = 0
+
+  def compile(self, src):
+    self.calls += 1
+    return super().compile(src)
+
+
+def test_disk_cache_hit(tmp_path):
+  src = IDS.replace("ids", "ids_cached")
+  with Context(CACHEDIR=str(tmp_path), CACHELEVEL=1):
+    c1, c2 = CountingCompiler(), CountingCompiler()
+    lib = c1.compile_cached(src)
+    assert c2.compile_cached(src) == lib and (c1.calls, c2.calls) == (1, 0)
+    assert (tmp_path / "cache.db").exists()
+    c2.compile_cached(src + "\n")  # another source misses
+    assert c2.calls == 1
+  out = ints(2)
+  Device["CPU"].runtime("ids_cached", lib)(out, global_size=(2,))
+  assert out.tolist() == [1, 2]
+
+
+def test_disk_cache_off(tmp_path):
+  with Context(CACHEDIR=str(tmp_path), CACHELEVEL=0):
+    c = CountingCompiler()
+    c.compile_cached(IDS)
+    c.compile_cached(IDS)
+    assert c.calls == 2 and not (tmp_path / "cache.db").exists()
+
+
+def test_compile_error_shows_source():
+  src = "void broken(int core_id) {\n  int x = ;\n}"
+  with pytest.raises(CompileError) as e: Device["CPU"].compiler.compile(src)
+  msg = str(e.value)
+  assert "error" in msg and "2 |   int x = ;" in msg and "1 | void broken" in msg
+  assert e.value.src == src and e.value.stderr

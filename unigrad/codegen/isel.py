@@ -1,0 +1,97 @@
+"""Instruction selection: from values over memory to loads, gates and target-supported ops.
+
+Consumes: an expanded kernel (no REDUCE), where INDEX(buffer, i) nodes are values.
+Produces: a kernel in which every read of memory is a LOAD (gated where the index may be
+Invalid: `LOAD(INDEX(buf, i), alt, gate)`), gated STOREs carry their gate, floor div/mod of
+provably non-negative operands are C's truncating CDIV/CMOD, `x*RECIP(y)` is DIV where the target
+has it, ops the target lacks are decomposed (codegen/decompose.py), and `index` arithmetic is
+committed to int32 (or int64 when a value may not fit).
+Invariants: no Invalid constant and no index dtype remain; LOAD/STORE addresses are INDEX nodes.
+"""
+from __future__ import annotations
+
+from unigrad.dtype import AddrSpace, DType, dtypes
+from unigrad.uop import GroupOp, Ops, PatternMatcher, UOp, UPat
+from unigrad.uop.ops import InvalidType
+
+MEMORY = (Ops.PARAM, Ops.BUFFER, Ops.AFTER)
+
+
+def is_memory_ref(u: UOp) -> bool:
+  """An INDEX into a buffer (as opposed to a loaded value)."""
+  return u.op is Ops.INDEX and u.src[0].op in MEMORY and u.src[0].addrspace in (AddrSpace.GLOBAL, AddrSpace.REG)
+
+
+def _is_invalid(u: UOp) -> bool: return u.op is Ops.CONST and isinstance(u.arg, InvalidType)
+
+
+def _load(ix: UOp) -> UOp:
+  """LOAD of an INDEX; a gated index WHERE(g, i, Invalid) makes a gated load reading 0 when off."""
+  buf, i = ix.src[0], ix.src[1]
+  zero = UOp.const(ix.dtype, 0)
+  if i.op is Ops.WHERE and _is_invalid(i.src[2]):
+    return UOp(Ops.LOAD, ix.dtype, (ix.replace(src=(buf, i.src[1])), zero, i.src[0]))
+  if _is_invalid(i): return zero
+  return UOp(Ops.LOAD, ix.dtype, (ix,))
+
+
+def add_loads(x: UOp) -> UOp | None:
+  """Wrap every memory-reference source in value position in a LOAD."""
+  start = 1 if x.op is Ops.STORE else 0
+  stop = 2 if x.op is Ops.STORE else len(x.src)
+  new = tuple(_load(s) if start <= i < stop and is_memory_ref(s) else s for i, s in enumerate(x.src))
+  return x.replace(src=new) if any(a is not b for a, b in zip(new, x.src)) else None
+
+
+def gate_store(st: UOp, buf: UOp, g: UOp, i: UOp, val: UOp, ix: UOp, inv: UOp) -> UOp | None:
+  """STORE(INDEX(buf, WHERE(g, i, Invalid)), val) -> STORE(INDEX(buf, i), val, g)"""
+  if not _is_invalid(inv): return None
+  return UOp(Ops.STORE, dtypes.void, (ix.replace(src=(buf, i)), val, g))
+
+
+pm_add_loads = PatternMatcher([
+  (UPat(GroupOp.Elementwise | {Ops.STORE}, name="x"), add_loads),  # value reads of memory -> LOAD
+  (UPat(Ops.STORE, name="st", src=(UPat(Ops.INDEX, name="ix", src=(UPat.var("buf"), UPat(Ops.WHERE, src=(
+    UPat.var("g"), UPat.var("i"), UPat(Ops.CONST, name="inv"))))), UPat.var("val"))), gate_store),
+])
+
+
+def nonneg_divmod(x: UOp, a: UOp, c: UOp) -> UOp | None:
+  """Floor and truncating division agree when both operands are non-negative."""
+  if not dtypes.is_int(x.dtype) or a.vmin < 0 or c.vmin <= 0: return None
+  return UOp(Ops.CDIV if x.op is Ops.IDIV else Ops.CMOD, x.dtype, (a, c))
+
+
+def mul_recip_to_div(a: UOp, r: UOp) -> UOp:
+  """a * RECIP(b) -> a / b (exact IEEE division)"""
+  return UOp(Ops.DIV, a.dtype, (a, r.src[0]))
+
+
+pm_divmod_nonneg = PatternMatcher([
+  (UPat((Ops.IDIV, Ops.MOD), name="x", src=(UPat.var("a"), UPat.var("c"))), nonneg_divmod),  # x//c -> x/c
+])
+
+pm_mul_recip = PatternMatcher([
+  (UPat(Ops.MUL, src=[UPat.var("a"), UPat(Ops.RECIP, name="r")]), mul_recip_to_div),  # a*(1/b) -> a/b
+])
+
+
+def index_dtype_for(sink: UOp) -> DType:
+  """int32 when every index value of the kernel fits, else int64."""
+  lo, hi = -(2 ** 31), 2 ** 31 - 1
+  for u in sink.toposort():
+    if u.dtype == dtypes.index and not (lo <= u.vmin and u.vmax <= hi): return dtypes.int64
+  return dtypes.int32
+
+
+def lower_index_dtype(sink: UOp) -> UOp:
+  """Commit every `index` node to one concrete integer dtype."""
+  dt = index_dtype_for(sink)
+  memo: dict[UOp, UOp] = {}
+  for u in sink.toposort():
+    new_src = tuple(memo[s] for s in u.src)
+    if u.op is Ops.VCONST: memo[u] = u  # shapes stay index-typed
+    elif u.dtype == dtypes.index and u.op is Ops.CONST: memo[u] = UOp.const(dt, u.arg)
+    elif u.dtype == dtypes.index: memo[u] = u.replace(dtype=dt, src=new_src)
+    else: memo[u] = u if all(a is b for a, b in zip(new_src, u.src)) else u.replace(src=new_src)
+  return memo[sink]

@@ -1,0 +1,142 @@
+"""Linearize: order a kernel DAG into one instruction list with structured loops.
+
+Consumes: a kernel after instruction selection (a DAG whose loop structure is implicit: a node's
+`ranges` are the loops it lives in; END closes a loop).
+Produces: `LINEAR(*nodes)` in execution order, with each loop as `RANGE ... END` and each gated
+STORE as `IF(gate) STORE ENDIF`.
+Invariants: a node comes after its sources; a node that depends on a range lies between that
+RANGE and its END; loop-invariant nodes are hoisted out of the loops they do not depend on.
+Each loop's parent is the block its END lives in, so loops nest as the kernel's ENDs say.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from unigrad.dtype import dtypes
+from unigrad.uop import Ops, UOp
+
+NOT_INSTRUCTIONS = frozenset({Ops.SINK, Ops.GROUP, Ops.VCONST, Ops.NOOP})
+
+
+def _instructions(sink: UOp) -> list[UOp]:
+  """Every node of the program, sources first; shapes and bounds of PARAM/BUFFER excluded."""
+  out: dict[UOp, None] = {}
+  stack: list[tuple[UOp, bool]] = [(sink, False)]
+  while stack:
+    u, ready = stack.pop()
+    if u in out: continue
+    if ready:
+      out[u] = None
+      continue
+    stack.append((u, True))
+    if u.op not in (Ops.PARAM, Ops.BUFFER): stack.extend((s, False) for s in reversed(u.src) if s not in out)
+  return [u for u in out if u.op not in NOT_INSTRUCTIONS]
+
+
+@dataclass
+class LoopTree:
+  """parent[r] is the loop a RANGE r sits in (None at the top); depth orders nesting."""
+  parent: dict[UOp, UOp | None] = field(default_factory=dict)
+  ends: dict[UOp, list[UOp]] = field(default_factory=dict)
+
+  def depth(self, r: UOp | None) -> int:
+    d = 0
+    while r is not None:
+      d, r = d + 1, self.parent.get(r)
+    return d
+
+  def block(self, u: UOp) -> UOp | None:
+    """The innermost loop `u` belongs to."""
+    if u.op is Ops.RANGE: return u
+    if u.op is Ops.END: return self.parent.get(u.src[1])
+    rs = u.ranges
+    return max(rs, key=self.depth) if rs else None
+
+
+def _loop_tree(nodes: list[UOp]) -> LoopTree:
+  tree = LoopTree()
+  ends = [u for u in nodes if u.op is Ops.END]
+  for e in ends: tree.ends.setdefault(e.src[1], []).append(e)
+  # resolve parents outermost first: a loop's parent is the deepest range open at its END
+  pending = {r: e for r, es in tree.ends.items() for e in es[:1]}
+  for r in [u for u in nodes if u.op is Ops.RANGE]:
+    if r not in pending: tree.parent[r] = None
+  while pending:
+    progressed = False
+    for r, e in list(pending.items()):
+      open_rs = [x for x in e.src[0].ranges if x is not r]
+      if any(x in pending for x in open_rs): continue
+      tree.parent[r] = max(open_rs, key=tree.depth) if open_rs else None
+      del pending[r]
+      progressed = True
+    if not progressed: raise RuntimeError("linearize: loops do not nest (ranges close each other)")
+  return tree
+
+
+def _emit(block: UOp | None, members: dict[UOp | None, list[UOp]], tree: LoopTree,
+          pos: dict[UOp, int], out: list[UOp]) -> None:
+  """Emit the nodes and child loops of `block` in dependency order."""
+  items = list(members.get(block, []))
+  children = [r for r, p in tree.parent.items() if p is block]
+  item_of: dict[UOp, UOp] = {u: u for u in items}
+  for r in children:
+    for u in _loop_nodes(r, members, tree): item_of[u] = r
+  all_items = items + children
+  deps = {it: set() for it in all_items}
+  for it in all_items:
+    for u in ([it] if it in items else _loop_nodes(it, members, tree)):
+      for s in u.src:
+        owner = item_of.get(s)
+        if owner is not None and owner is not it: deps[it].add(owner)
+  done: set[UOp] = set()
+  order = sorted(all_items, key=lambda x: pos[x])
+  while order:
+    for it in order:
+      if deps[it] <= done: break
+    else: raise RuntimeError("linearize: dependency cycle between loops")
+    order.remove(it)
+    done.add(it)
+    if it in items:
+      out.append(it)
+      continue
+    out.append(it)  # the RANGE
+    _emit(it, members, tree, pos, out)
+    out.extend(tree.ends.get(it, []))
+
+
+def _loop_nodes(r: UOp, members: dict[UOp | None, list[UOp]], tree: LoopTree) -> list[UOp]:
+  """Every node inside loop `r` (nested loops included), its RANGE and its ENDs."""
+  out = [r, *tree.ends.get(r, [])]
+  stack = [r]
+  while stack:
+    b = stack.pop()
+    out.extend(members.get(b, []))
+    for c, p in tree.parent.items():
+      if p is b:
+        out.extend([c, *tree.ends.get(c, [])])
+        stack.append(c)
+  return out
+
+
+def _add_ifs(nodes: list[UOp]) -> list[UOp]:
+  out: list[UOp] = []
+  for u in nodes:
+    if u.op is Ops.STORE and len(u.src) == 3:
+      cond = UOp(Ops.IF, dtypes.void, (u.src[2],))
+      out.extend([cond, u.replace(src=u.src[:2]), UOp(Ops.ENDIF, dtypes.void, (cond,))])
+    else: out.append(u)
+  return out
+
+
+def linearize(sink: UOp) -> UOp:
+  """The kernel as a LINEAR instruction list (see the module docstring)."""
+  nodes = _instructions(sink)
+  pos = {u: i for i, u in enumerate(nodes)}
+  tree = _loop_tree(nodes)
+  members: dict[UOp | None, list[UOp]] = {}
+  for u in nodes:
+    if u.op in (Ops.RANGE, Ops.END): continue
+    members.setdefault(tree.block(u), []).append(u)
+  out: list[UOp] = []
+  _emit(None, members, tree, pos, out)
+  return UOp(Ops.LINEAR, dtypes.void, tuple(_add_ifs(out)))

@@ -1,0 +1,58 @@
+"""The codegen pipeline as data: an ordered table of named stages run by one driver.
+
+The driver times each stage (DEBUG>=1 prints the timings), verifies each stage's output with its
+spec verifier when SPEC>=1, and prints the graph after each stage at DEBUG>=5. Stages consume and
+produce UOps; only the last one (linearize) changes the form, to a LINEAR.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from unigrad.codegen.expand import ExpandCtx, pm_expand_reduce
+from unigrad.codegen.isel import (lower_index_dtype, pm_add_loads, pm_divmod_nonneg, pm_mul_recip)
+from unigrad.codegen.linearize import linearize
+from unigrad.codegen.simplify import pm_kernel_simplify
+from unigrad.knobs import DEBUG
+from unigrad.renderer import Renderer
+from unigrad.uop import Ops, PatternMatcher, UOp, graph_rewrite, pm_simplify
+
+try:
+  from unigrad.codegen.decompose import pm_decompose
+except ImportError:  # pragma: no cover (only while the decompositions are being written)
+  pm_decompose = None
+
+
+@dataclass(frozen=True)
+class Stage:
+  name: str
+  run: Callable[[UOp, Renderer], UOp]
+
+
+def _decompose(ast: UOp, ren: Renderer) -> UOp:
+  pm: PatternMatcher = pm_divmod_nonneg
+  if Ops.DIV in ren.supported_ops: pm = pm + pm_mul_recip
+  if pm_decompose is not None: pm = pm + pm_decompose(ren.supported_ops)
+  return graph_rewrite(ast, pm, name="decompose")
+
+
+CODEGEN_STAGES: tuple[Stage, ...] = (
+  Stage("simplify", lambda ast, ren: graph_rewrite(ast, pm_kernel_simplify, name="simplify")),
+  Stage("expand", lambda ast, ren: graph_rewrite(ast, pm_expand_reduce, ctx=ExpandCtx(), name="expand")),
+  Stage("add loads", lambda ast, ren: graph_rewrite(ast, pm_add_loads, name="add loads")),
+  Stage("decompose", _decompose),
+  Stage("index dtype", lambda ast, ren: lower_index_dtype(graph_rewrite(ast, pm_simplify))),
+  Stage("linearize", lambda ast, ren: linearize(ast)),
+)
+
+
+def full_rewrite(ast: UOp, renderer: Renderer) -> UOp:
+  """Run every codegen stage on a kernel AST; returns its LINEAR."""
+  for stage in CODEGEN_STAGES:
+    t0 = time.perf_counter()
+    ast = stage.run(ast, renderer)
+    if DEBUG >= 5: print(f"--- after {stage.name} ---\n{ast!r}")
+    if DEBUG >= 6 and ast.op is Ops.LINEAR: print("\n".join(f"{i:4d} {u.op.name}" for i, u in enumerate(ast.src)))
+    if DEBUG >= 3: print(f"  codegen {stage.name:12s} {(time.perf_counter() - t0) * 1e3:7.2f} ms")
+  return ast

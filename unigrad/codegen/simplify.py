@@ -1,0 +1,82 @@
+"""Kernel-level simplification: the symbolic rules plus reduce collapse.
+
+Consumes: a kernel AST from rangeify. Produces: the same kernel with index arithmetic simplified
+and reductions with a closed form removed: a sum over a range r of `WHERE(lo <= r < hi, v, 0)`,
+with v independent of r, is `clamp(min(hi, n) - max(lo, 0), 0) * v`. This turns the spec's
+prefix-sum `arange` into the index itself instead of an O(n^2) reduction.
+"""
+from __future__ import annotations
+
+from unigrad.dtype import dtypes
+from unigrad.uop import Ops, PatternMatcher, UOp, UPat, pm_simplify
+from unigrad.uop.symbolic import build_linear, linear_terms
+
+Bound = tuple[UOp | None, UOp | None]  # (lowest allowed r, first disallowed r)
+
+
+def _atoms(cond: UOp) -> list[UOp]:
+  if cond.op is Ops.AND and cond.dtype == dtypes.bool: return _atoms(cond.src[0]) + _atoms(cond.src[1])
+  return [cond]
+
+
+def _split(lin: UOp, r: UOp) -> tuple[int, UOp] | None:
+  """lin as coeff*r + rest, with coeff +-1 and rest free of r."""
+  terms, const = linear_terms(lin)
+  coeff = terms.pop(r, 0)
+  if coeff not in (1, -1) or any(r in t.toposort() for t in terms): return None
+  return coeff, build_linear(lin, terms, const)
+
+
+def _atom_bound(atom: UOp, r: UOp) -> Bound | None:
+  """The bound one comparison puts on r, or None if it is not linear in r."""
+  negate = atom.op is Ops.CMPNE and atom.src[1].op is Ops.CONST and atom.src[1].arg is True
+  cmp = atom.src[0] if negate else atom
+  if cmp.op is not Ops.CMPLT: return None
+  a, b = cmp.src
+  side = _split(a, r) if r in a.toposort() else None
+  if side is None or r in b.toposort(): return None
+  coeff, rest = side
+  k = b - rest  # coeff*r < k
+  if coeff == 1: return (k, None) if negate else (None, k)  # r >= k  |  r < k
+  return (None, 1 - k) if negate else (1 - k, None)  # -r >= k -> r < 1-k  |  -r < k -> r >= 1-k
+
+
+def collapse_reduce(red: UOp) -> UOp | None:
+  """sum_r WHERE(lo <= r < hi, v, 0) -> clamp(min(hi,n) - max(lo,0), 0) * v"""
+  if red.arg.op is not Ops.ADD or len(red.src) != 2: return None
+  val, r = red.src
+  if val.op is not Ops.WHERE or val.src[2].op is not Ops.CONST or val.src[2].arg != 0: return None
+  v = val.src[1]
+  if r in v.toposort(): return None
+  n = r.src[0]
+  lo, hi = UOp.const(dtypes.index, 0), n
+  rest: list[UOp] = []
+  for atom in _atoms(val.src[0]):
+    if r not in atom.toposort():
+      rest.append(atom)
+      continue
+    b = _atom_bound(atom, r)
+    if b is None: return None
+    if b[0] is not None: lo = lo.maximum(b[0])
+    if b[1] is not None: hi = hi.minimum(b[1])
+  count = (hi - lo).maximum(0)
+  out = count.cast(v.dtype) * v if v.dtype != dtypes.index else count * v
+  for atom in rest: out = atom.where(out, UOp.const(out.dtype, 0))
+  return out
+
+
+def drop_const_ranges(x: UOp) -> UOp | None:
+  """REDUCE/END over ranges that became constants (size 1) drop them; no range left -> the value."""
+  keep = tuple(r for r in x.src[1:] if r.op is Ops.RANGE)
+  if len(keep) == len(x.src) - 1: return None
+  return x.replace(src=(x.src[0], *keep)) if keep else x.src[0]
+
+
+pm_reduce_collapse = PatternMatcher([
+  (UPat(Ops.REDUCE, name="red"), collapse_reduce),  # closed-form sums over a range
+])
+
+pm_kernel_simplify = pm_simplify + pm_reduce_collapse + PatternMatcher([
+  (UPat(Ops.RANGE, src=(UPat.const(None, 1),)), lambda: UOp.const(dtypes.index, 0)),  # range(1) -> 0
+  (UPat((Ops.REDUCE, Ops.END), name="x"), drop_const_ranges),  # loops over folded ranges vanish
+])

@@ -1,0 +1,145 @@
+"""Realize: run the pipeline for a set of tensor-graph nodes and execute the command buffer.
+
+`realize(uops, devices)` callifies the nodes, looks the function body up in the schedule cache
+(keyed by the body node itself: hash-consing makes equal programs the same node), compiles each
+kernel once per device (the program cache), allocates intermediates for the run, launches the
+kernels in order and returns the map from each realized node to the buffer holding it.
+"""
+from __future__ import annotations
+
+import time
+import weakref
+from dataclasses import dataclass
+
+from unigrad.codegen.pipeline import full_rewrite
+from unigrad.dtype import DType
+from unigrad.helpers import GlobalCounters
+from unigrad.knobs import DEBUG
+from unigrad.renderer import PythonRenderer, Renderer
+from unigrad.renderer.cstyle import CRenderer
+from unigrad.runtime.device import Buffer, Device
+from unigrad.schedule.callify import buffer_base, callify, is_plain_buffer, new_buffer
+from unigrad.schedule.schedule import create_schedule
+from unigrad.uop import Ops, UOp
+
+__all__ = ["realize", "schedule", "new_buffer", "buffer_of", "buffer_with_data", "copyout", "is_realized",
+           "is_buffer_view", "schedule_cache", "renderer_for"]
+
+buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
+schedule_cache: dict[UOp, UOp] = {}
+SCHEDULE_CACHE_SIZE = 256
+
+
+def renderer_for(device: str) -> Renderer:
+  base = device.split(":")[0]
+  if base == "PYTHON": return PythonRenderer()
+  return CRenderer(base)
+
+
+def buffer_of(u: UOp) -> Buffer:
+  """The device Buffer behind a BUFFER node (created on first use)."""
+  base = buffer_base(u)
+  if base is None: raise RuntimeError(f"{u.op.name} node is not backed by a buffer")
+  buf = buffers.get(base)
+  if buf is None:
+    buf = buffers[base] = Buffer(base.arg.device, base.shape[0], base.dtype)
+  return buf
+
+
+def buffer_with_data(device: str, dtype: DType, data: bytes, shape: tuple[int, ...]) -> UOp:
+  u = new_buffer(device, dtype, shape)
+  buffer_of(u).copyin(data)
+  return u
+
+
+def copyout(u: UOp) -> memoryview:
+  if not is_plain_buffer(u): raise RuntimeError("copyout needs a realized tensor")
+  return buffer_of(u).copyout()
+
+
+def is_realized(u: UOp) -> bool: return is_plain_buffer(u)
+
+
+def is_buffer_view(u: UOp) -> bool: return buffer_base(u) is not None
+
+
+def _schedule_for(body: UOp, nargs: int, device: str) -> UOp:
+  linear = schedule_cache.get(body)
+  if linear is None:
+    t0 = time.perf_counter()
+    linear = create_schedule(body, nargs, device)
+    if len(schedule_cache) >= SCHEDULE_CACHE_SIZE: schedule_cache.pop(next(iter(schedule_cache)))
+    schedule_cache[body] = linear
+    if DEBUG >= 1: print(f"scheduled {len(linear.src)} kernels in {(time.perf_counter() - t0) * 1e3:.2f} ms (cache miss)")
+  elif DEBUG >= 1: print(f"scheduled {len(linear.src)} kernels (cache hit)")
+  return linear
+
+
+def schedule(uops: list[UOp], devices: list[str]) -> UOp:
+  """The LINEAR of kernel CALLs that realizing `uops` would run, with the real buffers as args."""
+  res = callify(uops, devices)
+  body, args = res.call.src[0], res.call.src[1:]
+  linear = _schedule_for(body, len(args), devices[0])
+  sub = {p: args[p.arg.slot] for c in linear.src for p in c.src[1:] if p.arg.slot < len(args)}
+  return UOp(Ops.LINEAR, linear.dtype, tuple(c.replace(src=(c.src[0], *(sub.get(p, p) for p in c.src[1:]))) for c in linear.src))
+
+
+def realize(uops: list[UOp], devices: list[str]) -> dict[UOp, UOp]:
+  """Compute `uops` into buffers; returns node -> buffer view for every realized node."""
+  res = callify(uops, devices)
+  body, args = res.call.src[0], res.call.src[1:]
+  run_linear(_schedule_for(body, len(args), devices[0]), args)
+  return res.becomes
+
+
+@dataclass
+class Runner:
+  """A compiled kernel ready to launch on one device."""
+  name: str
+  program: object
+  global_size: tuple[int, ...] = (1,)
+
+
+_runners: dict[tuple[UOp, str], Runner] = {}
+
+
+def get_runner(kernel: UOp, device: str) -> Runner:
+  """The compiled program for a kernel AST on a device (compiled once)."""
+  key = (kernel, device)
+  if (r := _runners.get(key)) is not None: return r
+  dev = Device[device]
+  ren = renderer_for(device)
+  linear = full_rewrite(kernel, ren)
+  name = kernel.arg.name if kernel.arg is not None else "kernel"
+  src = ren.render(name, linear)
+  if DEBUG >= 4: print(src)
+  lib = dev.compiler.compile_cached(src) if dev.compiler is not None else src.encode()
+  r = _runners[key] = Runner(name, dev.runtime(name, lib))
+  return r
+
+
+def _kernel_device(params: tuple[UOp, ...], fallback: str) -> str:
+  return next((p.arg.device for p in params if p.arg.device is not None), fallback)
+
+
+def run_linear(linear: UOp, args: tuple[UOp, ...]) -> None:
+  """Launch every CALL of a schedule; intermediates live from first to last use."""
+  nargs = len(args)
+  last_use: dict[int, int] = {}
+  for i, call in enumerate(linear.src):
+    for p in call.src[1:]: last_use[p.arg.slot] = i
+  inter: dict[int, Buffer] = {}
+  fallback = args[0].arg.device if args else Device.DEFAULT
+  for i, call in enumerate(linear.src):
+    kernel, params = call.src[0], call.src[1:]
+    device = Device.canonicalize(_kernel_device(params, fallback))
+    bufs = []
+    for p in params:
+      if p.arg.slot < nargs: bufs.append(buffer_of(args[p.arg.slot]).ensure_allocated())
+      else: bufs.append(inter.setdefault(p.arg.slot, Buffer(device, p.shape[0], p.dtype)).ensure_allocated())
+    runner = get_runner(kernel, device)
+    t = runner.program(*bufs, global_size=runner.global_size, wait=DEBUG >= 2)
+    GlobalCounters.kernel_count += 1
+    if DEBUG >= 2: print(f"*** {device:8s} {GlobalCounters.kernel_count:4d} {runner.name:30s} {(t or 0) * 1e6:9.2f} us")
+    for slot, last in last_use.items():
+      if last == i and slot >= nargs: inter.pop(slot, None)

@@ -1,0 +1,87 @@
+"""Tensor creation: empty, zeros, ones, full, arange (the spec's prefix-sum composition), eye."""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from unigrad.dtype import DType, dtypes, to_dtype
+from unigrad.engine import realize as engine
+from unigrad.runtime.device import Device
+from unigrad.uop import UOp
+
+if TYPE_CHECKING:
+  from unigrad.frontend.tensor import Tensor
+
+
+def _shape(args: tuple) -> tuple[int, ...]:
+  shape = tuple(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else tuple(args)
+  if any(not isinstance(s, int) or isinstance(s, bool) or s < 0 for s in shape):
+    raise ValueError(f"a shape needs non-negative ints, got {shape}")
+  return shape
+
+
+def _device(device: str | None) -> str:
+  return Device.canonicalize(device) if device is not None else Device.DEFAULT
+
+
+class CreationMixin:
+  """Static constructors of Tensor."""
+
+  @classmethod
+  def empty(cls, *shape: Any, dtype: Any = None, device: str | None = None) -> Tensor:
+    """An uninitialized tensor backed by a new buffer."""
+    dims, dev = _shape(shape), _device(device)
+    dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+    return cls._from_uop(engine.new_buffer(dev, dt, dims), dev)
+
+  @classmethod
+  def full(cls, shape: Any, fill_value: Any, dtype: Any = None, device: str | None = None) -> Tensor:
+    """A tensor of `shape` holding `fill_value` everywhere (a broadcast constant: no memory)."""
+    dims, dev = _shape((shape,) if isinstance(shape, int) else (tuple(shape),)), _device(device)
+    dt = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
+    const = cls._from_uop(UOp.const(dt, fill_value), dev)
+    return const.reshape(*(1,) * len(dims)).expand(dims) if dims else const
+
+  @classmethod
+  def zeros(cls, *shape: Any, dtype: Any = None, device: str | None = None) -> Tensor:
+    return cls.full(_shape(shape), 0, dtype or dtypes.default_float, device)
+
+  @classmethod
+  def ones(cls, *shape: Any, dtype: Any = None, device: str | None = None) -> Tensor:
+    return cls.full(_shape(shape), 1, dtype or dtypes.default_float, device)
+
+  @classmethod
+  def arange(cls, start: Any, stop: Any = None, step: Any = 1, dtype: Any = None,
+             device: str | None = None) -> Tensor:
+    """[start, stop) by step, built as the spec's prefix sum of ones minus one."""
+    if stop is None: start, stop = 0, start
+    if step == 0: raise ValueError("arange: step must be nonzero")
+    n = max(0, math.ceil((stop - start) / step))
+    is_float = any(isinstance(v, float) for v in (start, stop, step))
+    dt: DType = to_dtype(dtype) if dtype is not None else (dtypes.default_float if is_float else dtypes.default_int)
+    ones = cls.full((n,), 1, dt, device)
+    return _prefix_sum(ones).sub(1).mul(step).add(start).cast(dt) if n else ones
+
+  @classmethod
+  def eye(cls, n: int, m: int | None = None, dtype: Any = None, device: str | None = None) -> Tensor:
+    """The identity matrix (n x m)."""
+    m = n if m is None else m
+    rows = cls.arange(n, device=device).reshape(n, 1)
+    cols = cls.arange(m, device=device).reshape(1, m)
+    return rows.eq(cols).cast(dtype or dtypes.default_float)
+
+  def full_like(self, fill_value: Any, dtype: Any = None) -> Tensor:
+    return type(self).full(self.shape, fill_value, dtype or self.dtype, self.device)
+
+  def zeros_like(self, dtype: Any = None) -> Tensor: return self.full_like(0, dtype)
+
+  def ones_like(self, dtype: Any = None) -> Tensor: return self.full_like(1, dtype)
+
+
+def _prefix_sum(t: Tensor) -> Tensor:
+  """Cumulative sum of a 1-D tensor by the spec's sliding-window composition."""
+  n = t.shape[0]
+  x = t.pad(((n - 1, 0),))
+  x = x.reshape(1, 2 * n - 1).expand(n + 1, 2 * n - 1)
+  x = x.reshape((n + 1) * (2 * n - 1)).shrink_to(2 * n * n)
+  return x.reshape(n, 2 * n).shrink_to(n, n).sum(-1, dtype=t.dtype)

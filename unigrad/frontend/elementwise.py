@@ -1,0 +1,269 @@
+"""Elementwise ops of Tensor with PyTorch broadcasting and type promotion.
+
+Binary ops promote with `result_type`, broadcast both operands to one shape with explicit
+RESHAPE/EXPAND, and emit the spec's primitive ops; decomposed ops (SUB, DIV, CMPGE, ...) are
+emitted in their primitive form. Float comparisons are built so NaN compares false like PyTorch.
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from unigrad.dtype import DType, dtypes, least_upper_float, to_dtype
+from unigrad.frontend.dtypes import result_type
+from unigrad.uop import Ops, UOp
+from unigrad.uop.properties import broadcast_shapes
+
+if TYPE_CHECKING:
+  from unigrad.frontend.tensor import Tensor
+
+Operand = Any  # a Tensor or a Python number
+
+
+def _is_float(t: Tensor) -> bool: return dtypes.is_float(t.dtype)
+
+
+class ElementwiseMixin:
+  """Arithmetic, comparison, bitwise, transcendental and dtype ops."""
+  uop: UOp
+
+  # ---- plumbing ----
+  def _const(self, value: Any, dtype: DType) -> Tensor: raise NotImplementedError
+  def _wrap(self, u: UOp) -> Tensor: raise NotImplementedError
+
+  def _to_tensor(self, x: Operand, dtype: DType) -> Tensor:
+    if hasattr(x, "uop"): return x.cast(dtype)
+    if not isinstance(x, (int, float, bool)):
+      raise TypeError(f"unsupported operand type {type(x).__name__} for a Tensor op")
+    return self._const(x, dtype)
+
+  def _broadcasted(self, x: Operand, y: Operand, dtype: DType | None = None,
+                   reverse: bool = False) -> tuple[Tensor, Tensor]:
+    """Both operands as tensors of one dtype (promoted unless `dtype`) and one shape."""
+    if reverse: x, y = y, x
+    for t in (x, y):
+      if hasattr(t, "uop") and t.device != self.device:
+        raise RuntimeError(f"expected all tensors on one device, got {self.device} and {t.device}")
+    dt = result_type(x, y) if dtype is None else dtype
+    tx, ty = self._to_tensor(x, dt), self._to_tensor(y, dt)
+    shape = broadcast_shapes(tx.shape, ty.shape)
+    return tx.expand(shape), ty.expand(shape)
+
+  def _binary(self, op: Ops, other: Operand, reverse: bool = False, dtype: DType | None = None) -> Tensor:
+    x, y = self._broadcasted(self, other, dtype, reverse)
+    return x._wrap(UOp(op, dtypes.bool if op in (Ops.CMPLT, Ops.CMPNE) else x.dtype, (x.uop, y.uop)))
+
+  def _unary(self, op: Ops) -> Tensor: return self._wrap(UOp(op, self.uop.dtype, (self.uop,)))
+
+  def _float(self) -> Tensor: return self.cast(least_upper_float(self.dtype))
+
+  # ---- arithmetic ----
+  def add(self, x: Operand, reverse: bool = False) -> Tensor:
+    """Elementwise sum with broadcasting. `a.add(b)` or `a + b`."""
+    return self._binary(Ops.ADD, x, reverse)
+
+  def mul(self, x: Operand, reverse: bool = False) -> Tensor:
+    """Elementwise product with broadcasting."""
+    return self._binary(Ops.MUL, x, reverse)
+
+  def sub(self, x: Operand, reverse: bool = False) -> Tensor:
+    """a - b, as the spec's ADD(a, NEG(b))."""
+    a, b = self._broadcasted(self, x, reverse=reverse)
+    if a.dtype == dtypes.bool: raise TypeError("subtraction of bool tensors is not supported: use logical_xor or ^")
+    return a.add(b.neg())
+
+  def neg(self) -> Tensor:
+    """-x, as the spec's MUL(x, -1)."""
+    if self.dtype == dtypes.bool: raise TypeError("negation of a bool tensor is not supported: use logical_not or ~")
+    return self.mul(self._const(-1, self.dtype))
+
+  def div(self, x: Operand, reverse: bool = False, rounding_mode: str | None = None) -> Tensor:
+    """True division (ints give a float), or rounded with rounding_mode 'trunc' / 'floor'."""
+    a, b = self._broadcasted(self, x, reverse=reverse)
+    if rounding_mode == "floor": return a.floordiv(b)
+    if rounding_mode == "trunc":
+      if _is_float(a): return a.div(b).trunc()
+      return (a.floordiv(b)).where_trunc_fix(a, b)
+    if rounding_mode is not None: raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+    a, b = a._float(), b._float()
+    return a.mul(b.reciprocal())
+
+  def where_trunc_fix(self, a: Tensor, b: Tensor) -> Tensor:
+    """Turn floor division into truncating division: add 1 where the signs differ and b does not divide a."""
+    fix = (a.floormod(b).ne(0)) & ((a < 0) ^ (b < 0))
+    return fix.where(self + 1, self)
+
+  def floordiv(self, x: Operand, reverse: bool = False) -> Tensor:
+    """Floor division (Python's `//`): IDIV on integers, floor(a/b) on floats."""
+    a, b = self._broadcasted(self, x, reverse=reverse)
+    if _is_float(a): return a.mul(b.reciprocal()).floor()
+    if a.dtype == dtypes.bool: raise TypeError("floor division of bool tensors is not supported")
+    return a._wrap(UOp(Ops.IDIV, a.dtype, (a.uop, b.uop)))
+
+  def floormod(self, x: Operand, reverse: bool = False) -> Tensor:
+    """Python's `%` (the sign of the divisor): MOD on integers, a - floor(a/b)*b on floats."""
+    a, b = self._broadcasted(self, x, reverse=reverse)
+    if _is_float(a): return a.sub(a.floordiv(b).mul(b))
+    if a.dtype == dtypes.bool: raise TypeError("modulo of bool tensors is not supported")
+    return a._wrap(UOp(Ops.MOD, a.dtype, (a.uop, b.uop)))
+
+  def maximum(self, x: Operand) -> Tensor:
+    """Elementwise max (NaN propagates)."""
+    return self._binary(Ops.MAX, x)
+
+  def minimum(self, x: Operand) -> Tensor:
+    """Elementwise min (NaN propagates)."""
+    a, b = self._broadcasted(self, x)
+    if _is_float(a): return a.neg().maximum(b.neg()).neg()
+    return (a < b).where(a, b)
+
+  def pow(self, x: Operand, reverse: bool = False) -> Tensor:
+    """a ** b. Integer powers of integers stay integers (computed exactly in float64)."""
+    a, b = self._broadcasted(self, x, reverse=reverse)
+    if _is_float(a): return a._wrap(UOp(Ops.POW, a.dtype, (a.uop, b.uop)))
+    f = a.cast(dtypes.float64)._wrap(UOp(Ops.POW, dtypes.float64, (a.cast(dtypes.float64).uop, b.cast(dtypes.float64).uop)))
+    return f.round_half_even().cast(a.dtype)
+
+  def reciprocal(self) -> Tensor:
+    """1/x (ints give a float)."""
+    return self._float()._unary(Ops.RECIP)
+
+  def trunc(self) -> Tensor:
+    """Round toward zero."""
+    return self._unary(Ops.TRUNC) if _is_float(self) else self._wrap(self.uop)
+
+  def floor(self) -> Tensor:
+    if not _is_float(self): return self._wrap(self.uop)
+    t = self.trunc()
+    return (self < t).where(t - 1, t)
+
+  def ceil(self) -> Tensor:
+    if not _is_float(self): return self._wrap(self.uop)
+    t = self.trunc()
+    return (self > t).where(t + 1, t)
+
+  def round_half_even(self) -> Tensor:
+    """Round to the nearest integer, ties to even (PyTorch's round)."""
+    if not _is_float(self): return self._wrap(self.uop)
+    f = self.floor()
+    diff = self - f
+    up = (diff > 0.5) | ((diff == 0.5) & (f.floormod(2) != 0))
+    return up.where(f + 1, f)
+
+  def sqrt(self) -> Tensor: return self._float()._unary(Ops.SQRT)
+  def exp2(self) -> Tensor: return self._float()._unary(Ops.EXP2)
+  def log2(self) -> Tensor: return self._float()._unary(Ops.LOG2)
+  def sin(self) -> Tensor: return self._float()._unary(Ops.SIN)
+
+  def exp(self) -> Tensor: return self._float().mul(1 / math.log(2)).exp2()
+  def log(self) -> Tensor: return self._float().log2().mul(math.log(2))
+  def cos(self) -> Tensor: return self._float().mul(-1).add(math.pi / 2).sin()
+  def relu(self) -> Tensor: return (self > 0).where(self, self._const(0, self.dtype))
+  def abs(self) -> Tensor: return self._wrap(self.uop) if dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool else (self < 0).where(self.neg(), self)
+  def square(self) -> Tensor: return self * self
+
+  # ---- comparison ----
+  def __lt__(self, x: Operand) -> Tensor: return self._binary(Ops.CMPLT, x)
+  def __gt__(self, x: Operand) -> Tensor: return self._binary(Ops.CMPLT, x, reverse=True)
+
+  def __le__(self, x: Operand) -> Tensor:
+    a, b = self._broadcasted(self, x)
+    return b.__gt__(a).logical_not() if not _is_float(a) else (a < b) | a.eq(b)
+
+  def __ge__(self, x: Operand) -> Tensor:
+    a, b = self._broadcasted(self, x)
+    return (a < b).logical_not() if not _is_float(a) else (a > b) | a.eq(b)
+
+  def ne(self, x: Operand) -> Tensor:
+    """Elementwise !=, as CMPNE."""
+    return self._binary(Ops.CMPNE, x)
+
+  def eq(self, x: Operand) -> Tensor:
+    """Elementwise ==, as NOT(CMPNE)."""
+    return self.ne(x).logical_not()
+
+  def __eq__(self, x: Operand) -> Tensor: return self.eq(x)  # type: ignore[override]
+  def __ne__(self, x: Operand) -> Tensor: return self.ne(x)  # type: ignore[override]
+  __hash__ = object.__hash__
+
+  def logical_not(self) -> Tensor:
+    """not x (x != 0 for non-bool tensors), as CMPNE(x, True)."""
+    b = self if self.dtype == dtypes.bool else self.ne(0)
+    return b._binary(Ops.CMPNE, True)
+
+  # ---- bitwise ----
+  def _bitwise(self, op: Ops, x: Operand, reverse: bool = False) -> Tensor:
+    a, b = self._broadcasted(self, x, reverse=reverse)
+    if _is_float(a): raise TypeError(f"bitwise {op.name.lower()} needs integer or bool tensors, got {a.dtype!r}")
+    return a._wrap(UOp(op, a.dtype, (a.uop, b.uop)))
+
+  def bitwise_and(self, x: Operand) -> Tensor: return self._bitwise(Ops.AND, x)
+  def bitwise_or(self, x: Operand) -> Tensor: return self._bitwise(Ops.OR, x)
+  def bitwise_xor(self, x: Operand) -> Tensor: return self._bitwise(Ops.XOR, x)
+  def lshift(self, x: Operand) -> Tensor: return self._bitwise(Ops.SHL, x)
+  def rshift(self, x: Operand) -> Tensor: return self._bitwise(Ops.SHR, x)
+
+  def bitwise_not(self) -> Tensor:
+    if self.dtype == dtypes.bool: return self.logical_not()
+    if _is_float(self): raise TypeError(f"bitwise not needs an integer or bool tensor, got {self.dtype!r}")
+    return self._bitwise(Ops.XOR, -1)
+
+  # ---- selection and dtype ----
+  def where(self, x: Operand, y: Operand) -> Tensor:
+    """x where self is true, else y (broadcast, promoted). `cond.where(a, b)`"""
+    dt = result_type(x, y)
+    cond = self if self.dtype == dtypes.bool else self.ne(0)
+    cx, cy = self._to_tensor(x, dt), self._to_tensor(y, dt)
+    shape = broadcast_shapes(cond.shape, cx.shape, cy.shape)
+    c, a, b = cond.expand(shape), cx.expand(shape), cy.expand(shape)
+    return c._wrap(UOp(Ops.WHERE, dt, (c.uop, a.uop, b.uop)))
+
+  def cast(self, dtype: Any) -> Tensor:
+    """The values converted to `dtype` (float -> int truncates toward zero)."""
+    dt = to_dtype(dtype)
+    return self._wrap(self.uop) if dt == self.dtype else self._wrap(UOp(Ops.CAST, dt, (self.uop,)))
+
+  def bitcast(self, dtype: Any) -> Tensor:
+    """The same bytes read as `dtype` (the last axis rescales when the item sizes differ)."""
+    dt = to_dtype(dtype)
+    if dt.itemsize != self.dtype.itemsize:
+      if self.ndim == 0 or (self.shape[-1] * self.dtype.itemsize) % dt.itemsize:
+        raise ValueError(f"bitcast {self.dtype!r} -> {dt!r} needs a last axis whose bytes divide evenly, got {self.shape}")
+    return self._wrap(self.uop) if dt == self.dtype else self._wrap(UOp(Ops.BITCAST, dt, (self.uop,)))
+
+  def threefry(self, key: Operand) -> Tensor:
+    """Threefry-2x32 of uint64 counters with a uint64 key (the spec's PRNG primitive)."""
+    return self._binary(Ops.THREEFRY, key, dtype=dtypes.uint64)
+
+  def float(self) -> Tensor: return self.cast(dtypes.float32)
+  def half(self) -> Tensor: return self.cast(dtypes.float16)
+  def double(self) -> Tensor: return self.cast(dtypes.float64)
+  def int(self) -> Tensor: return self.cast(dtypes.int32)
+  def long(self) -> Tensor: return self.cast(dtypes.int64)
+  def bool(self) -> Tensor: return self.cast(dtypes.bool)
+
+  # ---- Python operators ----
+  def __add__(self, x: Operand) -> Tensor: return self.add(x)
+  def __radd__(self, x: Operand) -> Tensor: return self.add(x, True)
+  def __sub__(self, x: Operand) -> Tensor: return self.sub(x)
+  def __rsub__(self, x: Operand) -> Tensor: return self.sub(x, True)
+  def __mul__(self, x: Operand) -> Tensor: return self.mul(x)
+  def __rmul__(self, x: Operand) -> Tensor: return self.mul(x, True)
+  def __truediv__(self, x: Operand) -> Tensor: return self.div(x)
+  def __rtruediv__(self, x: Operand) -> Tensor: return self.div(x, True)
+  def __floordiv__(self, x: Operand) -> Tensor: return self.floordiv(x)
+  def __rfloordiv__(self, x: Operand) -> Tensor: return self.floordiv(x, True)
+  def __mod__(self, x: Operand) -> Tensor: return self.floormod(x)
+  def __rmod__(self, x: Operand) -> Tensor: return self.floormod(x, True)
+  def __pow__(self, x: Operand) -> Tensor: return self.pow(x)
+  def __rpow__(self, x: Operand) -> Tensor: return self.pow(x, True)
+  def __neg__(self) -> Tensor: return self.neg()
+  def __and__(self, x: Operand) -> Tensor: return self._bitwise(Ops.AND, x)
+  def __rand__(self, x: Operand) -> Tensor: return self._bitwise(Ops.AND, x, True)
+  def __or__(self, x: Operand) -> Tensor: return self._bitwise(Ops.OR, x)
+  def __ror__(self, x: Operand) -> Tensor: return self._bitwise(Ops.OR, x, True)
+  def __xor__(self, x: Operand) -> Tensor: return self._bitwise(Ops.XOR, x)
+  def __rxor__(self, x: Operand) -> Tensor: return self._bitwise(Ops.XOR, x, True)
+  def __lshift__(self, x: Operand) -> Tensor: return self.lshift(x)
+  def __rshift__(self, x: Operand) -> Tensor: return self.rshift(x)
+  def __invert__(self) -> Tensor: return self.bitwise_not()

@@ -1,0 +1,98 @@
+"""Reductions of Tensor (sum, prod, max, min, mean) and matmul as the spec's gemm composition."""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from unigrad.dtype import DType, dtypes, least_upper_float, sum_acc_dtype, to_dtype
+from unigrad.frontend.dtypes import result_type
+from unigrad.frontend.movement import canonical_axis
+from unigrad.uop import Ops, ReduceArg, UOp
+
+if TYPE_CHECKING:
+  from unigrad.frontend.tensor import Tensor
+
+Axis = int | Sequence[int] | None
+
+
+def _axes(axis: Axis, ndim: int) -> tuple[int, ...]:
+  if axis is None: return tuple(range(ndim))
+  items = (axis,) if isinstance(axis, int) else tuple(axis)
+  axes = tuple(canonical_axis(a, ndim) for a in items)
+  if len(set(axes)) != len(axes): raise ValueError(f"dim {axis} appears multiple times in the list of dims")
+  return axes
+
+
+class ReduceMixin:
+  """sum, prod, max, min, mean over any axes with keepdim; matmul."""
+  uop: UOp
+
+  def _wrap(self, u: UOp) -> Tensor: raise NotImplementedError
+
+  def _reduce(self, op: Ops, axis: Axis, keepdim: bool) -> Tensor:
+    axes = _axes(axis, self.ndim)
+    if self.ndim == 0: return self._wrap(self.uop)
+    ret = self._wrap(UOp(Ops.REDUCE, self.uop.dtype, (self.uop,), ReduceArg(op, axes)))
+    if keepdim: return ret
+    return ret.reshape(*[s for i, s in enumerate(self.shape) if i not in axes])
+
+  def sum(self, axis: Axis = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
+    """Sum over `axis` (all by default); bool and integers accumulate in int64 like PyTorch."""
+    dt = to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
+    return self.cast(dt)._reduce(Ops.ADD, axis, keepdim)
+
+  def prod(self, axis: Axis = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
+    """Product over `axis`; bool and integers accumulate in int64 like PyTorch."""
+    dt = to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
+    return self.cast(dt)._reduce(Ops.MUL, axis, keepdim)
+
+  def _check_nonempty(self, name: str, axis: Axis) -> None:
+    axes = _axes(axis, self.ndim)
+    if any(self.shape[a] == 0 for a in axes) or (self.ndim == 0 and False):
+      raise RuntimeError(f"{name}(): cannot reduce over a zero-size dimension of a tensor of shape {self.shape}")
+
+  def max(self, axis: Axis = None, keepdim: bool = False) -> Tensor:
+    """Maximum over `axis` (NaN propagates)."""
+    self._check_nonempty("max", axis)
+    return self._reduce(Ops.MAX, axis, keepdim)
+
+  def min(self, axis: Axis = None, keepdim: bool = False) -> Tensor:
+    """Minimum over `axis`: -max(-x) for floats, ~max(~x) for integers and bools."""
+    self._check_nonempty("min", axis)
+    if dtypes.is_float(self.dtype): return self.neg().max(axis, keepdim).neg()
+    return self.bitwise_not().max(axis, keepdim).bitwise_not()
+
+  def mean(self, axis: Axis = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
+    """Arithmetic mean over `axis` (needs a float tensor, like PyTorch)."""
+    dt = to_dtype(dtype) if dtype is not None else self.dtype
+    if not dtypes.is_float(dt):
+      raise RuntimeError(f"mean(): input dtype should be floating point, got {self.dtype!r}")
+    n = math.prod(self.shape[a] for a in _axes(axis, self.ndim))
+    s = self.cast(dt).sum(axis, keepdim)
+    return s.div(n) if n else s.mul(math.nan)
+
+  # ---- matmul ----
+  def matmul(self, w: Tensor, dtype: DType | None = None) -> Tensor:
+    """Matrix product with broadcasting batch dims, as the spec's gemm composition:
+    (A.reshape(M,K,1) * B.reshape(1,K,N)).sum(K). `a @ b`"""
+    x, y = self, w
+    if x.ndim == 0 or y.ndim == 0: raise RuntimeError("both arguments to matmul need to be at least 1D")
+    if x.shape[-1] != y.shape[-min(y.ndim, 2)]:
+      raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({'x'.join(map(str, x.shape))} and "
+                         f"{'x'.join(map(str, y.shape))})")
+    dt = result_type(x, y) if dtype is None else dtype
+    x, y = x.cast(dt), y.cast(dt)
+    xv, yv = x.ndim == 1, y.ndim == 1
+    if xv: x = x.reshape(1, x.shape[0])
+    if yv: y = y.reshape(y.shape[0], 1)
+    out = (x.unsqueeze(-1) * y.unsqueeze(-3)).sum(-2, dtype=dt)
+    if xv: out = out.squeeze(-2)
+    if yv: out = out.squeeze(-1)
+    return out
+
+  def dot(self, w: Tensor) -> Tensor: return self.matmul(w)
+  def __matmul__(self, w: Tensor) -> Tensor: return self.matmul(w)
+  def __rmatmul__(self, w: Tensor) -> Tensor: return w.matmul(self)
+
+  def _float_out(self) -> Tensor: return self.cast(least_upper_float(self.dtype))

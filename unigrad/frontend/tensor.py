@@ -1,0 +1,203 @@
+"""Tensor: a mutable, lazy handle on an immutable UOp graph.
+
+Operations only build UOps (nothing runs) until `realize()`, `numpy()`, `tolist()` or `item()`.
+Realizing runs the pipeline (callify, rangeify, schedule, codegen, run) and then replaces the
+realized subgraph, in every live Tensor that refers to it, by the buffer now holding it.
+"""
+from __future__ import annotations
+
+import math
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+from unigrad.dtype import DType, dtypes, from_bytes, from_numpy_name, to_bytes, to_dtype, to_numpy_name
+from unigrad.engine import realize as engine
+from unigrad.frontend.creation import CreationMixin
+from unigrad.frontend.elementwise import ElementwiseMixin
+from unigrad.frontend.movement import MovementMixin
+from unigrad.frontend.reduce import ReduceMixin
+from unigrad.runtime.device import Device
+from unigrad.uop import Ops, UOp, sint
+
+all_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
+
+
+class Tensor(MovementMixin, ElementwiseMixin, ReduceMixin, CreationMixin):
+  """A lazy n-dimensional array. `Tensor([[1, 2], [3, 4]]) @ Tensor.ones(2, 2)`"""
+
+  def __init__(self, data: Any, device: str | None = None, dtype: Any = None,
+               requires_grad: bool | None = None) -> None:
+    dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
+    dt = to_dtype(dtype) if dtype is not None else None
+    self._device = dev
+    self.uop = _uop_from_data(data, dev, dt)
+    self.requires_grad = requires_grad
+    self.grad: Tensor | None = None
+    all_tensors.add(self)
+
+  @staticmethod
+  def _from_uop(u: UOp, device: str, requires_grad: bool | None = None) -> Tensor:
+    t = Tensor.__new__(Tensor)
+    t.uop, t._device, t.requires_grad, t.grad = u, device, requires_grad, None
+    all_tensors.add(t)
+    return t
+
+  def _wrap(self, u: UOp) -> Tensor: return Tensor._from_uop(u, self._device)
+
+  def _const(self, value: Any, dtype: DType) -> Tensor:
+    return Tensor._from_uop(UOp.const(dtype, value), self._device)
+
+  # ---- properties ----
+  @property
+  def shape(self) -> tuple[sint, ...]: return self.uop.shape
+
+  @property
+  def dtype(self) -> DType: return self.uop.dtype
+
+  @property
+  def device(self) -> str: return self._device
+
+  def numel(self) -> sint: return math.prod(self.shape)
+
+  def element_size(self) -> int: return self.dtype.itemsize
+
+  def nbytes(self) -> int: return self.numel() * self.element_size()
+
+  def is_floating_point(self) -> bool: return dtypes.is_float(self.dtype)
+
+  def size(self, dim: int | None = None) -> Any:
+    return self.shape if dim is None else self.shape[dim if dim >= 0 else dim + self.ndim]
+
+  def __len__(self) -> int:
+    if not self.shape: raise TypeError("len() of a 0-d tensor")
+    return self.shape[0]
+
+  def __repr__(self) -> str:
+    return f"<Tensor {self.uop.op.name} shape={self.shape} dtype={self.dtype!r} device={self.device}>"
+
+  def __bool__(self) -> bool:
+    if self.numel() != 1: raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
+    return bool(self.item())
+
+  # ---- realization ----
+  def realize(self, *others: Tensor) -> Tensor:
+    """Compute this tensor (and `others`) into device buffers. Returns self."""
+    Tensor.realize_all(self, *others)
+    return self
+
+  @staticmethod
+  def realize_all(*tensors: Tensor) -> None:
+    todo = [t for t in tensors if not engine.is_realized(t.uop)]
+    if not todo: return
+    mapping = engine.realize([t.uop for t in todo], [t.device for t in todo])
+    _apply_map(mapping)
+
+  def schedule(self, *others: Tensor) -> UOp:
+    """The command buffer (a LINEAR of kernel CALLs) that realizing would run; nothing runs."""
+    return engine.schedule([t.uop for t in (self, *others)], [t.device for t in (self, *others)])
+
+  def contiguous(self) -> Tensor:
+    """A tensor that will be materialized in its own buffer, in row-major order."""
+    return self._wrap(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
+
+  def detach(self) -> Tensor: return self._wrap(self.uop.detach())
+
+  def clone(self) -> Tensor: return self.contiguous()
+
+  def assign(self, x: Any) -> Tensor:
+    """Write `x` into this tensor's buffer (STORE then AFTER); later reads see the new values."""
+    if not isinstance(x, Tensor): x = Tensor.full(self.shape, x, dtype=self.dtype, device=self.device)
+    if x.shape != self.shape: raise ValueError(f"assign: shape {x.shape} does not match {self.shape}")
+    if x.dtype != self.dtype: raise TypeError(f"assign: dtype {x.dtype!r} does not match {self.dtype!r}")
+    if x.device != self.device: raise RuntimeError(f"assign: device {x.device} does not match {self.device}")
+    if not engine.is_buffer_view(self.uop): self.realize()
+    target = self.uop
+    self.uop = UOp(Ops.AFTER, self.dtype, (target, UOp(Ops.STORE, dtypes.void, (target, x.uop))))
+    return self
+
+  # ---- data out ----
+  def _bytes(self) -> memoryview:
+    self.realize()
+    return engine.copyout(self.uop)
+
+  def numpy(self) -> Any:
+    """The values as a numpy array (a copy). bfloat16 is returned as float32."""
+    import numpy as np  # noqa: PLC0415 (numpy is optional: only needed here)
+    if self.dtype == dtypes.bfloat16: return np.array(self.tolist(), dtype=np.float32).reshape(self.shape)
+    arr = np.frombuffer(self._bytes(), dtype=to_numpy_name(self.dtype))
+    return arr.reshape(self.shape).copy()
+
+  def tolist(self) -> Any:
+    """The values as (nested) Python lists."""
+    flat = from_bytes(self.dtype, self._bytes()) if self.numel() else []
+    if self.dtype == dtypes.bool: flat = [bool(v) for v in flat]
+    return _nest(flat, self.shape)
+
+  def item(self) -> Any:
+    """The single value of a one-element tensor as a Python number."""
+    if self.numel() != 1:
+      raise RuntimeError(f"a Tensor with {self.numel()} elements cannot be converted to a Python scalar")
+    v = self.tolist()
+    while isinstance(v, list): v = v[0]
+    return v
+
+  @property
+  def data(self) -> Any: return self.numpy()
+
+
+def _apply_map(mapping: dict[UOp, UOp]) -> None:
+  """Point every live tensor that uses a realized node at the buffer now holding it."""
+  for t in list(all_tensors):
+    if t.uop in mapping: t.uop = mapping[t.uop]
+    elif t.uop.op not in (Ops.BUFFER, Ops.CONST): t.uop = t.uop.substitute(mapping)
+
+
+def _nest(flat: list, shape: Sequence[int]) -> Any:
+  if not shape: return flat[0]
+  if len(shape) == 1: return flat
+  step = math.prod(shape[1:])
+  return [_nest(flat[i * step:(i + 1) * step], shape[1:]) for i in range(shape[0])]
+
+
+def _infer_shape(data: Any) -> tuple[int, ...]:
+  shape: list[int] = []
+  x = data
+  while isinstance(x, (list, tuple)):
+    shape.append(len(x))
+    if not x: break
+    x = x[0]
+  return tuple(shape)
+
+
+def _flatten(data: Any, shape: tuple[int, ...], depth: int = 0) -> list:
+  if depth == len(shape):
+    if isinstance(data, (list, tuple)): raise ValueError("ragged nested sequence: every row must have the same length")
+    if not isinstance(data, (bool, int, float)): raise TypeError(f"cannot make a Tensor from {type(data).__name__}")
+    return [data]
+  if not isinstance(data, (list, tuple)) or len(data) != shape[depth]:
+    raise ValueError(f"ragged nested sequence: expected length {shape[depth]} at depth {depth}")
+  return [v for d in data for v in _flatten(d, shape, depth + 1)]
+
+
+def _uop_from_data(data: Any, device: str, dtype: DType | None) -> UOp:
+  if isinstance(data, UOp): return data if dtype is None else data.cast(dtype)
+  if isinstance(data, (bytes, bytearray, memoryview)):
+    dt = dtype or dtypes.uint8
+    raw = bytes(data)
+    return engine.buffer_with_data(device, dt, raw, (len(raw) // dt.itemsize,))
+  if hasattr(data, "__array_interface__") or type(data).__module__ == "numpy":
+    return _uop_from_numpy(data, device, dtype)
+  shape = _infer_shape(data)
+  flat = _flatten(data, shape)
+  dt = dtype or (dtypes.from_py(flat) if flat else dtypes.default_float)
+  return engine.buffer_with_data(device, dt, to_bytes(dt, flat), shape)
+
+
+def _uop_from_numpy(arr: Any, device: str, dtype: DType | None) -> UOp:
+  import numpy as np  # noqa: PLC0415 (numpy is optional: only needed for numpy input)
+  a = np.ascontiguousarray(arr)
+  dt = from_numpy_name(a.dtype)
+  u = engine.buffer_with_data(device, dt, a.tobytes(), a.shape)
+  return u if dtype is None or dtype == dt else u.cast(dtype)
+

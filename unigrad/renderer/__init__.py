@@ -1,0 +1,31 @@
+"""Renderer base: a target's capabilities and how a LINEAR becomes source text.
+
+Target differences live here as data (which ops the target has natively, whether it runs THREAD
+axes, vector width), not as branches inside codegen stages: instruction selection decomposes
+every op that is not in `supported_ops`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from unigrad.uop import GroupOp, Ops, UOp
+
+
+@dataclass(frozen=True)
+class Renderer:
+  """What a target supports, and `render(name, linear) -> source`."""
+  device: str = "NULL"
+  supported_ops: frozenset[Ops] = frozenset()
+  has_threads: bool = False
+  emulated_dtypes: frozenset = frozenset()
+
+  def render(self, name: str, linear: UOp) -> str: raise NotImplementedError
+
+
+class PythonRenderer(Renderer):
+  """The PYTHON device runs the LINEAR itself: its source is the LINEAR's evaluable repr."""
+
+  def __init__(self) -> None:
+    super().__init__("PYTHON", frozenset(GroupOp.ALU | {Ops.CAST, Ops.BITCAST}), False)
+
+  def render(self, name: str, linear: UOp) -> str: return repr(linear)

@@ -1,0 +1,194 @@
+"""The C renderer: a LINEAR kernel as one C function.
+
+ABI (runtime/ops_cpu.py): `void name(T* restrict data0, ..., int var0, ..., int core_id)`.
+float16 and bfloat16 live in memory as 16-bit integers and in registers as float; every op on
+them rounds its float result back to 16 bits, so results match PyTorch's per-op rounding.
+Single-use pure expressions are inlined; LOADs and multi-use values get local variables.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from unigrad.dtype import AddrSpace, DType, dtypes
+from unigrad.renderer import Renderer
+from unigrad.uop import GroupOp, Ops, UOp
+
+C_TYPES = {dtypes.bool: "_Bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char",
+           dtypes.int16: "short", dtypes.uint16: "unsigned short", dtypes.int32: "int",
+           dtypes.uint32: "unsigned int", dtypes.int64: "long long", dtypes.uint64: "unsigned long long",
+           dtypes.float32: "float", dtypes.float64: "double", dtypes.float16: "float",
+           dtypes.bfloat16: "float"}
+STORAGE = {**C_TYPES, dtypes.float16: "unsigned short", dtypes.bfloat16: "unsigned short"}
+HALF_LIKE = (dtypes.float16, dtypes.bfloat16)
+INFIX = {Ops.ADD: "+", Ops.MUL: "*", Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.XOR: "^", Ops.OR: "|",
+         Ops.AND: "&", Ops.SHL: "<<", Ops.SHR: ">>", Ops.SUB: "-", Ops.DIV: "/"}
+
+PRELUDE = """\
+#include <stdint.h>
+typedef union { float f; uint32_t u; } __fu;
+static inline float __h2f(unsigned short h) {
+  uint32_t s = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff; __fu r;
+  if (e == 0x1f) r.u = s | 0x7f800000 | (m << 13);
+  else if (e) r.u = s | ((e + 112) << 23) | (m << 13);
+  else if (m) { r.f = (float)m * 5.9604644775390625e-8f; r.u |= s; }
+  else r.u = s;
+  return r.f; }
+static inline unsigned short __f2h(float f) {
+  __fu v; v.f = f; uint32_t s = (v.u >> 16) & 0x8000, a = v.u & 0x7fffffff;
+  if (a > 0x7f800000) return (unsigned short)(s | 0x7e00);
+  if (a >= 0x477ff000) return (unsigned short)(s | 0x7c00);
+  if (a < 0x38800000) { __fu t; t.u = a; t.f += 0.5f; return (unsigned short)(s | (t.u - 0x3f000000)); }
+  uint32_t r = a + ((uint32_t)(15 - 127) << 23) + 0xfff + ((a >> 13) & 1);
+  return (unsigned short)(s | (r >> 13)); }
+static inline float __bf2f(unsigned short b) { __fu r; r.u = (uint32_t)b << 16; return r.f; }
+static inline unsigned short __f2bf(float f) {
+  __fu v; v.f = f; if ((v.u & 0x7fffffff) > 0x7f800000) return (unsigned short)((v.u >> 16) | 0x40);
+  return (unsigned short)((v.u + 0x7fff + ((v.u >> 16) & 1)) >> 16); }
+static inline float __rh(float f) { return __h2f(__f2h(f)); }
+static inline float __rbf(float f) { return __bf2f(__f2bf(f)); }
+"""
+
+
+def _max_fn(ct: str, is_float: bool) -> str:
+  cond = "(a > b || a != a)" if is_float else "(a > b)"
+  return f"static inline {ct} __max_{ct.replace(' ', '_')}({ct} a, {ct} b) {{ return {cond} ? a : b; }}"
+
+
+def _div_fn(ct: str, op: str, signed: bool) -> str:
+  name = f"__{'div' if op == '/' else 'mod'}_{ct.replace(' ', '_')}"
+  neg = (f"b == -1 ? {'-a' if op == '/' else '0'} : " if signed else "")
+  return f"static inline {ct} {name}({ct} a, {ct} b) {{ return b == 0 ? 0 : {neg}a {op} b; }}"
+
+
+def c_const(v: object, dt: DType) -> str:
+  """A C literal of `v` as `dt`."""
+  if dt == dtypes.bool: return "1" if v else "0"
+  if dtypes.is_float(dt):
+    f = float(v)  # type: ignore[arg-type]
+    suffix = "" if dt == dtypes.float64 else "f"
+    if math.isnan(f): return f"__builtin_nan{suffix}(\"\")"
+    if math.isinf(f): return f"{'-' if f < 0 else ''}__builtin_inf{suffix}()"
+    return f"{f!r}{suffix}" if "e" in repr(f) or "." in repr(f) else f"{f!r}.0{suffix}"
+  iv = int(v)  # type: ignore[call-overload]
+  if dt in (dtypes.int64,) and iv == -(2 ** 63): return "(-9223372036854775807LL-1)"
+  if dt == dtypes.int32 and iv == -(2 ** 31): return "(-2147483647-1)"
+  suffix = {dtypes.int64: "LL", dtypes.uint64: "ULL", dtypes.uint32: "u"}.get(dt, "")
+  return f"{iv}{suffix}"
+
+
+@dataclass
+class _State:
+  names: dict[UOp, str] = field(default_factory=dict)
+  lines: list[str] = field(default_factory=list)
+  helpers: dict[str, str] = field(default_factory=dict)
+  depth: int = 1
+  counter: int = 0
+
+  def emit(self, line: str) -> None: self.lines.append("  " * self.depth + line)
+
+  def fresh(self, prefix: str) -> str:
+    self.counter += 1
+    return f"{prefix}{self.counter}"
+
+
+class CRenderer(Renderer):
+  """C99 (GNU extensions) for clang and gcc."""
+
+  def __init__(self, device: str = "CPU") -> None:
+    ops = frozenset(GroupOp.Primitive - {Ops.IDIV, Ops.MOD} | {Ops.CDIV, Ops.CMOD, Ops.SQRT, Ops.DIV,
+                                                                Ops.SUB, Ops.NEG})
+    super().__init__(device, ops, has_threads=True, emulated_dtypes=frozenset(HALF_LIKE))
+
+  def render(self, name: str, linear: UOp) -> str:
+    st = _State()
+    uses: dict[UOp, int] = {}
+    for u in linear.src:
+      for s in u.src: uses[s] = uses.get(s, 0) + 1
+    params = sorted((u for u in linear.src if u.op is Ops.PARAM), key=lambda p: (p.arg.name is not None, p.arg.slot))
+    for u in linear.src: self._node(st, u, uses)
+    args = [self._param_decl(p, st) for p in params] + ["int core_id"]
+    body = "\n".join(st.lines)
+    helpers = "\n".join(st.helpers.values())
+    return f"{PRELUDE}{helpers}\nvoid {name}({', '.join(args)}) {{\n{body}\n}}\n"
+
+  def _param_decl(self, p: UOp, st: _State) -> str:
+    if p.arg.name is not None: return f"{C_TYPES[p.dtype]} {st.names[p]}"
+    return f"{STORAGE[p.dtype]}* restrict {st.names[p]}"
+
+  def _node(self, st: _State, u: UOp, uses: dict[UOp, int]) -> None:
+    op = u.op
+    if op is Ops.PARAM:
+      st.names[u] = u.arg.name if u.arg.name is not None else f"data{u.arg.slot}"
+    elif op is Ops.BUFFER:
+      st.names[u] = st.fresh("acc")
+      st.emit(f"{STORAGE[u.dtype]} {st.names[u]}[{u.shape[0]}];")
+    elif op is Ops.CONST: st.names[u] = c_const(u.arg, u.dtype)
+    elif op is Ops.AFTER: st.names[u] = st.names[u.src[0]]
+    elif op is Ops.RANGE:
+      st.names[u] = f"ridx{u.arg.id}"
+      ct = C_TYPES[u.dtype]
+      st.emit(f"for ({ct} {st.names[u]} = 0; {st.names[u]} < {st.names[u.src[0]]}; {st.names[u]}++) {{")
+      st.depth += 1
+    elif op in (Ops.END, Ops.ENDIF):
+      st.depth -= 1
+      st.emit("}")
+    elif op is Ops.IF:
+      st.emit(f"if ({st.names[u.src[0]]}) {{")
+      st.depth += 1
+    elif op is Ops.INDEX: st.names[u] = f"({st.names[u.src[0]]}+{st.names[u.src[1]]})"
+    elif op is Ops.LOAD: self._load(st, u)
+    elif op is Ops.STORE: st.emit(f"*{st.names[u.src[0]]} = {self._to_storage(u.src[1].dtype, st.names[u.src[1]])};")
+    else: self._value(st, u, self._expr(st, u), uses)
+
+  def _to_storage(self, dt: DType, v: str) -> str:
+    return f"__f2h({v})" if dt == dtypes.float16 else f"__f2bf({v})" if dt == dtypes.bfloat16 else v
+
+  def _from_storage(self, dt: DType, v: str) -> str:
+    return f"__h2f({v})" if dt == dtypes.float16 else f"__bf2f({v})" if dt == dtypes.bfloat16 else v
+
+  def _load(self, st: _State, u: UOp) -> None:
+    val = self._from_storage(u.dtype, f"*{st.names[u.src[0]]}")
+    if len(u.src) == 3: val = f"({st.names[u.src[2]]} ? {val} : {st.names[u.src[1]]})"
+    name = st.fresh("val")
+    st.emit(f"{C_TYPES[u.dtype]} {name} = {val};")
+    st.names[u] = name
+
+  def _value(self, st: _State, u: UOp, expr: str, uses: dict[UOp, int]) -> None:
+    if u.dtype in HALF_LIKE and u.op is not Ops.BITCAST:
+      expr = f"__rh({expr})" if u.dtype == dtypes.float16 else f"__rbf({expr})"
+    if uses.get(u, 0) <= 1 and u.op is not Ops.WHERE:
+      st.names[u] = expr
+      return
+    name = st.fresh("alu")
+    st.emit(f"{C_TYPES[u.dtype]} {name} = {expr};")
+    st.names[u] = name
+
+  def _expr(self, st: _State, u: UOp) -> str:
+    s = [st.names[x] for x in u.src]
+    op, dt = u.op, u.dtype
+    if op in INFIX: return f"({s[0]}{INFIX[op]}{s[1]})"
+    if op is Ops.NEG: return f"(-{s[0]})"
+    if op is Ops.WHERE: return f"({s[0]}?{s[1]}:{s[2]})"
+    if op is Ops.RECIP: return f"({c_const(1, dt)}/{s[0]})"
+    if op is Ops.TRUNC: return f"__builtin_trunc{'f' if dt != dtypes.float64 else ''}({s[0]})"
+    if op is Ops.SQRT: return f"__builtin_sqrt{'f' if dt != dtypes.float64 else ''}({s[0]})"
+    if op is Ops.CAST: return f"(({C_TYPES[dt]}){s[0]})"
+    if op is Ops.BITCAST: return self._bitcast(st, u.src[0].dtype, dt, s[0])
+    if op is Ops.MAX:
+      ct = C_TYPES[dt]
+      st.helpers.setdefault(f"max{ct}", _max_fn(ct, dtypes.is_float(dt)))
+      return f"__max_{ct.replace(' ', '_')}({s[0]}, {s[1]})"
+    if op in (Ops.CDIV, Ops.CMOD):
+      if u.src[1].op is Ops.CONST and u.src[1].arg not in (0, -1):
+        return f"({s[0]}{'/' if op is Ops.CDIV else '%'}{s[1]})"
+      ct, sym = C_TYPES[dt], "/" if op is Ops.CDIV else "%"
+      st.helpers.setdefault(f"{sym}{ct}", _div_fn(ct, sym, not dtypes.is_unsigned(dt)))
+      return f"__{'div' if sym == '/' else 'mod'}_{ct.replace(' ', '_')}({s[0]}, {s[1]})"
+    raise RuntimeError(f"C renderer: no rendering for {op.name} ({dt!r}); it should have been decomposed")
+
+  def _bitcast(self, st: _State, src: DType, dst: DType, v: str) -> str:
+    sv = self._to_storage(src, v)
+    src_ct, dst_ct = STORAGE[src], STORAGE[dst]
+    raw = f"(__extension__({{{src_ct} __s = {sv}; {dst_ct} __d; __builtin_memcpy(&__d, &__s, sizeof(__d)); __d;}}))"
+    return self._from_storage(dst, raw)

@@ -1,0 +1,271 @@
+"""Rangeify: split the function body into kernels over scalar-shaped values indexed by RANGEs.
+
+Consumes: the body `SINK(STORE(buf, value)...)` made by callify (PARAMs, movement ops, ALU,
+tensor-graph REDUCE(axes), AFTER(buf, STORE) for earlier writes).
+Produces: a list of `Kernel`s, each `SINK(END(STORE(INDEX(PARAM, flat), value), ranges...))`, where
+every value is scalar-shaped: movement ops became index arithmetic on RANGEs, PAD became a
+validity `WHERE(valid, idx, Invalid)` on the index (gated loads) and `WHERE(valid, x, 0)` on the
+value, and REDUCE is `REDUCE(value, *ranges)`.
+Fusion policy (which values get their own kernel and buffer): every STORE is a kernel; a REDUCE
+read under an EXPAND that broadcasts or inside another REDUCE is realized, and so is an expensive
+elementwise value (one with a transcendental) read under a broadcasting EXPAND. Everything else is
+recomputed inline where it is read.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from unigrad.dtype import dtypes
+from unigrad.uop import AxisType, GroupOp, Invalid, Ops, ParamArg, PatternMatcher, ReduceArg, UOp, UPat
+from unigrad.uop import graph_rewrite, shape_uop
+from unigrad.uop.properties import as_shape
+
+EXPENSIVE = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.POW, Ops.THREEFRY})
+VIEW_OPS = GroupOp.Movement
+
+
+@dataclass
+class Kernel:
+  """One kernel: its AST (over body PARAMs and intermediates) and what it reads and writes."""
+  ast: UOp
+  writes: UOp  # the PARAM written
+  reads: set[UOp] = field(default_factory=set)  # PARAMs read
+  deps: set[int] = field(default_factory=set)  # kernels whose results it reads (RAW)
+
+
+@dataclass
+class RangeifyCtx:
+  """State of one rangeify run: realized nodes, their buffers, the kernels made so far."""
+  nargs: int
+  device: str
+  realize: set[UOp] = field(default_factory=set)
+  buffers: dict[UOp, UOp] = field(default_factory=dict)  # realized node -> PARAM holding it
+  producer: dict[UOp, int] = field(default_factory=dict)  # realized node / STORE -> kernel index
+  kernels: list[Kernel] = field(default_factory=list)
+  next_range: int = 0
+  current: Kernel | None = None
+
+  def new_range(self, size: int, axis_type: AxisType) -> UOp:
+    self.next_range += 1
+    return UOp.range(size, self.next_range, axis_type)
+
+
+# ---- the fusion policy ----
+
+def _grows(u: UOp) -> bool:
+  """An EXPAND that repeats data (some axis goes from 1 to more than 1)."""
+  return any(a == 1 and b != 1 for a, b in zip(u.src[0].shape, u.shape))
+
+
+def _is_expensive(u: UOp, realized: set[UOp]) -> bool:
+  stack, seen = [u], set()
+  while stack:
+    x = stack.pop()
+    if x.op in EXPENSIVE: return True
+    for s in x.src:
+      if s not in seen and s not in realized and s.op not in (Ops.PARAM, Ops.AFTER):
+        seen.add(s)
+        stack.append(s)
+  return False
+
+
+def find_realizes(body: UOp) -> set[UOp]:
+  """Which tensor-graph nodes become their own kernel (see the module docstring)."""
+  realize: set[UOp] = set()
+  roots = [s.src[1] for s in body.toposort() if s.op is Ops.STORE]
+  seen: set[tuple[UOp, bool]] = set()
+  stack = [(r, False) for r in roots]
+  while stack:
+    u, under = stack.pop()
+    if (u, under) in seen: continue
+    seen.add((u, under))
+    if u.op is Ops.CONTIGUOUS: realize.add(u)
+    if under and u not in realize and (u.op is Ops.REDUCE or (u.op in GroupOp.ALU and _is_expensive(u, realize))):
+      realize.add(u)
+      under = False
+    if u.op in (Ops.PARAM, Ops.AFTER): continue
+    child_under = under or u.op is Ops.REDUCE or (u.op is Ops.EXPAND and _grows(u))
+    stack.extend((s, child_under) for s in u.src)
+  return realize
+
+
+def fix_store_hazards(body: UOp) -> UOp:
+  """A STORE whose value reads its own target at other positions first copies the value."""
+  def fix(st: UOp) -> UOp:
+    target, value = st.src[0], st.src[1]
+    base = target.src[0] if target.op is Ops.RESHAPE else target
+    reads = [u for u in value.toposort() if u.op in VIEW_OPS and (base in u.src or target in u.src) and u is not target]
+    if not reads: return st
+    return st.replace(src=(target, UOp(Ops.CONTIGUOUS, value.dtype, (value,)), *st.src[2:]))
+  return body.substitute({s: fix(s) for s in body.toposort() if s.op is Ops.STORE})
+
+
+# ---- index pushing (the rangeify rules) ----
+
+def _strides(shape: tuple[int, ...]) -> list[int]:
+  out, acc = [], 1
+  for s in reversed(shape):
+    out.append(acc)
+    acc *= s
+  return out[::-1]
+
+
+def _flat(idx: tuple[UOp, ...], shape: tuple[int, ...]) -> UOp:
+  out: UOp = UOp.const(dtypes.index, 0)
+  for i, st in zip(idx, _strides(shape)): out = out + i * st
+  return out
+
+
+def index_reshape(r: UOp, idx: tuple[UOp, ...]) -> tuple[UOp, ...]:
+  """Flatten the output index row-major, then peel the source dims off with // and %."""
+  src_shape = tuple(r.src[0].shape)
+  flat = _flat(idx, tuple(r.shape))
+  out: list[UOp] = []
+  for k, (st, s) in enumerate(zip(_strides(src_shape), src_shape)):
+    if s == 1:
+      out.append(UOp.const(dtypes.index, 0))
+      continue
+    v = flat // st if st != 1 else flat
+    out.append(v % s if k > 0 else v)
+  return tuple(out)
+
+
+def index_movement(x: UOp, idx: tuple[UOp, ...]) -> tuple[tuple[UOp, ...], UOp | None]:
+  """The source index for output index `idx` of movement op `x`, and a validity (for PAD)."""
+  src_shape = x.src[0].shape
+  if x.op is Ops.RESHAPE: return index_reshape(x, idx), None
+  if x.op is Ops.PERMUTE:
+    out: list[UOp] = [idx[0]] * len(idx)
+    for i, p in enumerate(x.arg): out[p] = idx[i]
+    return tuple(out), None
+  if x.op is Ops.EXPAND:
+    zero = UOp.const(dtypes.index, 0)
+    return tuple(zero if a == 1 and b != 1 else i for i, a, b in zip(idx, src_shape, x.shape)), None
+  if x.op is Ops.FLIP:
+    return tuple((s - 1 - i) if f else i for i, s, f in zip(idx, src_shape, x.arg)), None
+  offs = as_shape(x.src[1])
+  if x.op is Ops.SHRINK: return tuple(i + o if o else i for i, o in zip(idx, offs)), None
+  assert x.op is Ops.PAD
+  valid: UOp | None = None
+  new: list[UOp] = []
+  for i, o, s, n in zip(idx, offs, src_shape, x.shape):
+    if o == 0 and s == n:
+      new.append(i)
+      continue
+    v = (i < o).logical_not() & (i < o + s)
+    valid = v if valid is None else valid & v
+    new.append(v.where(i - o, UOp.const(dtypes.index, Invalid)))
+  return tuple(new), valid
+
+
+def _index(x: UOp, idx: tuple[UOp, ...]) -> UOp:
+  return UOp(Ops.INDEX, x.dtype, (x, *idx))
+
+
+def _broadcast_idx(src: UOp, out_shape: tuple, idx: tuple[UOp, ...]) -> tuple[UOp, ...]:
+  """Index into a source that broadcasts implicitly (fewer or size-1 axes)."""
+  ss = tuple(src.shape)
+  tail = idx[len(idx) - len(ss):] if ss else ()
+  zero = UOp.const(dtypes.index, 0)
+  return tuple(zero if s == 1 and o != 1 else i for i, s, o in zip(tail, ss, out_shape[len(out_shape) - len(ss):]))
+
+
+def push_index(ctx: RangeifyCtx, ix: UOp) -> UOp | None:
+  """INDEX(x, *idx) -> x's value at idx, one step closer to buffers and constants."""
+  x, idx = ix.src[0], ix.src[1:]
+  if x.op in (Ops.PARAM, Ops.BUFFER) or len(idx) != len(x.shape): return None
+  if x in ctx.realize and (ctx.current is None or x is not ctx.current.ast): return _read_realized(ctx, x, idx)
+  if x.op is Ops.CONST: return x
+  if x.op is Ops.AFTER: return _read_after(ctx, x, idx)
+  if x.op in VIEW_OPS:
+    new_idx, valid = index_movement(x, idx)
+    inner = _index(x.src[0], new_idx)
+    return inner if valid is None else valid.where(inner, UOp.const(x.dtype, 0))
+  if x.op in GroupOp.Elementwise:
+    shape = tuple(x.shape)
+    return x.replace(src=tuple(_index(s, _broadcast_idx(s, shape, idx)) for s in x.src))
+  if x.op is Ops.REDUCE: return _index_reduce(ctx, x, idx)
+  if x.op in (Ops.CONTIGUOUS, Ops.DETACH, Ops.CONTIGUOUSBACKWARD): return _index(x.src[0], idx)
+  raise NotImplementedError(f"rangeify: no rule to index a {x.op.name} node")
+
+
+def _index_reduce(ctx: RangeifyCtx, x: UOp, idx: tuple[UOp, ...]) -> UOp:
+  src_shape = x.src[0].shape
+  rngs = {a: ctx.new_range(src_shape[a], AxisType.REDUCE) for a in x.arg.axes}
+  new_idx = tuple(rngs.get(a, i) for a, i in enumerate(idx))
+  return UOp(Ops.REDUCE, x.dtype, (_index(x.src[0], new_idx), *rngs.values()), ReduceArg(x.arg.op))
+
+
+def _read_after(ctx: RangeifyCtx, x: UOp, idx: tuple[UOp, ...]) -> UOp:
+  for dep in x.src[1:]:
+    if dep in ctx.producer and ctx.current is not None: ctx.current.deps.add(ctx.producer[dep])
+  return _index(x.src[0], idx)
+
+
+def _read_realized(ctx: RangeifyCtx, x: UOp, idx: tuple[UOp, ...]) -> UOp:
+  buf = ctx.buffers.get(x)
+  if buf is None:
+    buf = _intermediate(ctx, x)
+    _build_kernel(ctx, UOp(Ops.STORE, dtypes.void, (_view(buf, x.shape), x)), x)
+  if ctx.current is not None: ctx.current.deps.add(ctx.producer[x])
+  return _index(_view(buf, x.shape), idx)
+
+
+def _view(buf: UOp, shape: tuple) -> UOp:
+  return buf if tuple(buf.shape) == tuple(shape) else UOp(Ops.RESHAPE, buf.dtype, (buf, shape_uop(shape)))
+
+
+def _intermediate(ctx: RangeifyCtx, x: UOp) -> UOp:
+  slot = ctx.nargs + len(ctx.buffers)
+  numel = math.prod(x.shape)
+  dev = x.device or ctx.device
+  buf = UOp(Ops.PARAM, x.dtype, (shape_uop((numel,)),), ParamArg(slot, x.dtype, dev))
+  ctx.buffers[x] = buf
+  return buf
+
+
+pm_rangeify = PatternMatcher([
+  (UPat(Ops.INDEX, name="ix"), push_index),  # x[idx] -> value of x at idx
+])
+
+
+def _build_kernel(ctx: RangeifyCtx, store: UOp, key: UOp) -> None:
+  """Make the kernel computing `store` (a STORE into a buffer view) and register it."""
+  target, value = store.src[0], store.src[1]
+  kernel = Kernel(ast=value, writes=_base_param(target))
+  saved = ctx.current
+  ctx.current = kernel
+  ctx.producer[key] = len(ctx.kernels)
+  ctx.kernels.append(kernel)
+  rngs = tuple(ctx.new_range(s, AxisType.LOOP) for s in target.shape)
+  st = UOp(Ops.STORE, dtypes.void, (_index(target, rngs), _index(value, rngs)))
+  for r in reversed(rngs): st = UOp(Ops.END, dtypes.void, (st, r))
+  ast = graph_rewrite(UOp(Ops.SINK, dtypes.void, (st,)), pm_rangeify, ctx=ctx, bottom_up=True, name="rangeify")
+  kernel.ast = ast
+  topo = ast.toposort()
+  addrs = {u.src[0] for u in topo if u.op is Ops.STORE}
+  kernel.reads = {u.src[0] for u in topo if u.op is Ops.INDEX and u.src[0].op is Ops.PARAM and u not in addrs}
+  ctx.current = saved
+
+
+def _base_param(u: UOp) -> UOp:
+  while u.op is not Ops.PARAM: u = u.src[0]
+  return u
+
+
+def rangeify(body: UOp, nargs: int, device: str) -> RangeifyCtx:
+  """All kernels of the function `body` (a SINK of STOREs over PARAM slots 0..nargs-1)."""
+  body = fix_store_hazards(body)
+  ctx = RangeifyCtx(nargs, device, realize=find_realizes(body))
+  for st in body.src: _build_store(ctx, st)
+  return ctx
+
+
+def _build_store(ctx: RangeifyCtx, st: UOp) -> None:
+  if st in ctx.producer: return
+  for u in st.src[1].toposort():
+    if u.op is Ops.AFTER:
+      for dep in u.src[1:]:
+        if dep.op is Ops.STORE: _build_store(ctx, dep)
+  _build_kernel(ctx, st, st)

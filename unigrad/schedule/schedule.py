@@ -1,0 +1,106 @@
+"""Schedule: order the kernels of a function into the command buffer.
+
+Consumes: the function body from callify (a SINK of STOREs over PARAMs 0..nargs-1).
+Produces: `LINEAR(CALL(kernel, *params)...)`: each kernel's AST has its own PARAMs numbered from
+0 in discovery order and RANGE ids renumbered, so identical kernels on other buffers have identical
+ASTs; the CALL's sources are the body's PARAMs (slots >= nargs are intermediates, allocated per
+run). Order: a kernel runs after the kernels whose results it reads (read-after-write) and before
+any kernel that overwrites a buffer state it reads (write-after-read).
+"""
+from __future__ import annotations
+
+import heapq
+
+from unigrad.dtype import dtypes
+from unigrad.uop import KernelInfo, Ops, ParamArg, RangeArg, UOp
+from unigrad.schedule.rangeify import Kernel, rangeify
+
+
+class ScheduleError(RuntimeError):
+  """The kernels cannot be ordered (an assign cycle)."""
+
+
+def _ancestors(kernels: list[Kernel]) -> list[set[int]]:
+  """For each kernel, every kernel it transitively reads results from."""
+  out: dict[int, set[int]] = {}
+  for start in range(len(kernels)):
+    stack = [(start, False)]
+    while stack:
+      i, ready = stack.pop()
+      if i in out: continue
+      if ready:
+        out[i] = set().union(*({d} | out[d] for d in kernels[i].deps)) if kernels[i].deps else set()
+        continue
+      stack.append((i, True))
+      stack.extend((d, False) for d in kernels[i].deps if d not in out)
+  return [out[i] for i in range(len(kernels))]
+
+
+def order_kernels(kernels: list[Kernel]) -> list[int]:
+  """Kernel indices in an order that respects RAW and WAR dependencies."""
+  anc = _ancestors(kernels)
+  edges: dict[int, set[int]] = {i: set(k.deps) for i, k in enumerate(kernels)}  # i runs after edges[i]
+  writers: dict[UOp, list[int]] = {}
+  for i, k in enumerate(kernels): writers.setdefault(k.writes, []).append(i)
+  for i, k in enumerate(kernels):
+    for p in k.reads:
+      for w in writers.get(p, []):
+        if w != i and w not in anc[i]: edges[w].add(i)  # the reader goes before the later write
+  indeg = {i: len(e) for i, e in edges.items()}
+  users: dict[int, list[int]] = {i: [] for i in edges}
+  for i, e in edges.items():
+    for d in e: users[d].append(i)
+  ready = [i for i, n in indeg.items() if n == 0]
+  heapq.heapify(ready)
+  order: list[int] = []
+  while ready:
+    i = heapq.heappop(ready)
+    order.append(i)
+    for u in users[i]:
+      indeg[u] -= 1
+      if indeg[u] == 0: heapq.heappush(ready, u)
+  if len(order) != len(kernels): raise ScheduleError("cycle detected in the assign graph: a buffer is both read and written out of order")
+  return order
+
+
+def finalize_kernel(ast: UOp) -> tuple[UOp, tuple[UOp, ...]]:
+  """Renumber the kernel's PARAMs (0..) and RANGEs (0..) in discovery order; returns the kernel
+  SINK and the body PARAMs its slots refer to."""
+  topo = ast.toposort()
+  params = [u for u in topo if u.op is Ops.PARAM and u.arg.name is None]
+  ranges = [u for u in topo if u.op is Ops.RANGE]
+  sub: dict[UOp, UOp] = {}
+  for i, p in enumerate(params):
+    sub[p] = p.replace(arg=ParamArg(i, p.arg.dtype, p.arg.device, p.arg.addrspace))
+  for i, r in enumerate(ranges):
+    sub[r] = r.replace(arg=RangeArg(i, r.arg.axis_type))
+  new = _substitute_nodes(ast, sub)
+  return new.replace(arg=KernelInfo(name=kernel_name(new))), tuple(params)
+
+
+def _substitute_nodes(root: UOp, sub: dict[UOp, UOp]) -> UOp:
+  """Substitute leaves (PARAM) and RANGEs, rebuilding RANGEs whose bounds may contain other nodes."""
+  memo: dict[UOp, UOp] = {}
+  for u in root.toposort():
+    new_src = tuple(memo[s] for s in u.src)
+    base = sub.get(u, u)
+    memo[u] = base if all(a is b for a, b in zip(new_src, u.src)) else base.replace(src=new_src)
+  return memo[root]
+
+
+def kernel_name(ast: UOp) -> str:
+  """`r_` for kernels with a reduction, `E_` otherwise, then each loop size by axis type."""
+  ranges = sorted((u for u in ast.toposort() if u.op is Ops.RANGE), key=lambda r: r.arg.id)
+  prefix = "r" if any(r.arg.axis_type.name in ("REDUCE", "GROUP_REDUCE", "UNROLL") for r in ranges) else "E"
+  sizes = [f"{r.src[0].arg if r.src[0].op is Ops.CONST else 'n'}" for r in ranges]
+  return "_".join([prefix, *sizes]) if sizes else prefix
+
+
+def create_schedule(body: UOp, nargs: int, device: str) -> UOp:
+  """The LINEAR of kernel CALLs computing `body` (see the module docstring)."""
+  ctx = rangeify(body, nargs, device)
+  calls = []
+  for i in order_kernels(ctx.kernels):
+    kernel, params = finalize_kernel(ctx.kernels[i].ast)
+    calls.append(UOp(Ops.CALL, dtypes.void, (kernel, *params)))
+  return UOp(Ops.LINEAR, dtypes.void, tuple(calls))
