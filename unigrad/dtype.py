@@ -49,7 +49,8 @@ class DType:
 
   def vec(self, n: int) -> DType:
     """The n-lane vector of this scalar type (n == 1 gives the scalar)."""
-    if not isinstance(n, int) or n < 1: raise ValueError(f"vector width must be an int >= 1, got {n!r}")
+    if not isinstance(n, int) or n < 1:
+      raise ValueError(f"vector width must be an int >= 1, got {n!r}")
     if self.count != 1: raise TypeError(f"cannot make a vector of the vector type {self!r}")
     if n == 1 or self == dtypes.void: return self
     return DType(self.priority, self.itemsize * n, f"{self.name}{n}", None, n, self)
@@ -198,15 +199,23 @@ def _category(dt: DType) -> int:
   return 0 if dt == dtypes.bool else 2 if dt in FLOATS else 1
 
 
+# PyTorch's "barebones" unsigned types: promoting them with any other non-float type raises
+BAREBONES_UINTS: Final = (dtypes.uint16, dtypes.uint32, dtypes.uint64)
+
+
+def _no_promotion(a: DType, b: DType) -> TypeError:
+  return TypeError(f"promotion of {a!r} with {b!r} is not defined (PyTorch raises too): "
+                   "cast one of them first")
+
+
 def _promote_ints(a: DType, b: DType) -> DType:
   if a == b: return a
   if a == dtypes.index or b == dtypes.index: return dtypes.index
+  if a in BAREBONES_UINTS or b in BAREBONES_UINTS: raise _no_promotion(a, b)
   ua, ub = a in UINTS, b in UINTS
   if ua == ub: return a if a.itemsize >= b.itemsize else b
   u, s = (a, b) if ua else (b, a)
   if s.itemsize > u.itemsize: return s
-  if u == dtypes.uint64:
-    raise TypeError(f"promotion of {u!r} with the signed {s!r} is not defined (PyTorch raises too)")
   return {1: dtypes.int16, 2: dtypes.int32, 4: dtypes.int64}[u.itemsize]
 
 
@@ -218,9 +227,14 @@ def _promote_floats(a: DType, b: DType) -> DType:
 
 def _promote2(a: DType, b: DType) -> DType:
   ca, cb = _category(a), _category(b)
-  if ca != cb: return a if ca > cb else b
-  if ca == 0: return a
-  return _promote_ints(a, b) if ca == 1 else _promote_floats(a, b)
+  if ca != cb and 2 in (ca, cb): return a if ca > cb else b  # a float wins over bool and ints
+  if ca == 2: return _promote_floats(a, b)
+  if a == b: return a
+  if ca == 0 or cb == 0:  # bool meets an integer: the integer
+    i = b if ca == 0 else a
+    if i in BAREBONES_UINTS: raise _no_promotion(a, b)
+    return i
+  return _promote_ints(a, b)
 
 
 def least_upper_dtype(*dts: DType) -> DType:
@@ -237,9 +251,8 @@ def least_upper_float(dt: DType) -> DType:
 
 
 def sum_acc_dtype(dt: DType) -> DType:
-  """The dtype PyTorch's `sum` returns: bool and integers widen to int64/uint64."""
-  if dt == dtypes.bool or dt in SINTS: return dtypes.int64
-  if dt in UINTS: return dtypes.uint64
+  """The dtype PyTorch's `sum` returns: bool and every integer type (unsigned too) give int64."""
+  if dt == dtypes.bool or dt in SINTS or dt in UINTS: return dtypes.int64
   return dt
 
 
@@ -261,7 +274,9 @@ def truncate(dt: DType, x: Any) -> Any:
 def _round_float(dt: DType, x: float) -> float:
   if dt == dtypes.float64 or math.isnan(x) or math.isinf(x): return x
   if dt == dtypes.float32: return _roundtrip("f", x)
-  if dt == dtypes.float16: return _roundtrip("e", x) if abs(x) < 65520.0 else math.copysign(math.inf, x)
+  if dt == dtypes.float16:
+    return _roundtrip("e", x) if abs(x) < 65520.0 else math.copysign(math.inf, x)
+  # like PyTorch, a double reaches bfloat16 through float32 (rounded twice)
   return bf16_to_float(float_to_bf16(x))
 
 
@@ -285,7 +300,8 @@ def bf16_to_float(b: int) -> float:
 
 def to_bytes(dt: DType, values: list) -> bytes:
   """Pack Python values as `dt` elements (little endian)."""
-  if dt == dtypes.bfloat16: return struct.pack(f"<{len(values)}H", *(float_to_bf16(v) for v in values))
+  if dt == dtypes.bfloat16:
+    return struct.pack(f"<{len(values)}H", *(float_to_bf16(float(v)) for v in values))
   if dt.fmt is None: raise TypeError(f"{dt!r} has no memory layout")
   return struct.pack(f"<{len(values)}{dt.fmt}", *(truncate(dt, v) for v in values))
 
@@ -315,7 +331,8 @@ def to_numpy_name(dt: DType) -> str:
 
 
 def from_numpy_name(name: Any) -> DType:
-  """The dtype for a numpy dtype (or its name)."""
+  """The dtype for a numpy dtype, a numpy scalar type (`np.float32`) or a name."""
+  if isinstance(name, type): name = name.__name__.removesuffix("_")  # np.bool_ in numpy 1.x
   key = str(getattr(name, "name", name))
   if key not in _FROM_NP: raise TypeError(f"numpy dtype {key!r} is not supported")
   return _FROM_NP[key]

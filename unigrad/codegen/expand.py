@@ -1,7 +1,9 @@
-"""Expand: reductions become register accumulators (and, with optimizations, vector values).
+"""Expand: UPCAST/UNROLL ranges are unrolled, reductions become register accumulators, and
+THREAD ranges become the launch's core id.
 
-Consumes: a kernel AST with `REDUCE(value, *ranges)` nodes.
-Produces: the same kernel where each REDUCE is an accumulator: a REG BUFFER initialised with the
+Consumes: an optimized kernel AST (typed RANGEs, `REDUCE(value, *ranges)` nodes).
+Produces: a kernel without UPCAST/UNROLL ranges (their iterations side by side: a register tile),
+with one loop per remaining range, where each REDUCE is an accumulator: a REG BUFFER initialised with the
 op's identity inside the enclosing loops, updated `acc = acc op value` inside the reduce loops, and
 read after the loops close:
   acc0 = AFTER(BUFFER(REG), *outer_ranges); init = STORE(INDEX(acc0, 0), identity)
@@ -15,9 +17,10 @@ import itertools
 from dataclasses import dataclass, field
 
 from unigrad.dtype import AddrSpace, DType, dtypes
-from unigrad.uop import Ops, ParamArg, PatternMatcher, UOp, UPat, shape_uop
+from unigrad.uop import AxisType, Ops, ParamArg, PatternMatcher, UOp, UPat, graph_rewrite, shape_uop
 
 ACC_SLOTS_START = 1 << 20  # accumulator BUFFER slots, apart from the kernel's PARAM slots
+UNROLLED = (AxisType.UPCAST, AxisType.UNROLL, AxisType.GROUP_REDUCE)  # become side-by-side values
 
 
 def identity_element(op: Ops, dt: DType) -> float | int | bool:
@@ -52,3 +55,74 @@ def lower_reduce(ctx: ExpandCtx, red: UOp) -> UOp:
 pm_expand_reduce = PatternMatcher([
   (UPat(Ops.REDUCE, name="red"), lower_reduce),  # REDUCE -> accumulator loop
 ])
+
+
+# ---- UPCAST / UNROLL ranges are unrolled; THREAD ranges become the core id ----
+
+def _unroll_one(ast: UOp, r: UOp) -> UOp:
+  """Replace loop `r` by its iterations side by side: END(x, r) becomes a GROUP of x for each
+  value of r, and a REDUCE over r combines the values of its body for each value of r."""
+  k = r.src[0].arg
+  lanes = [UOp.const(r.dtype, i) for i in range(k)]
+  memo: dict[UOp, UOp] = {}
+  for u in ast.toposort():
+    if u.op is Ops.END and u.src[1] is r:
+      body = memo[u.src[0]]
+      memo[u] = UOp(Ops.GROUP, dtypes.void, tuple(body.substitute({r: c}) for c in lanes))
+      continue
+    if u.op is Ops.REDUCE and r in u.src[1:]:
+      body, rest = memo[u.src[0]], tuple(s for s in u.src[1:] if s is not r)
+      vals = [body.substitute({r: c}) for c in lanes]
+      if r.arg.axis_type is AxisType.GROUP_REDUCE and rest:  # k partial accumulators, combined after
+        vals = [u.replace(src=(v, *rest)) for v in vals]
+      acc = vals[0]
+      for v in vals[1:]: acc = acc.alu(u.arg.op, v)
+      memo[u] = u.replace(src=(acc, *rest)) if rest and r.arg.axis_type is not AxisType.GROUP_REDUCE else acc
+      continue
+    new_src = tuple(memo[s] for s in u.src)
+    memo[u] = u if all(a is b for a, b in zip(new_src, u.src)) else u.replace(src=new_src)
+  return memo[ast]
+
+
+def unroll_ranges(ast: UOp) -> UOp:
+  """Unroll every UPCAST, UNROLL and GROUP_REDUCE range (innermost first). On the CPU a
+  GROUP_REDUCE axis means k partial accumulators, combined after their loop."""
+  targets = [u for u in ast.toposort() if u.op is Ops.RANGE and u.arg.axis_type in UNROLLED]
+  for r in sorted(targets, key=lambda x: -x.arg.id): ast = _unroll_one(ast, r)
+  return ast
+
+
+def thread_to_core_id(ast: UOp) -> UOp:
+  """A THREAD range is the launch's chunk index: SPECIAL("core_id"), with no loop."""
+  threads = [u for u in ast.toposort() if u.op is Ops.RANGE and u.arg.axis_type is AxisType.THREAD]
+  for r in threads:
+    special = UOp(Ops.SPECIAL, r.dtype, r.src, "core_id")
+    memo: dict[UOp, UOp] = {}
+    for u in ast.toposort():
+      if u is r: memo[u] = special
+      elif u.op is Ops.END and u.src[1] is r: memo[u] = memo[u.src[0]]
+      else:
+        new_src = tuple(memo[s] for s in u.src)
+        memo[u] = u if all(a is b for a, b in zip(new_src, u.src)) else u.replace(src=new_src)
+    ast = memo[ast]
+  return ast
+
+
+def merge_ends(ast: UOp) -> UOp:
+  """Loops closed by several ENDs (accumulators of unrolled reductions) become one loop."""
+  by_range: dict[UOp, list[UOp]] = {}
+  for u in ast.toposort():
+    if u.op is Ops.END: by_range.setdefault(u.src[1], []).append(u)
+  sub = {}
+  for r, ends in by_range.items():
+    if len(ends) < 2: continue
+    merged = UOp(Ops.END, dtypes.void, (UOp(Ops.GROUP, dtypes.void, tuple(e.src[0] for e in ends)), r))
+    sub.update({e: merged for e in ends})
+  return ast.substitute(sub) if sub else ast
+
+
+def expand(ast: UOp) -> UOp:
+  """The expand stage: unroll UPCAST/UNROLL ranges, lower reductions, bind THREAD ranges."""
+  ast = unroll_ranges(ast)
+  ast = graph_rewrite(ast, pm_expand_reduce, ctx=ExpandCtx(), name="expand reduce")
+  return thread_to_core_id(merge_ends(ast))

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from unigrad.dtype import dtypes
-from unigrad.uop import Ops, UOp
+from unigrad.uop import GroupOp, Ops, UOp
 
 NOT_INSTRUCTIONS = frozenset({Ops.SINK, Ops.GROUP, Ops.VCONST, Ops.NOOP})
 
@@ -139,4 +139,32 @@ def linearize(sink: UOp) -> UOp:
     members.setdefault(tree.block(u), []).append(u)
   out: list[UOp] = []
   _emit(None, members, tree, pos, out)
-  return UOp(Ops.LINEAR, dtypes.void, tuple(_add_ifs(out)))
+  return UOp(Ops.LINEAR, dtypes.void, tuple(_add_ifs(out)), sink.arg)
+
+
+@dataclass(frozen=True)
+class Estimates:
+  """Work of one kernel launch: ALU ops on data and bytes moved to and from global memory."""
+  flops: int
+  mem_bytes: int
+
+
+def estimate(linear: UOp) -> Estimates:
+  """Count data ALU ops and global loads/stores, times the trip counts of their loops."""
+  flops = mem = 0
+  trips = [1]
+  data: set[UOp] = set()
+  for u in linear.src:
+    if u.op is Ops.RANGE:
+      bound = u.src[0]
+      trips.append(trips[-1] * (bound.arg if bound.op is Ops.CONST else max(bound.vmax, 1)))
+    elif u.op is Ops.END: trips.pop()
+    elif u.op in (Ops.LOAD, Ops.STORE):
+      if u.op is Ops.LOAD: data.add(u)
+      if u.src[0].src[0].op is Ops.PARAM:
+        mem += trips[-1] * (u.dtype if u.op is Ops.LOAD else u.src[1].dtype).itemsize
+    elif u.op in GroupOp.ALU and any(s in data for s in u.src):
+      data.add(u)
+      flops += trips[-1] * (2 if u.op is Ops.MULACC else 1)
+    elif u.op in (Ops.CAST, Ops.BITCAST) and u.src[0] in data: data.add(u)
+  return Estimates(flops, mem)

@@ -10,13 +10,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from unigrad.codegen.expand import ExpandCtx, pm_expand_reduce
+from unigrad.codegen.expand import expand
+from unigrad.codegen.opt.heuristic import hand_coded_optimizations
+from unigrad.codegen.opt.kernel import OptKernel
 from unigrad.codegen.isel import (lower_index_dtype, pm_add_loads, pm_divmod_nonneg, pm_mul_recip)
 from unigrad.codegen.linearize import linearize
 from unigrad.codegen.simplify import pm_kernel_simplify
-from unigrad.knobs import DEBUG
+from unigrad.knobs import DEBUG, NOOPT, SPEC
+from unigrad.runtime.ops_cpu import cpu_threads
 from unigrad.renderer import Renderer
-from unigrad.uop import Ops, PatternMatcher, UOp, graph_rewrite, pm_simplify
+from unigrad.uop import KernelInfo, Ops, PatternMatcher, Spec, UOp, graph_rewrite, pm_simplify
+from unigrad.uop.spec_kernel import spec_kernel, spec_linear
 
 try:
   from unigrad.codegen.decompose import pm_decompose
@@ -28,6 +32,7 @@ except ImportError:  # pragma: no cover (only while the decompositions are being
 class Stage:
   name: str
   run: Callable[[UOp, Renderer], UOp]
+  spec: Spec | None = None  # the verifier of the stage's output, run when SPEC >= 1
 
 
 def _decompose(ast: UOp, ren: Renderer) -> UOp:
@@ -37,21 +42,39 @@ def _decompose(ast: UOp, ren: Renderer) -> UOp:
   return graph_rewrite(ast, pm, name="decompose")
 
 
+def optimize(ast: UOp, ren: Renderer) -> UOp:
+  """Apply the kernel's own opts_to_apply, else (unless NOOPT) the heuristics' choice."""
+  k = OptKernel(ast)
+  info = ast.arg
+  if isinstance(info, KernelInfo) and info.opts_to_apply is not None:
+    for opt in info.opts_to_apply: k = k.apply(opt)
+  elif not NOOPT: k = hand_coded_optimizations(k, ren, ren_threads(ren))
+  if DEBUG >= 3: print(f"  opts {k.name()}: {list(k.applied)}")
+  return k.finalize()
+
+
+def ren_threads(ren: Renderer) -> int:
+  return cpu_threads() if ren.has_threads else 1
+
+
 CODEGEN_STAGES: tuple[Stage, ...] = (
-  Stage("simplify", lambda ast, ren: graph_rewrite(ast, pm_kernel_simplify, name="simplify")),
-  Stage("expand", lambda ast, ren: graph_rewrite(ast, pm_expand_reduce, ctx=ExpandCtx(), name="expand")),
+  Stage("simplify", lambda ast, ren: graph_rewrite(ast, pm_kernel_simplify, name="simplify"), spec_kernel),
+  Stage("optimize", optimize, spec_kernel),
+  Stage("expand", lambda ast, ren: expand(ast), spec_kernel),
   Stage("add loads", lambda ast, ren: graph_rewrite(ast, pm_add_loads, name="add loads")),
   Stage("decompose", _decompose),
   Stage("index dtype", lambda ast, ren: lower_index_dtype(graph_rewrite(ast, pm_simplify))),
-  Stage("linearize", lambda ast, ren: linearize(ast)),
+  Stage("linearize", lambda ast, ren: linearize(ast), spec_linear),
 )
 
 
 def full_rewrite(ast: UOp, renderer: Renderer) -> UOp:
   """Run every codegen stage on a kernel AST; returns its LINEAR."""
+  if SPEC >= 1: spec_kernel.verify(ast)
   for stage in CODEGEN_STAGES:
     t0 = time.perf_counter()
     ast = stage.run(ast, renderer)
+    if SPEC >= 1 and stage.spec is not None: stage.spec.verify(ast)
     if DEBUG >= 5: print(f"--- after {stage.name} ---\n{ast!r}")
     if DEBUG >= 6 and ast.op is Ops.LINEAR: print("\n".join(f"{i:4d} {u.op.name}" for i, u in enumerate(ast.src)))
     if DEBUG >= 3: print(f"  codegen {stage.name:12s} {(time.perf_counter() - t0) * 1e3:7.2f} ms")

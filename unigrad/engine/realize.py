@@ -11,6 +11,7 @@ import time
 import weakref
 from dataclasses import dataclass
 
+from unigrad.codegen.linearize import Estimates, estimate
 from unigrad.codegen.pipeline import full_rewrite
 from unigrad.dtype import DType
 from unigrad.helpers import GlobalCounters
@@ -97,6 +98,7 @@ class Runner:
   """A compiled kernel ready to launch on one device."""
   name: str
   program: object
+  estimates: Estimates
   global_size: tuple[int, ...] = (1,)
 
 
@@ -107,15 +109,37 @@ def get_runner(kernel: UOp, device: str) -> Runner:
   """The compiled program for a kernel AST on a device (compiled once)."""
   key = (kernel, device)
   if (r := _runners.get(key)) is not None: return r
+  t0 = time.perf_counter()
   dev = Device[device]
   ren = renderer_for(device)
+  if DEBUG >= 3: print(f"kernel AST:\n{kernel!r}")
   linear = full_rewrite(kernel, ren)
-  name = kernel.arg.name if kernel.arg is not None else "kernel"
+  name = linear.arg.name if linear.arg is not None else "kernel"
   src = ren.render(name, linear)
   if DEBUG >= 4: print(src)
+  t1 = time.perf_counter()
   lib = dev.compiler.compile_cached(src) if dev.compiler is not None else src.encode()
-  r = _runners[key] = Runner(name, dev.runtime(name, lib))
+  r = _runners[key] = Runner(name, dev.runtime(name, lib), estimate(linear), launch_size(linear))
+  if DEBUG >= 1:
+    print(f"compiled {name} for {device}: codegen {(t1 - t0) * 1e3:.2f} ms, compile {(time.perf_counter() - t1) * 1e3:.2f} ms")
   return r
+
+
+def launch_size(linear: UOp) -> tuple[int, ...]:
+  """(number of core_id chunks,) from the kernel's SPECIAL, or (1,)."""
+  specials = [u for u in linear.src if u.op is Ops.SPECIAL]
+  return (specials[0].src[0].arg,) if specials else (1,)
+
+
+def _count(runner: Runner, device: str, t: float | None) -> None:
+  est = runner.estimates
+  GlobalCounters.kernel_count += 1
+  GlobalCounters.global_ops += est.flops
+  GlobalCounters.global_mem += est.mem_bytes
+  if t is not None: GlobalCounters.time_sum_s += t
+  if DEBUG >= 2 and t is not None:
+    rate = f"{est.flops / t * 1e-9:8.2f} GFLOPS {est.mem_bytes / t * 1e-9:8.2f} GB/s" if t > 0 else ""
+    print(f"*** {device:8s} {GlobalCounters.kernel_count:4d} {runner.name:30s} {t * 1e6:10.2f} us {rate}")
 
 
 def _kernel_device(params: tuple[UOp, ...], fallback: str) -> str:
@@ -139,7 +163,6 @@ def run_linear(linear: UOp, args: tuple[UOp, ...]) -> None:
       else: bufs.append(inter.setdefault(p.arg.slot, Buffer(device, p.shape[0], p.dtype)).ensure_allocated())
     runner = get_runner(kernel, device)
     t = runner.program(*bufs, global_size=runner.global_size, wait=DEBUG >= 2)
-    GlobalCounters.kernel_count += 1
-    if DEBUG >= 2: print(f"*** {device:8s} {GlobalCounters.kernel_count:4d} {runner.name:30s} {(t or 0) * 1e6:9.2f} us")
+    _count(runner, device, t)
     for slot, last in last_use.items():
       if last == i and slot >= nargs: inter.pop(slot, None)

@@ -15,7 +15,9 @@ from unigrad.dtype import DType, dtypes, from_bytes, from_numpy_name, to_bytes, 
 from unigrad.engine import realize as engine
 from unigrad.frontend.creation import CreationMixin
 from unigrad.frontend.elementwise import ElementwiseMixin
+from unigrad.frontend.gradient import GradientMixin, TensorMeta, detach_if_no_grad
 from unigrad.frontend.movement import MovementMixin
+from unigrad.frontend.random import RandomMixin
 from unigrad.frontend.reduce import ReduceMixin
 from unigrad.runtime.device import Device
 from unigrad.uop import Ops, UOp, sint
@@ -23,7 +25,8 @@ from unigrad.uop import Ops, UOp, sint
 all_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
 
 
-class Tensor(MovementMixin, ElementwiseMixin, ReduceMixin, CreationMixin):
+class Tensor(MovementMixin, ElementwiseMixin, ReduceMixin, GradientMixin, CreationMixin,
+             RandomMixin, metaclass=TensorMeta):
   """A lazy n-dimensional array. `Tensor([[1, 2], [3, 4]]) @ Tensor.ones(2, 2)`"""
 
   def __init__(self, data: Any, device: str | None = None, dtype: Any = None,
@@ -43,7 +46,7 @@ class Tensor(MovementMixin, ElementwiseMixin, ReduceMixin, CreationMixin):
     all_tensors.add(t)
     return t
 
-  def _wrap(self, u: UOp) -> Tensor: return Tensor._from_uop(u, self._device)
+  def _wrap(self, u: UOp) -> Tensor: return Tensor._from_uop(detach_if_no_grad(u), self._device)
 
   def _const(self, value: Any, dtype: DType) -> Tensor:
     return Tensor._from_uop(UOp.const(dtype, value), self._device)

@@ -125,6 +125,7 @@ class CRenderer(Renderer):
       st.emit(f"{STORAGE[u.dtype]} {st.names[u]}[{u.shape[0]}];")
     elif op is Ops.CONST: st.names[u] = c_const(u.arg, u.dtype)
     elif op is Ops.AFTER: st.names[u] = st.names[u.src[0]]
+    elif op is Ops.SPECIAL: st.names[u] = "core_id"  # the chunk index of a THREAD launch
     elif op is Ops.RANGE:
       st.names[u] = f"ridx{u.arg.id}"
       ct = C_TYPES[u.dtype]

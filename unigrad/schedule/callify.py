@@ -79,7 +79,8 @@ def callify(targets: list[UOp], devices: list[str]) -> CallifyResult:
       becomes[u] = u.src[0]
       continue
     buf = new_buffer(dev, u.dtype, tuple(as_shape(shape_uop(u.shape))))
-    stores.append(UOp(Ops.STORE, dtypes.void, (buf, u)))
+    value = u.src[0] if u.op is Ops.CONTIGUOUS else u  # the output buffer is the contiguous copy
+    stores.append(UOp(Ops.STORE, dtypes.void, (buf, value)))
     becomes[u] = buf
   sink = _materialize_contiguous(UOp(Ops.SINK, dtypes.void, tuple(stores)), devices[0], becomes)
   for u in sink.toposort():

@@ -29,6 +29,7 @@ VIEW_OPS = GroupOp.Movement
 class Kernel:
   """One kernel: its AST (over body PARAMs and intermediates) and what it reads and writes."""
   ast: UOp
+  key: UOp  # the realized node (or STORE) this kernel computes
   writes: UOp  # the PARAM written
   reads: set[UOp] = field(default_factory=set)  # PARAMs read
   deps: set[int] = field(default_factory=set)  # kernels whose results it reads (RAW)
@@ -74,19 +75,20 @@ def find_realizes(body: UOp) -> set[UOp]:
   """Which tensor-graph nodes become their own kernel (see the module docstring)."""
   realize: set[UOp] = set()
   roots = [s.src[1] for s in body.toposort() if s.op is Ops.STORE]
-  seen: set[tuple[UOp, bool]] = set()
-  stack = [(r, False) for r in roots]
+  seen: set[tuple[UOp, bool, bool]] = set()
+  stack = [(r, False, False) for r in roots]  # (node, under a broadcasting EXPAND, inside a REDUCE)
   while stack:
-    u, under = stack.pop()
-    if (u, under) in seen: continue
-    seen.add((u, under))
+    u, expanded, reduced = stack.pop()
+    if (u, expanded, reduced) in seen: continue
+    seen.add((u, expanded, reduced))
     if u.op is Ops.CONTIGUOUS: realize.add(u)
-    if under and u not in realize and (u.op is Ops.REDUCE or (u.op in GroupOp.ALU and _is_expensive(u, realize))):
+    if u not in realize and ((expanded or reduced) and u.op is Ops.REDUCE or
+                             expanded and u.op in GroupOp.ALU and _is_expensive(u, realize)):
       realize.add(u)
-      under = False
+    if u in realize: expanded, reduced = False, False
     if u.op in (Ops.PARAM, Ops.AFTER): continue
-    child_under = under or u.op is Ops.REDUCE or (u.op is Ops.EXPAND and _grows(u))
-    stack.extend((s, child_under) for s in u.src)
+    exp_child = expanded or (u.op is Ops.EXPAND and _grows(u))
+    stack.extend((s, exp_child, reduced or u.op is Ops.REDUCE) for s in u.src)
   return realize
 
 
@@ -175,7 +177,7 @@ def push_index(ctx: RangeifyCtx, ix: UOp) -> UOp | None:
   """INDEX(x, *idx) -> x's value at idx, one step closer to buffers and constants."""
   x, idx = ix.src[0], ix.src[1:]
   if x.op in (Ops.PARAM, Ops.BUFFER) or len(idx) != len(x.shape): return None
-  if x in ctx.realize and (ctx.current is None or x is not ctx.current.ast): return _read_realized(ctx, x, idx)
+  if x in ctx.realize and (ctx.current is None or x is not ctx.current.key): return _read_realized(ctx, x, idx)
   if x.op is Ops.CONST: return x
   if x.op is Ops.AFTER: return _read_after(ctx, x, idx)
   if x.op in VIEW_OPS:
@@ -233,7 +235,7 @@ pm_rangeify = PatternMatcher([
 def _build_kernel(ctx: RangeifyCtx, store: UOp, key: UOp) -> None:
   """Make the kernel computing `store` (a STORE into a buffer view) and register it."""
   target, value = store.src[0], store.src[1]
-  kernel = Kernel(ast=value, writes=_base_param(target))
+  kernel = Kernel(ast=value, key=key, writes=_base_param(target))
   saved = ctx.current
   ctx.current = kernel
   ctx.producer[key] = len(ctx.kernels)

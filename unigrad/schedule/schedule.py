@@ -12,7 +12,9 @@ from __future__ import annotations
 import heapq
 
 from unigrad.dtype import dtypes
-from unigrad.uop import KernelInfo, Ops, ParamArg, RangeArg, UOp
+from unigrad.knobs import SPEC
+from unigrad.uop import KernelInfo, Ops, ParamArg, RangeArg, UOp, spec_tensor
+from unigrad.uop.spec_kernel import spec_kernel
 from unigrad.schedule.rangeify import Kernel, rangeify
 
 
@@ -98,9 +100,11 @@ def kernel_name(ast: UOp) -> str:
 
 def create_schedule(body: UOp, nargs: int, device: str) -> UOp:
   """The LINEAR of kernel CALLs computing `body` (see the module docstring)."""
+  if SPEC >= 1: spec_tensor.verify(body)
   ctx = rangeify(body, nargs, device)
   calls = []
   for i in order_kernels(ctx.kernels):
     kernel, params = finalize_kernel(ctx.kernels[i].ast)
+    if SPEC >= 1: spec_kernel.verify(kernel)
     calls.append(UOp(Ops.CALL, dtypes.void, (kernel, *params)))
   return UOp(Ops.LINEAR, dtypes.void, tuple(calls))

@@ -47,24 +47,34 @@ def _sqrt(x: float) -> float:
   return math.sqrt(x)
 
 
-def _pow(a: float, b: float) -> float:
-  try: r = math.pow(a, b)
-  except OverflowError: return math.inf if a > 0 or float(b).is_integer() and b % 2 == 0 else -math.inf
+def _pow(a: Any, b: Any) -> Any:
+  """a**b: IEEE pow for floats; exact (then wrapped) for integers, like PyTorch."""
+  if not isinstance(a, float) and not isinstance(b, float): return _ipow(a, b)
+  odd = float(b).is_integer() and b % 2 == 1
+  if a == 0 and b < 0: return math.copysign(math.inf, a) if odd else math.inf
+  try: return math.pow(a, b)
+  except OverflowError: return -math.inf if a < 0 and odd else math.inf
   except ValueError: return math.nan
-  except ZeroDivisionError: return math.inf
-  return r
+
+
+def _ipow(a: int, b: int) -> int:
+  if b >= 0: return a ** b
+  if a == 1 or a == -1: return a ** (-b % 2 + 2)  # 1 stays 1; -1 keeps its sign for odd b
+  return 0  # |a| > 1 (or 0) to a negative power truncates to 0
 
 
 def _idiv(a: Any, b: Any) -> Any:
-  if isinstance(a, float) or isinstance(b, float): return math.floor(a / b) if b != 0 else _fdiv(a, b)
-  return 0 if b == 0 else a // b
+  """Floor division; Python's float // is torch.floor_divide's (inf // 2 is nan, 1 // 0.1 is 9)."""
+  if not isinstance(a, float) and not isinstance(b, float): return 0 if b == 0 else a // b
+  return _fdiv(a, b) if b == 0 else a // b
 
 
 def _mod(a: Any, b: Any) -> Any:
-  if isinstance(a, float) or isinstance(b, float):
-    if b == 0 or math.isinf(a): return math.nan
-    return a - math.floor(a / b) * b if not math.isinf(b) else (a if a * b >= 0 else b)
-  return 0 if b == 0 else a % b
+  """Floor modulo (the sign of b), like torch.remainder; integer x % 0 is 0."""
+  if not isinstance(a, float) and not isinstance(b, float): return 0 if b == 0 else a % b
+  if b == 0 or math.isnan(a) or math.isnan(b) or math.isinf(a): return math.nan
+  m = math.fmod(a, b)  # exact; then moved to b's side, and a zero keeps a's sign (not b's)
+  return m + b if m != 0 and (m < 0) != (b < 0) else m
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -79,19 +89,20 @@ def _cmod(a: int, b: int) -> int: return 0 if b == 0 else a - _cdiv(a, b) * b
 def _fdiv(a: Any, b: Any) -> float:
   if b == 0:
     if a == 0 or math.isnan(a): return math.nan
-    sign = math.copysign(1, a) * math.copysign(1, b) if isinstance(b, float) else math.copysign(1, a)
+    sign = math.copysign(1, a) * (math.copysign(1, b) if isinstance(b, float) else 1)
     return math.copysign(math.inf, sign)
   return a / b
 
 
 def _max(a: Any, b: Any) -> Any:
+  """max propagating nan; of equal values (0.0 and -0.0) the first, like torch.maximum on CPU."""
   if isinstance(a, float) and math.isnan(a): return a
-  return a if a > b else b
+  return a if a >= b else b
 
 
 def _trunc(x: Any) -> Any:
   if isinstance(x, float) and (math.isinf(x) or math.isnan(x)): return x
-  return float(math.trunc(x)) if isinstance(x, float) else x
+  return math.copysign(float(math.trunc(x)), x) if isinstance(x, float) else x
 
 
 def _shl(a: int, b: int) -> int: return a << b if 0 <= b < 64 else 0
@@ -137,11 +148,10 @@ PYTHON_ALU: dict[Ops, Callable[..., Any]] = {
 def exec_alu(op: Ops, dtype: DType, operands: tuple[Any, ...]) -> Any:
   """The result of `op` on Python scalars, held in `dtype`."""
   if dtype.count > 1:
-    lanes = [exec_alu(op, dtype.scalar(), tuple(x[i] if isinstance(x, tuple) else x for x in operands))
+    lanes = [tuple(x[i] if isinstance(x, tuple) else x for x in operands)
              for i in range(dtype.count)]
-    return tuple(lanes)
-  if dtypes.is_float(dtype) and op not in (Ops.CMPLT, Ops.CMPNE, Ops.WHERE):
-    operands = tuple(float(x) if not isinstance(x, bool) else float(x) for x in operands)
+    return tuple(exec_alu(op, dtype.scalar(), xs) for xs in lanes)
+  if dtypes.is_float(dtype) and op is not Ops.WHERE: operands = tuple(map(float, operands))
   return truncate(dtype, PYTHON_ALU[op](*operands))
 
 

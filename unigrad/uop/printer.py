@@ -9,12 +9,13 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from unigrad.uop.ops import InvalidType, Ops, RangeArg
+from unigrad.uop.ops import Ops, RangeArg
 
 if TYPE_CHECKING:
   from unigrad.uop.uop import UOp
 
 MAX_INDENT = 40
+NEST_LEVELS = 32
 
 
 def arg_repr(arg: Any) -> str:
@@ -34,16 +35,29 @@ def _head(u: UOp) -> str:
 
 
 def pyrender(root: UOp) -> str:
-  """Python source that rebuilds `root`; shared nodes appear once."""
-  topo = root.toposort()
+  """Python source that rebuilds `root`; shared nodes appear once.
+
+  A graph deeper than NEST_LEVELS is cut into bands of NEST_LEVELS levels (by height above the
+  leaves) so that Python's parser, which allows 200 nested parentheses, can read it back: the
+  top node of each lower band is defined first, in `(x7:=UOp(...), ..., root)[-1]`."""
+  topo = list(root.toposort())
   consumers: dict[UOp, int] = {}
+  height: dict[UOp, int] = {}
   for u in topo:
+    height[u] = 1 + max((height[s] for s in u.src), default=-1)
     for s in u.src: consumers[s] = consumers.get(s, 0) + 1
-  names = {u: f"x{i}" for i, u in enumerate(topo) if consumers.get(u, 0) > 1}
-  out: list[str] = []
+  cut = {s for u in topo for s in u.src if height[s] // NEST_LEVELS != height[u] // NEST_LEVELS}
+  names = {u: f"x{i}" for i, u in enumerate(topo) if consumers.get(u, 0) > 1 or u in cut}
   emitted: set[UOp] = set()
+  parts = [_emit(u, names, emitted) for u in topo if u in cut] + [_emit(root, names, emitted)]
+  return parts[0] if len(parts) == 1 else "(" + ",\n".join(parts) + ")[-1]"
+
+
+def _emit(top: UOp, names: dict[UOp, str], emitted: set[UOp]) -> str:
+  """`top` as nested UOp(...) calls; nodes in `emitted` (printed before) appear by name."""
+  out: list[str] = []
   # each item: a node to open at a depth, or a closing string
-  stack: list[tuple[UOp | str, int]] = [(root, 0)]
+  stack: list[tuple[UOp | str, int]] = [(top, 0)]
   while stack:
     item, depth = stack.pop()
     pad = " " * min(depth, MAX_INDENT)
@@ -73,10 +87,10 @@ _INFIX = {Ops.ADD: "+", Ops.MUL: "*", Ops.IDIV: "//", Ops.MOD: "%", Ops.CMPLT: "
 
 def _render_one(u: UOp, s: list[str]) -> str:
   op = u.op
-  if op is Ops.CONST: return "Invalid" if isinstance(u.arg, InvalidType) else arg_repr(u.arg)
-  if op is Ops.VCONST: return arg_repr(u.arg)
+  if op in (Ops.CONST, Ops.VCONST): return repr(u.arg)
   if op is Ops.RANGE and isinstance(u.arg, RangeArg): return f"r{u.arg.id}"
   if op is Ops.PARAM: return u.arg.name if u.arg.name else f"param{u.arg.slot}"
+  if op is Ops.BUFFER: return f"buf{u.arg.slot}"
   if op is Ops.SPECIAL: return str(u.arg)
   if op in _INFIX: return f"({s[0]}{_INFIX[op]}{s[1]})"
   if op is Ops.WHERE: return f"({s[1]} if {s[0]} else {s[2]})"

@@ -7,6 +7,10 @@ Modes (the names follow draft 002; the sink is drawn at the bottom, so "bottom-u
   repeated until it stops changing; then the node's sources are processed.
 - `bottom_up=True`: `pm` is used as that pre-pass (and there is no post-order pass).
 Every node is processed at most once per call (a memo maps original to final node).
+
+A rule loop is an error (RewriteError): a node rewritten back to one whose rewrite is still in
+progress, a pre-pass that does not settle in BPM_LOOP_LIMIT steps, or rewrites nesting deeper than
+REWRITE_STACK_LIMIT pending nodes (a loop that keeps building new nodes).
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ if TYPE_CHECKING:
   from unigrad.uop.uop import UOp
 
 BPM_LOOP_LIMIT = 1000
+_CALLS = (Ops.FUNCTION, Ops.CALL)
 _DESCEND, _REBUILD, _LINK = 0, 1, 2
 
 
@@ -33,13 +38,28 @@ def _rewriter(pm: PatternMatcher | None) -> Callable[[UOp, Any], Any] | None:
   return pm.rewrite_tracked if (active_traces or TRACK_MATCH_STATS) else pm.rewrite
 
 
+def _not_a_uop(r: Any, u: UOp) -> RewriteError:
+  return RewriteError(f"a rule returned {type(r).__name__}, not a UOp, for {u.op!r}")
+
+
+def _too_deep(name: str | None, limit: int) -> RewriteError:
+  return RewriteError(f"graph_rewrite{' ' + name if name else ''}: more than {limit} nodes pending "
+                      "(a rule loop? REWRITE_STACK_LIMIT raises the limit)")
+
+
+def _cycle(name: str | None, u: UOp) -> RewriteError:
+  return RewriteError(f"graph_rewrite{' ' + name if name else ''}: {u.op!r} was rewritten to a "
+                      "node whose own rewrite is still in progress (a rule loop)")
+
+
 def _fixed_point(fn: Callable[[UOp, Any], Any], u: UOp, ctx: Any) -> UOp:
   for _ in range(BPM_LOOP_LIMIT):
     r = fn(u, ctx)
     if r is None: return u
-    if not hasattr(r, "op"): raise RewriteError(f"a rule returned {type(r).__name__}, not a UOp, for {u.op!r}")
+    if not hasattr(r, "op"): raise _not_a_uop(r, u)
     u = r
-  raise RewriteError(f"pre-order rewrite of {u.op!r} did not reach a fixed point in {BPM_LOOP_LIMIT} steps")
+  raise RewriteError(f"pre-order rewrite of {u.op!r} did not reach a fixed point in "
+                     f"{BPM_LOOP_LIMIT} steps (a rule loop?)")
 
 
 def graph_rewrite(sink: UOp, pm: PatternMatcher | None, ctx: Any = None, bottom_up: bool = False,
@@ -56,33 +76,37 @@ def graph_rewrite(sink: UOp, pm: PatternMatcher | None, ctx: Any = None, bottom_
   busy: set[UOp] = set()
   limit = int(REWRITE_STACK_LIMIT)
   stack: list[tuple[UOp, int, UOp | None]] = [(sink, _DESCEND, None)]
+  push, pop = stack.append, stack.pop
   while stack:
-    if len(stack) > limit: raise RewriteError(f"graph_rewrite{' ' + name if name else ''}: stack over {limit}")
-    n, stage, other = stack.pop()
+    n, stage, other = pop()
     if stage == _DESCEND:
       if n in memo or n in busy: continue
-      new = _fixed_point(pre, n, ctx) if pre is not None else n
       busy.add(n)
+      new = _fixed_point(pre, n, ctx) if pre is not None else n
       if new is not n:
-        stack.append((n, _LINK, new))
-        stack.append((new, _DESCEND, None))
+        if len(stack) > limit: raise _too_deep(name, limit)
+        if new in busy: raise _cycle(name, n)
+        push((n, _LINK, new))
+        push((new, _DESCEND, None))
         continue
-      stack.append((n, _REBUILD, None))
-      skip_body = not enter_calls and n.op in (Ops.FUNCTION, Ops.CALL)
-      stack.extend((s, _DESCEND, None) for s in (n.src[1:] if skip_body else n.src) if s not in memo)
+      push((n, _REBUILD, None))
+      srcs = n.src[1:] if not enter_calls and n.op in _CALLS else n.src
+      stack += [(s, _DESCEND, None) for s in srcs if s not in memo]
     elif stage == _REBUILD:
-      new_src = tuple(memo.get(s, s) for s in n.src)
-      x = n if all(a is b for a, b in zip(new_src, n.src)) else n.replace(src=new_src)
+      src = n.src
+      new_src = tuple(map(memo.get, src, src))
+      x = n if new_src == src else type(n)(n.op, n.dtype, new_src, n.arg, n.tag)
       r = post(x, ctx) if post is not None else None
       if r is None:
         memo[n] = x
         busy.discard(n)
         continue
-      if not hasattr(r, "op"): raise RewriteError(f"a rule returned {type(r).__name__}, not a UOp, for {n.op!r}")
-      stack.append((n, _LINK, r))
-      stack.append((r, _DESCEND, None))
+      if not hasattr(r, "op"): raise _not_a_uop(r, n)
+      if len(stack) > limit: raise _too_deep(name, limit)
+      if r in busy: raise _cycle(name, n)
+      push((n, _LINK, r))
+      push((r, _DESCEND, None))
     else:
-      assert other is not None
       memo[n] = memo.get(other, other)
       busy.discard(n)
   return memo.get(sink, sink)

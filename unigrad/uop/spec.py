@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from unigrad.dtype import DType, dtypes
+from unigrad.dtype import DType, dtypes, truncate
 from unigrad.uop.ops import ARITY, GroupOp, InvalidType, Ops, ParamArg, ReduceArg
 from unigrad.uop.properties import derive_dtype
 
@@ -27,7 +27,8 @@ class SpecError(TypeError, ValueError):
 
   def __init__(self, stage: str, node: UOp, rule: str, message: str) -> None:
     self.stage, self.node, self.rule = stage, node, rule
-    super().__init__(f"{stage}: {node.op.name} breaks rule '{rule}': {message}\n  node: {short_repr(node)}")
+    super().__init__(f"{stage}: {node.op.name} breaks rule '{rule}': {message}\n"
+                     f"  node: {short_repr(node)}")
 
 
 def short_repr(u: UOp) -> str:
@@ -51,25 +52,32 @@ class Spec:
   def verify_node(self, u: UOp) -> None:
     rules = self.checks.get(u.op)
     if rules is None:
-      raise SpecError(self.stage, u, "allowed ops", f"{u.op.name} may not appear in the {self.stage} stage")
+      msg = f"{u.op.name} may not appear in the {self.stage} stage"
+      raise SpecError(self.stage, u, "allowed ops", msg)
     for rule, check in ((("stored dtype", _check_dtype),) + rules):
       try: msg = check(u)
-      except (ValueError, TypeError, IndexError, AttributeError) as e: msg = f"{type(e).__name__}: {e}"
+      except (ValueError, TypeError, IndexError, AttributeError) as e:
+        msg = f"{type(e).__name__}: {e}"
       if msg is not None: raise SpecError(self.stage, u, rule, msg)
 
 
 # ---- generic checks ----
 
+# ops whose dtype is whatever the constructor was given
+EXPLICIT_DTYPE = frozenset({Ops.CONST, Ops.VCONST, Ops.CAST, Ops.BITCAST, Ops.SOURCE, Ops.CUSTOM,
+                            Ops.INS, Ops.LOAD})
+
+
 def _check_dtype(u: UOp) -> str | None:
-  if u.op in (Ops.CONST, Ops.VCONST, Ops.CAST, Ops.BITCAST, Ops.SOURCE, Ops.CUSTOM, Ops.INS, Ops.LOAD):
-    return None
+  if u.op in EXPLICIT_DTYPE: return None
   want = derive_dtype(u.op, u.src, u.arg)
   return None if want == u.dtype else f"stored dtype {u.dtype!r}, derived {want!r}"
 
 
 def nsrc(*counts: int) -> Check:
   def check(u: UOp) -> str | None:
-    return None if len(u.src) in counts else f"takes {' or '.join(map(str, counts))} source(s), got {len(u.src)}"
+    if len(u.src) in counts: return None
+    return f"takes {' or '.join(map(str, counts))} source(s), got {len(u.src)}"
   return check
 
 
@@ -92,6 +100,15 @@ def src_is_shape(*idx: int) -> Check:
   return check
 
 
+def sizes_at(i: int) -> Check:
+  """Source `i` holds sizes: its static entries are >= 0."""
+  def check(u: UOp) -> str | None:
+    s = u.src[i]
+    if s.op is not Ops.VCONST or all(d >= 0 for d in s.arg): return None
+    return f"negative size in {s.arg}"
+  return check
+
+
 def has_shape(u: UOp) -> str | None:
   return None if u.shape is not None else "has no derivable shape"
 
@@ -101,11 +118,13 @@ def has_shape(u: UOp) -> str | None:
 def _same_dtypes(u: UOp) -> str | None:
   srcs = u.src[1:] if u.op is Ops.WHERE else u.src
   dts = {s.dtype for s in srcs}
-  return None if len(dts) == 1 else f"sources must share a dtype, got {sorted(dt.name for dt in dts)}"
+  if len(dts) == 1: return None
+  return f"sources must share a dtype, got {sorted(dt.name for dt in dts)}"
 
 
 def _where_cond(u: UOp) -> str | None:
-  return None if u.src[0].dtype.scalar() == dtypes.bool else f"condition must be bool, got {u.src[0].dtype!r}"
+  if u.src[0].dtype.scalar() == dtypes.bool: return None
+  return f"condition must be bool, got {u.src[0].dtype!r}"
 
 
 def _int_or_bool(u: UOp) -> str | None:
@@ -130,29 +149,59 @@ def _bitcast_size(u: UOp) -> str | None:
   return f"cannot reinterpret {u.src[0].dtype!r} as {u.dtype!r}: the byte count changes"
 
 
+def _value_dtype(u: UOp) -> str | None:
+  ok = u.dtype.scalar() != dtypes.void and u.dtype is u.dtype.base
+  return None if ok else f"cannot {u.op.name.lower()} to {u.dtype!r}: not a value dtype"
+
+
+INT_ONLY = frozenset({Ops.XOR, Ops.OR, Ops.AND, Ops.SHL, Ops.SHR, Ops.IDIV, Ops.CDIV, Ops.CMOD,
+                      Ops.THREEFRY})
+FLOAT_ONLY = frozenset({Ops.RECIP, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.DIV})
+
+
 def _elementwise_checks(op: Ops) -> tuple[tuple[str, Check], ...]:
   rules: list[tuple[str, Check]] = [("arity", _arity)]
   if op is Ops.WHERE: rules += [("bool condition", _where_cond)]
   if op in GroupOp.Binary or op in GroupOp.Ternary: rules += [("matching dtypes", _same_dtypes)]
-  if op in (Ops.XOR, Ops.OR, Ops.AND, Ops.SHL, Ops.SHR, Ops.IDIV, Ops.CDIV, Ops.CMOD, Ops.THREEFRY):
-    rules += [("integer operands", _int_or_bool)]
-  if op in (Ops.RECIP, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.DIV):
-    rules += [("float dtype", _float_only)]
+  if op in INT_ONLY: rules += [("integer operands", _int_or_bool)]
+  if op in FLOAT_ONLY: rules += [("float dtype", _float_only)]
+  if op in (Ops.CAST, Ops.BITCAST): rules += [("value dtype", _value_dtype)]
   if op is Ops.BITCAST: rules += [("byte size", _bitcast_size)]
   return tuple(rules + [("broadcastable shapes", has_shape)])
 
 
 # ---- sources and movement ----
 
+def value_fits(dt: DType, a: object) -> bool:
+  """`a` is a Python value a `dt` register holds exactly (bool, in-range int, rounded float)."""
+  if dt == dtypes.bool: return isinstance(a, bool)
+  if dtypes.is_int(dt): return type(a) is int and dt.min <= a <= dt.max
+  if dtypes.is_float(dt):
+    return isinstance(a, float) and (math.isnan(a) or truncate(dt, a) == a)
+  return False
+
+
 def _const_arg(u: UOp) -> str | None:
   a, dt = u.arg, u.dtype
   if isinstance(a, InvalidType): return None if dt == dtypes.index else "Invalid is an index value"
   if dt.count > 1: return f"CONST is scalar, got the vector dtype {dt!r}: use STACK"
-  if dt == dtypes.bool: ok = isinstance(a, bool)
-  elif dtypes.is_int(dt): ok = isinstance(a, int) and not isinstance(a, bool) and dt.min <= a <= dt.max
-  elif dtypes.is_float(dt): ok = isinstance(a, float)
-  else: ok = False
-  return None if ok else f"value {a!r} ({type(a).__name__}) does not fit {dt!r}"
+  if value_fits(dt, a): return None
+  return f"value {a!r} ({type(a).__name__}) does not fit {dt!r}: build it with UOp.const"
+
+
+def _vconst_arg(u: UOp) -> str | None:
+  if not isinstance(u.arg, tuple): return f"arg must be a tuple of values, got {u.arg!r}"
+  bad = [a for a in u.arg if not value_fits(u.dtype.scalar(), a)]
+  return f"values {bad} do not fit {u.dtype.scalar()!r}" if bad else None
+
+
+def _param_bounds(u: UOp) -> str | None:
+  if len(u.src) == 1: return None
+  if u.src[0].op is not Ops.VCONST or u.src[0].arg != (): return "a bounded PARAM has shape ()"
+  lo, hi = u.src[1], u.src[2]
+  if lo.shape != () or hi.shape != () or lo.dtype != u.dtype or hi.dtype != u.dtype:
+    return f"bounds must be ()-shaped {u.dtype!r} values"
+  return None if lo.vmin <= hi.vmax else f"empty bounds [{lo.vmin}, {hi.vmax}]"
 
 
 def _param_dtype(u: UOp) -> str | None:
@@ -179,7 +228,8 @@ def _expand_rule(u: UOp) -> str | None:
 
 def _permute_rule(u: UOp) -> str | None:
   n = len(u.src[0].shape)
-  return None if sorted(u.arg) == list(range(n)) else f"{u.arg} is not a permutation of {n} axes"
+  ok = all(type(a) is int for a in u.arg) and sorted(u.arg) == list(range(n))
+  return None if ok else f"{u.arg} is not a permutation of {n} axes"
 
 
 def _flip_rule(u: UOp) -> str | None:
@@ -207,8 +257,28 @@ def _reduce_rule(u: UOp) -> str | None:
   return f"axes {bad} out of range for {n} dims" if bad else None
 
 
+def _index_rule(u: UOp) -> str | None:
+  bad = [i for i, s in enumerate(u.src[1:], 1) if not dtypes.is_int(s.dtype)]
+  return f"indices {bad} must be integers, got {[u.src[i].dtype for i in bad]}" if bad else None
+
+
+def _stack_rule(u: UOp) -> str | None:
+  if len({s.dtype for s in u.src}) > 1: return "sources must share a dtype"
+  shapes = [s.shape for s in u.src]
+  if all(s == shapes[0] for s in shapes): return None
+  return f"sources must share a shape, got {shapes}"
+
+
+def _axes_rule(u: UOp) -> str | None:
+  n = len(u.src[0].shape)
+  ok = isinstance(u.arg, tuple) and all(type(a) is int and 0 <= a < n for a in u.arg)
+  return None if ok else f"arg must be a tuple of axes of {n} dims, got {u.arg!r}"
+
+
 def _store_rule(u: UOp) -> str | None:
   if len(u.src) == 3 and u.src[2].dtype != dtypes.bool: return "the gate must be bool"
+  if u.src[0].dtype != u.src[1].dtype:
+    return f"buffer dtype {u.src[0].dtype!r} differs from value dtype {u.src[1].dtype!r}"
   a, b = u.src[0].shape, u.src[1].shape
   return None if a == b else f"buffer shape {a} differs from value shape {b}"
 
@@ -224,32 +294,42 @@ def _gettuple_rule(u: UOp) -> str | None:
   return None if ok else f"index {u.arg!r} out of range for {len(f.src[0].src)} results"
 
 
-def _dtype_is(dt: DType) -> Check: return lambda u: None if u.dtype == dt else f"dtype must be {dt!r}"
+def _dtype_is(dt: DType) -> Check:
+  return lambda u: None if u.dtype == dt else f"dtype must be {dt!r}"
 
 
 _SHAPE1 = (("sources", nsrc(1)), ("shape", has_shape))
 _tensor_checks: dict[Ops, tuple[tuple[str, Check], ...]] = {
   Ops.CONST: (("sources", nsrc(0)), ("value fits dtype", _const_arg)),
-  Ops.VCONST: (("sources", nsrc(0)), ("tuple arg", arg_is(tuple, "a tuple of values"))),
+  Ops.VCONST: (("sources", nsrc(0)), ("values fit dtype", _vconst_arg)),
   Ops.BINARY: (("sources", nsrc(0)), ("bytes arg", arg_is(bytes, "bytes"))),
-  Ops.BUFFER: (("sources", nsrc(1)), ("ParamArg", _param_dtype), ("shape", src_is_shape(0))),
-  Ops.PARAM: (("sources", nsrc(1, 3)), ("ParamArg", _param_dtype), ("shape", src_is_shape(0))),
+  Ops.BUFFER: (("sources", nsrc(1)), ("ParamArg", _param_dtype), ("shape", src_is_shape(0)),
+               ("sizes", sizes_at(0))),
+  Ops.PARAM: (("sources", nsrc(1, 3)), ("ParamArg", _param_dtype), ("shape", src_is_shape(0)),
+              ("sizes", sizes_at(0)), ("bounds", _param_bounds)),
   Ops.BUFFER_VIEW: (("sources", nsrc(1)),),
-  Ops.RESHAPE: (("sources", nsrc(2)), ("shape", src_is_shape(1)), ("same size", _reshape_size)),
-  Ops.EXPAND: (("sources", nsrc(2)), ("shape", src_is_shape(1)), ("broadcast", _expand_rule)),
-  Ops.PERMUTE: (("sources", nsrc(1)), ("tuple arg", arg_is(tuple, "a tuple of axes")), ("permutation", _permute_rule)),
-  Ops.FLIP: (("sources", nsrc(1)), ("tuple arg", arg_is(tuple, "a tuple of bools")), ("flags", _flip_rule)),
-  Ops.PAD: (("sources", nsrc(3)), ("shape", src_is_shape(1, 2)), ("fits", _pad_shrink_rule)),
-  Ops.SHRINK: (("sources", nsrc(3)), ("shape", src_is_shape(1, 2)), ("fits", _pad_shrink_rule)),
-  Ops.INDEX: (("sources", min_src(1)), ("shape", has_shape)),
-  Ops.STACK: (("sources", min_src(1)), ("shape", has_shape)),
-  Ops.REPLICATED: _SHAPE1,
+  Ops.RESHAPE: (("sources", nsrc(2)), ("shape", src_is_shape(1)), ("sizes", sizes_at(1)),
+                ("same size", _reshape_size)),
+  Ops.EXPAND: (("sources", nsrc(2)), ("shape", src_is_shape(1)), ("sizes", sizes_at(1)),
+               ("broadcast", _expand_rule)),
+  Ops.PERMUTE: (("sources", nsrc(1)), ("tuple arg", arg_is(tuple, "a tuple of axes")),
+                ("permutation", _permute_rule)),
+  Ops.FLIP: (("sources", nsrc(1)), ("tuple arg", arg_is(tuple, "a tuple of bools")),
+             ("flags", _flip_rule)),
+  Ops.PAD: (("sources", nsrc(3)), ("shape", src_is_shape(1, 2)), ("sizes", sizes_at(2)),
+            ("fits", _pad_shrink_rule)),
+  Ops.SHRINK: (("sources", nsrc(3)), ("shape", src_is_shape(1, 2)), ("sizes", sizes_at(2)),
+               ("fits", _pad_shrink_rule)),
+  Ops.INDEX: (("sources", min_src(1)), ("integer indices", _index_rule), ("shape", has_shape)),
+  Ops.STACK: (("sources", min_src(1)), ("same shapes", _stack_rule), ("shape", has_shape)),
+  Ops.REPLICATED: (*_SHAPE1, ("axes", _axes_rule)),
   Ops.REDUCE: (("sources", nsrc(1)), ("ReduceArg", _reduce_rule)),
   Ops.FUNCTION: (("sources", min_src(1)), ("TUPLE body", _function_body)),
   Ops.CALL: (("sources", min_src(1)),),
   Ops.TUPLE: (),
   Ops.GETTUPLE: (("sources", nsrc(1)), ("index", _gettuple_rule)),
-  Ops.COPY: (("sources", nsrc(1)), ("device arg", arg_is((str, tuple), "a device name or tuple"))),
+  Ops.COPY: (("sources", nsrc(1)),
+             ("device arg", arg_is((str, tuple), "a device name or tuple of names"))),
   Ops.STORE: (("sources", nsrc(2, 3)), ("void", _dtype_is(dtypes.void)), ("shapes", _store_rule)),
   Ops.AFTER: (("sources", min_src(1)),),
   Ops.GROUP: (("void", _dtype_is(dtypes.void)),),

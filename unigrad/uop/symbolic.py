@@ -90,40 +90,61 @@ def linear_terms(u: UOp) -> tuple[dict[UOp, int], int]:
     elif x.op is Ops.MUL and (v := int_const(x.src[1])) is not None: stack.append((x.src[0], c * v))
     elif x.op is Ops.MUL and (v := int_const(x.src[0])) is not None: stack.append((x.src[1], c * v))
     else: terms[x] = terms.get(x, 0) + c
-  return _recombine_divmod(terms), const
+  return _recombine_divmod(terms, const)
 
 
-def _recombine_divmod(terms: dict[UOp, int]) -> dict[UOp, int]:
-  """(x//c)*(a*c) + (x%c)*a -> x*a, repeatedly."""
-  changed = True
-  while changed:
-    changed = False
-    for t, a in list(terms.items()):
-      if t.op is not Ops.MOD or (c := int_const(t.src[1])) is None or c <= 0: continue
-      q = t.src[0].alu(Ops.IDIV, c)
-      if terms.get(q) != a * c: continue
-      del terms[t], terms[q]
-      sub, k = linear_terms(t.src[0])
-      if k: continue  # a constant inside x: leave this pair alone
-      for s, b in sub.items(): terms[s] = terms.get(s, 0) + a * b
-      changed = True
-      break
-  return {t: a for t, a in terms.items() if a != 0}
+def _recombine_divmod(terms: dict[UOp, int], const: int) -> tuple[dict[UOp, int], int]:
+  """(x//c)*(a*c) + (x%c)*a -> x*a, repeatedly (x's own constant joins the sum's)."""
+  while (pair := _divmod_pair(terms)) is not None:
+    m, q, a = pair
+    del terms[m], terms[q]
+    sub, k = linear_terms(m.src[0])
+    for s, b in sub.items(): terms[s] = terms.get(s, 0) + a * b
+    const += a * k
+  return {t: a for t, a in terms.items() if a != 0}, const
+
+
+def _divmod_pair(terms: dict[UOp, int]) -> tuple[UOp, UOp, int] | None:
+  """A term x%c with coefficient a whose x//c is also a term, with coefficient a*c."""
+  divs = {(t.src[0], c): t for t in terms if t.op is Ops.IDIV and (c := int_const(t.src[1]))}
+  if not divs: return None
+  for t, a in terms.items():
+    if t.op is not Ops.MOD or (c := int_const(t.src[1])) is None: continue
+    if (q := divs.get((t.src[0], c))) is not None and terms[q] == a * c: return t, q, a
+  return None
 
 
 def build_linear(like: UOp, terms: dict[UOp, int], const: int) -> UOp:
   """sum(coeff * term) + const in canonical order, with `like`'s dtype."""
   out: UOp | None = None
-  for t, c in sorted(terms.items(), key=lambda tc: order_key(tc[0])):
-    if c == 0: continue
+  for t, c in _sorted_terms(terms):
     e = t if c == 1 else t.alu(Ops.MUL, c)
     out = e if out is None else out.alu(Ops.ADD, e)
   if out is None: return like.const_like(const)
   return out if const == 0 else out.alu(Ops.ADD, const)
 
 
+def _sorted_terms(terms: dict[UOp, int]) -> list[tuple[UOp, int]]:
+  return sorted(((t, c) for t, c in terms.items() if c != 0), key=lambda tc: order_key(tc[0]))
+
+
+def is_built_linear(x: UOp, items: list[tuple[UOp, int]], const: int) -> bool:
+  """True when `x` is already what build_linear makes of `items` and `const` (no nodes built)."""
+  if const != 0:
+    if x.op is not Ops.ADD or int_const(x.src[1]) != const: return False
+    x = x.src[0]
+  for i in range(len(items) - 1, -1, -1):
+    if i and x.op is not Ops.ADD: return False
+    e, (t, c) = (x.src[1] if i else x), items[i]
+    if not (e is t if c == 1 else e.op is Ops.MUL and e.src[0] is t and int_const(e.src[1]) == c):
+      return False
+    if i: x = x.src[0]
+  return bool(items)
+
+
 def canonical_sum(x: UOp) -> UOp | None:
   terms, const = linear_terms(x)
+  if is_built_linear(x, _sorted_terms(terms), const): return None
   return build_linear(x, terms, const)
 
 
@@ -133,18 +154,38 @@ def distribute_mul(x: UOp, c: UOp) -> UOp | None:
   return build_linear(x, terms, const)
 
 
-# ---- div and mod by a positive constant ----
+# ---- div and mod by a constant ----
+
+def negatable(x: UOp) -> bool:
+  """True when -x cannot overflow x's dtype."""
+  return x.dtype == dtypes.index or x.vmin > x.dtype.min
+
+
+def fits(like: UOp, v: int) -> bool:
+  """True when the constant v is held exactly by like's dtype."""
+  return like.const_like(v).arg == v
+
 
 def fold_idiv(x: UOp, d: UOp) -> UOp | None:
+  """(a*c+y)//c -> a + y//c (y//c folded when bounded, common factors divided out);
+  x//-c is (-x)//c."""
   c = int_const(d)
-  if c is None or c <= 0 or not no_overflow(x): return None
+  if c is None or c == 0 or not no_overflow(x): return None
   if c == 1: return x
   terms, k = linear_terms(x)
+  if c > 0: return _split_div(x, terms, k, c)
+  if not negatable(x): return None
+  return _split_div(x, {t: -a for t, a in terms.items()}, -k, -c)
+
+
+def _split_div(x: UOp, terms: dict[UOp, int], k: int, c: int) -> UOp | None:
+  """(sum(a*t) + k) // c for c > 0, or None when nothing folds."""
   quot = {t: a // c for t, a in terms.items() if a % c == 0}
   rem = {t: a for t, a in terms.items() if a % c != 0}
   qk, rk = divmod(k, c)
   g = math.gcd(c, rk, *rem.values())
   r = build_linear(x, rem, rk)
+  if not no_overflow(r): return None
   if r.vmin // c == r.vmax // c: rdiv = x.const_like(r.vmin // c)
   elif g > 1: rdiv = build_linear(x, {t: a // g for t, a in rem.items()}, rk // g).alu(Ops.IDIV, c // g)
   elif not quot and not qk: return None
@@ -153,23 +194,35 @@ def fold_idiv(x: UOp, d: UOp) -> UOp | None:
 
 
 def fold_mod(x: UOp, d: UOp) -> UOp | None:
+  """(a*c+y)%c -> y%c (folded when y is bounded, common factors divided out);
+  x%-c is -((-x)%c) when that folds."""
   c = int_const(d)
-  if c is None or c <= 0 or not no_overflow(x): return None
-  if c == 1: return x.const_like(0)
+  if c is None or c == 0 or not no_overflow(x): return None
+  if c in (1, -1): return x.const_like(0)
   terms, k = linear_terms(x)
+  if c > 0: return _split_mod(x, terms, k, c)
+  if not negatable(x): return None
+  r = _split_mod(x, {t: -a for t, a in terms.items()}, -k, -c)
+  return None if r is None or r.op in (Ops.MOD, Ops.MUL) else r.alu(Ops.MUL, -1)
+
+
+def _split_mod(x: UOp, terms: dict[UOp, int], k: int, c: int) -> UOp | None:
+  """(sum(a*t) + k) % c for c > 0: a bounded remainder folded, common factors divided out."""
   rem = {t: a % c for t, a in terms.items() if a % c != 0}
   r = build_linear(x, rem, k % c)
+  if not no_overflow(r): return None
   if 0 <= r.vmin and r.vmax < c: return r
   if r.vmin // c == r.vmax // c: return r.alu(Ops.ADD, -(r.vmin // c) * c)
   g = math.gcd(c, k % c, *rem.values())
-  if g > 1: return build_linear(x, {t: a // g for t, a in rem.items()}, (k % c) // g).alu(Ops.MOD, c // g).alu(Ops.MUL, g)
-  return r.alu(Ops.MOD, c)
+  if g == 1: return r.alu(Ops.MOD, c)
+  inner = build_linear(x, {t: a // g for t, a in rem.items()}, (k % c) // g)
+  return inner.alu(Ops.MOD, c // g).alu(Ops.MUL, g)
 
 
 def fold_nested_div(x: UOp, a: UOp, b: UOp) -> UOp | None:
   """(x//a)//b -> x//(a*b) for positive a, b."""
   ca, cb = int_const(a), int_const(b)
-  if ca is None or cb is None or ca <= 0 or cb <= 0: return None
+  if ca is None or cb is None or ca <= 0 or cb <= 0 or not fits(x, ca * cb): return None
   return x.alu(Ops.IDIV, ca * cb)
 
 
@@ -193,15 +246,15 @@ def fold_cmplt(x: UOp, d: UOp) -> UOp | None:
   """sum(a*t) + k < c  ->  sum((a/g)*t) < ceil((c-k)/g), g the gcd of the coefficients."""
   c = int_const(d)
   if c is None or not no_overflow(x): return None
-  if x.op is Ops.IDIV and (dv := int_const(x.src[1])) is not None and dv > 0 and no_overflow(x.src[0]):
+  if x.op is Ops.IDIV and (dv := int_const(x.src[1])) is not None and dv > 0 \
+     and no_overflow(x.src[0]) and fits(x, c * dv):
     return x.src[0].alu(Ops.CMPLT, c * dv)  # x//d < c  <=>  x < c*d
   terms, k = linear_terms(x)
   if not terms: return None
   g = math.gcd(*terms.values())
   if k == 0 and g == 1: return None
-  g = abs(g) if all(a > 0 for a in terms.values()) else 1
-  if k == 0 and g == 1: return None
   lhs = build_linear(x, {t: a // g for t, a in terms.items()}, 0)
+  if not no_overflow(lhs): return None
   return lhs.alu(Ops.CMPLT, -((k - c) // g))
 
 
@@ -251,6 +304,7 @@ pm_fold_constants = PatternMatcher([
 ])
 
 _x, _y, _c = UPat.var("x"), UPat.var("y"), UPat.cvar("c")
+_a, _b, _d, _m = UPat.cvar("a"), UPat.cvar("b"), UPat.cvar("d"), UPat.cvar("m")
 _int = INT_LIKE
 
 pm_identities = PatternMatcher([
@@ -275,7 +329,7 @@ pm_identities = PatternMatcher([
   (UPat(Ops.CMPNE, src=(UPat.var("x", dtypes.bool), UPat.const(dtypes.bool, False))), lambda x: x),  # x!=False -> x
   (UPat(Ops.WHERE, src=(UPat.var(), _x, _x)), lambda x: x),  # where(c,x,x) -> x
   (UPat(Ops.WHERE, src=(UPat(Ops.CMPNE, src=(UPat.var("c"), UPat.const(dtypes.bool, True))), _x, _y)),
-   lambda c, x, y: c.where(y, x)),  # where(!c,x,y) -> where(c,y,x)
+   lambda c, x, y: None if is_invalid(y) else c.where(y, x)),  # where(!c,x,y) -> where(c,y,x)
   (UPat(Ops.WHERE, dtypes.bool, src=(UPat.var("c"), UPat.const(dtypes.bool, True), UPat.const(dtypes.bool, False))),
    lambda c: c),  # where(c,True,False) -> c
   (UPat(Ops.CAST, name="c", src=(_x,)), lambda c, x: x if c.dtype == x.dtype else None),  # cast to own dtype -> x
@@ -284,7 +338,7 @@ pm_identities = PatternMatcher([
 ])
 
 pm_min_max = PatternMatcher([
-  (UPat(GroupOp.ALU | {Ops.CAST, Ops.RANGE, Ops.SPECIAL}, name="x"), fold_to_const),  # [v,v] -> v
+  (UPat(GroupOp.ALU | {Ops.CAST}, name="x"), fold_to_const),  # [v,v] -> v (not RANGE: 0 trips)
   (UPat(Ops.MAX, name="m", src=(UPat.var("a"), UPat.var("b"))), fold_max),  # max by intervals
 ])
 
@@ -297,9 +351,9 @@ pm_canonical = PatternMatcher([
 ])
 
 pm_divmod = PatternMatcher([
-  (UPat(Ops.IDIV, src=(UPat(Ops.IDIV, src=(_x, UPat.cvar("a"))), UPat.cvar("b"))), fold_nested_div),
-  (UPat(Ops.IDIV, src=(UPat(Ops.MOD, src=(_x, UPat.cvar("m"))), UPat.cvar("d"))), fold_div_of_mod),
-  (UPat(Ops.MOD, src=(UPat(Ops.MOD, src=(_x, UPat.cvar("m"))), UPat.cvar("d"))), fold_mod_of_mod),
+  (UPat(Ops.IDIV, _int, src=(UPat(Ops.IDIV, src=(_x, _a)), _b)), fold_nested_div),  # (x//a)//b -> x//(a*b)
+  (UPat(Ops.IDIV, _int, src=(UPat(Ops.MOD, src=(_x, _m)), _d)), fold_div_of_mod),  # (x%(k*c))//c -> (x//c)%k
+  (UPat(Ops.MOD, _int, src=(UPat(Ops.MOD, src=(_x, _m)), _d)), fold_mod_of_mod),  # (x%(k*c))%c -> x%c
   (UPat(Ops.IDIV, dtype=_int, src=(_x, UPat.cvar("d"))), fold_idiv),  # (x*c+y)//c -> x + y//c
   (UPat(Ops.MOD, dtype=_int, src=(_x, UPat.cvar("d"))), fold_mod),  # (x*c+y)%c -> y%c
 ])

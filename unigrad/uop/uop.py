@@ -28,10 +28,12 @@ _ucache: dict[tuple, weakref.ref] = {}
 
 
 def _arg_key(arg: Any) -> Any:
-  """Part of the hash-cons key: keeps 1, 1.0 and True apart, and -0.0 apart from 0.0."""
+  """Part of the hash-cons key: keeps 1, 1.0 and True apart, -0.0 apart from 0.0, and makes
+  every nan equal, also inside tuples (VCONST values, PERMUTE axes, FLIP flags)."""
   t = type(arg)
   if t is float: return (t, float_bits(arg))
   if t is int or t is bool: return (t, arg)
+  if t is tuple: return (t, tuple(_arg_key(a) for a in arg))
   return arg
 
 
@@ -52,10 +54,11 @@ class UOpMetaClass(type):
     if dtype is None:
       _check_new(op, dtypes.void, src, arg)
       dtype = props.derive_dtype(op, src, arg)
-    key = (op, dtype, src, _arg_key(arg), tag)
+    key = (op, dtype, src, _arg_key(arg), _arg_key(tag))
     try:
       ref = _ucache.get(key)
     except TypeError:
+      _check_new(op, dtype, src, arg)  # a non-UOp source is the better message
       raise TypeError(f"{op!r}: arg and tag must be hashable, got {arg!r} / {tag!r}") from None
     if ref is not None and (node := ref()) is not None: return node
     _check_new(op, dtype, src, arg)
@@ -84,8 +87,17 @@ def _derived(compute: Callable[[UOp], Any]) -> property:
   return property(get, doc=compute.__doc__)
 
 
+_FIELDS = frozenset({"op", "dtype", "src", "arg", "tag"})
+
+
 class UOp(metaclass=UOpMetaClass):
-  """A node `(op, dtype, src, arg, tag)`. Treat it as immutable; build changed copies with replace."""
+  """A node `(op, dtype, src, arg, tag)`, immutable: build changed copies with `replace`.
+
+  `UOp(op, dtype, src, arg, tag)` returns the existing node when one with equal fields is alive
+  (args compare by type and bits: 1, 1.0 and True differ, so do 0.0 and -0.0; nans are equal).
+  With `dtype=None` the dtype is derived from the op and sources. Bad input raises at once: a
+  non-Ops op or non-UOp source TypeError, an unhashable arg or tag TypeError, the wrong number of
+  sources for a fixed-arity elementwise op ValueError."""
   __slots__ = ("op", "dtype", "src", "arg", "tag", "__weakref__", "__dict__")
   op: Ops
   dtype: DType
@@ -95,13 +107,23 @@ class UOp(metaclass=UOpMetaClass):
 
   def __init__(self, op: Ops, dtype: DType, src: tuple[UOp, ...] = (), arg: Any = None,
                tag: Any = None) -> None:
-    self.op, self.dtype, self.src, self.arg, self.tag = op, dtype, src, arg, tag
+    _set_op(self, op); _set_dtype(self, dtype); _set_src(self, src)  # noqa: E702
+    _set_arg(self, arg); _set_tag(self, tag)  # noqa: E702
+
+  def __setattr__(self, name: str, value: Any) -> None:
+    if name in _FIELDS: raise AttributeError(f"UOp is immutable: use u.replace({name}=...)")
+    object.__setattr__(self, name, value)
+
+  def __delattr__(self, name: str) -> None:
+    if name in _FIELDS: raise AttributeError("UOp is immutable")
+    object.__delattr__(self, name)
 
   def __del__(self) -> None:
     try:
-      key = (self.op, self.dtype, self.src, _arg_key(self.arg), self.tag)
+      key = (self.op, self.dtype, self.src, _arg_key(self.arg), _arg_key(self.tag))
       ref = _ucache.get(key)
-      if ref is not None and ref() is None: del _ucache[key]
+      # during __del__ the weakref still answers self: the entry is ours unless rebuilt since
+      if ref is not None and ((node := ref()) is None or node is self): del _ucache[key]
     except (AttributeError, TypeError, KeyError):  # half-built node or interpreter shutdown
       pass
 
@@ -115,7 +137,13 @@ class UOp(metaclass=UOpMetaClass):
   addrspace = _derived(props.derive_addrspace)
   min_max = _derived(props.derive_min_max)
   axis = _derived(props.derive_axis)
-  ranges = _derived(props.derive_ranges)
+  _open_ranges = _derived(props.derive_ranges)
+
+  @property
+  def ranges(self) -> dict[UOp, None]:
+    """The RANGEs open at this node (a RANGE is open at itself)."""
+    # not cached on a RANGE: {self: None} in its own __dict__ would be a reference cycle
+    return {self: None} | self._open_ranges if self.op is Ops.RANGE else self._open_ranges
 
   @property
   def vmin(self) -> Any: return self.min_max[0]
@@ -128,7 +156,8 @@ class UOp(metaclass=UOpMetaClass):
 
   @property
   def size(self) -> sint:
-    return math.prod(self.shape) if all(isinstance(d, int) for d in self.shape) else _sprod(self.shape)
+    shape = self.shape
+    return math.prod(shape) if all(isinstance(d, int) for d in shape) else _sprod(shape)
 
   # ---- traversal ----
 
@@ -188,7 +217,8 @@ class UOp(metaclass=UOpMetaClass):
     new = (kwargs.pop("op", self.op), kwargs.pop("dtype", self.dtype), kwargs.pop("src", self.src),
            kwargs.pop("arg", self.arg), kwargs.pop("tag", self.tag))
     if kwargs: raise TypeError(f"replace() got unknown field(s) {sorted(kwargs)}")
-    if all(a is b for a, b in zip(new, (self.op, self.dtype, self.src, self.arg, self.tag))): return self
+    if all(a is b for a, b in zip(new, (self.op, self.dtype, self.src, self.arg, self.tag))):
+      return self
     return UOp(*new)
 
   def f(self, op: Ops, **kwargs: Any) -> UOp:
@@ -218,7 +248,8 @@ class UOp(metaclass=UOpMetaClass):
   def const(dtype: DType, value: Any) -> UOp:
     """A scalar CONST holding `value` as `dtype` would (`Invalid` marks a dead index)."""
     if isinstance(value, UOp): return value
-    if dtype.count > 1: return UOp(Ops.STACK, dtype.scalar(), (UOp.const(dtype.scalar(), value),) * dtype.count)
+    if dtype.count > 1:
+      return UOp(Ops.STACK, dtype.scalar(), (UOp.const(dtype.scalar(), value),) * dtype.count)
     if isinstance(value, InvalidType): return UOp(Ops.CONST, dtype, arg=value)
     return UOp(Ops.CONST, dtype, arg=truncate(dtype, value))
 
@@ -229,21 +260,23 @@ class UOp(metaclass=UOpMetaClass):
   @staticmethod
   def variable(name: str, vmin: int, vmax: int, dtype: DType = dtypes.index) -> UOp:
     """A bounded symbolic variable: PARAM(shape (), vmin, vmax) named `name`."""
-    if not isinstance(name, str) or not name: raise TypeError(f"variable name must be a str, got {name!r}")
+    if not isinstance(name, str) or not name:
+      raise TypeError(f"variable name must be a non-empty str, got {name!r}")
     if isinstance(vmin, int) and isinstance(vmax, int) and vmin > vmax:
       raise ValueError(f"variable {name!r}: min {vmin} > max {vmax}")
     bounds = (UOp.const(dtype, vmin), UOp.const(dtype, vmax))
-    return UOp(Ops.PARAM, dtype, (shape_uop(()), *bounds), ParamArg(-1, dtype, None, AddrSpace.REG, name))
+    arg = ParamArg(-1, dtype, None, AddrSpace.REG, name)
+    return UOp(Ops.PARAM, dtype, (shape_uop(()), *bounds), arg)
 
   @staticmethod
   def range(bound: sint, idx: int, axis_type: AxisType = AxisType.LOOP) -> UOp:
-    return UOp(Ops.RANGE, dtypes.index, (as_uop(bound),), RangeArg(idx, axis_type))
+    return UOp(Ops.RANGE, None, (as_uop(bound),), RangeArg(idx, axis_type))
 
   # ---- values ----
 
   def sintify(self) -> sint:
     """The int if self is an int CONST, else self."""
-    return self.arg if self.op is Ops.CONST and isinstance(self.arg, int) and not isinstance(self.arg, bool) else self
+    return self.arg if self.op is Ops.CONST and type(self.arg) is int else self
 
   def simplify(self, tracked: bool = False) -> UOp:
     """The node rewritten by the symbolic rules to a fixed point."""
@@ -274,7 +307,7 @@ class UOp(metaclass=UOpMetaClass):
 
   def __add__(self, x: Any) -> UOp: return self.alu(Ops.ADD, x)
   def __radd__(self, x: Any) -> UOp: return self._ralu(Ops.ADD, x)
-  def __sub__(self, x: Any) -> UOp: return self.alu(Ops.ADD, -x if not isinstance(x, UOp) else x.neg())
+  def __sub__(self, x: Any) -> UOp: return self.alu(Ops.ADD, x.neg() if isinstance(x, UOp) else -x)
   def __rsub__(self, x: Any) -> UOp: return self.neg().alu(Ops.ADD, x)
   def __mul__(self, x: Any) -> UOp: return self.alu(Ops.MUL, x)
   def __rmul__(self, x: Any) -> UOp: return self._ralu(Ops.MUL, x)
@@ -283,9 +316,9 @@ class UOp(metaclass=UOpMetaClass):
   def __mod__(self, x: Any) -> UOp: return self.alu(Ops.MOD, x)
   def __rmod__(self, x: Any) -> UOp: return self._ralu(Ops.MOD, x)
   def __truediv__(self, x: Any) -> UOp:
-    if not dtypes.is_float(self.dtype): raise TypeError(f"'/' needs a float UOp, got {self.dtype!r}: use //")
-    return self.alu(Ops.MUL, x.alu(Ops.RECIP) if isinstance(x, UOp) else 1 / x)
-  def __rtruediv__(self, x: Any) -> UOp: return self.alu(Ops.RECIP).alu(Ops.MUL, x)
+    _check_float_div(self)
+    return self.alu(Ops.MUL, x.alu(Ops.RECIP) if isinstance(x, UOp) else _recip(x))
+  def __rtruediv__(self, x: Any) -> UOp: return _check_float_div(self).recip().alu(Ops.MUL, x)
   def __neg__(self) -> UOp: return self.neg()
   def __and__(self, x: Any) -> UOp: return self.alu(Ops.AND, x)
   def __rand__(self, x: Any) -> UOp: return self._ralu(Ops.AND, x)
@@ -295,11 +328,15 @@ class UOp(metaclass=UOpMetaClass):
   def __rxor__(self, x: Any) -> UOp: return self._ralu(Ops.XOR, x)
   def __lshift__(self, x: Any) -> UOp: return self.alu(Ops.SHL, x)
   def __rshift__(self, x: Any) -> UOp: return self.alu(Ops.SHR, x)
+  def __rlshift__(self, x: Any) -> UOp: return self._ralu(Ops.SHL, x)
+  def __rrshift__(self, x: Any) -> UOp: return self._ralu(Ops.SHR, x)
   def __lt__(self, x: Any) -> UOp: return self.alu(Ops.CMPLT, x)
-  def __gt__(self, x: Any) -> UOp: return self._ralu(Ops.CMPLT, x) if not isinstance(x, UOp) else x.alu(Ops.CMPLT, self)
+  def __gt__(self, x: Any) -> UOp:
+    return x.alu(Ops.CMPLT, self) if isinstance(x, UOp) else self._ralu(Ops.CMPLT, x)
   def __le__(self, x: Any) -> UOp: return (self > x).logical_not()
   def __ge__(self, x: Any) -> UOp: return (self < x).logical_not()
-  def __invert__(self) -> UOp: return self.logical_not() if self.dtype == dtypes.bool else self.alu(Ops.XOR, -1)
+  def __invert__(self) -> UOp:
+    return self.logical_not() if self.dtype == dtypes.bool else self.alu(Ops.XOR, -1)
 
   def __bool__(self) -> bool:
     """A bool node is truthy only when its value is proven; any other node is an object."""
@@ -333,10 +370,27 @@ class UOp(metaclass=UOpMetaClass):
   def threefry(self, key: UOp) -> UOp: return self.alu(Ops.THREEFRY, key)
 
 
+# the slot setters, which bypass the immutability guard (only __init__ uses them)
+_set_op, _set_dtype, _set_src, _set_arg, _set_tag = (vars(UOp)[f].__set__ for f in
+                                                     ("op", "dtype", "src", "arg", "tag"))
+
+
+def _check_float_div(u: UOp) -> UOp:
+  if not dtypes.is_float(u.dtype):
+    raise TypeError(f"'/' needs a float UOp, got {u.dtype!r}: use //")
+  return u
+
+
+def _recip(x: Any) -> float:
+  """1/x for a Python number, inf (with x's sign) for zero."""
+  return 1 / x if x != 0 else math.copysign(math.inf, x)
+
+
 def as_uop(x: sint) -> UOp:
   """An index UOp for a size (an int becomes a CONST)."""
   if isinstance(x, UOp): return x
-  if isinstance(x, bool) or not isinstance(x, int): raise TypeError(f"a size must be an int or UOp, got {x!r}")
+  if isinstance(x, bool) or not isinstance(x, int):
+    raise TypeError(f"a size must be an int or UOp, got {x!r}")
   return UOp.const(dtypes.index, x)
 
 
@@ -349,8 +403,11 @@ def shape_uop(shape: Iterable[sint]) -> UOp:
 
 
 def _sprod(shape: Iterable[sint]) -> sint:
+  """The product of sizes; symbolic factors stay in front of constants (n*4, not 1*n*4)."""
   out: sint = 1
-  for d in shape: out = d * out if isinstance(d, UOp) else out * d
+  for d in shape:
+    if isinstance(out, int) and out == 1: out = d
+    else: out = out * d if isinstance(out, UOp) else d * out
   return out
 
 

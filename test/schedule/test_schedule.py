@@ -1,0 +1,125 @@
+"""Callify, rangeify and schedule: kernel counts, the schedule cache, assign ordering."""
+import numpy as np
+import pytest
+
+from unigrad import Tensor
+from unigrad.engine import realize as engine
+from unigrad.helpers import GlobalCounters
+from unigrad.uop import Ops
+
+
+def kernels(t: Tensor) -> int: return len(t.schedule().src)
+
+
+@pytest.fixture
+def abc():
+  rng = np.random.default_rng(0)
+  return [Tensor(rng.standard_normal((16, 16), dtype=np.float32)) for _ in range(3)]
+
+
+def test_elementwise_chain_is_one_kernel(abc):
+  a, b, c = abc
+  assert kernels((a * b + c).relu()) == 1
+
+
+def test_elementwise_fuses_into_reduce(abc):
+  assert kernels((abc[0] + 1).sum(1)) == 1
+
+
+def test_nested_reduce_at_most_two_kernels(abc):
+  assert kernels(abc[0].sum(1).sum(0)) <= 2
+
+
+def test_softmax_at_most_three_kernels(abc):
+  x = abc[0]
+  e = (x - x.max(-1, keepdim=True)).exp()
+  assert kernels(e / e.sum(-1, keepdim=True)) <= 3
+
+
+def test_broadcast_expensive_value_realized_once(abc):
+  a, b, _ = abc
+  out = a.exp() @ b  # exp is broadcast over the matmul's N axis: computed once into a buffer
+  calls = out.schedule().src
+  assert len(calls) == 2
+  exp_kernel = calls[0].src[0]
+  assert sum(1 for u in exp_kernel.toposort() if u.op is Ops.EXP2) == 1
+
+
+def test_schedule_cache_hits_for_same_program_on_other_buffers():
+  engine.schedule_cache.clear()
+  x, y = Tensor.empty(8, 8), Tensor.empty(8, 8)
+  (x * 2 + 1).realize()
+  assert len(engine.schedule_cache) == 1
+  (y * 2 + 1).realize()
+  assert len(engine.schedule_cache) == 1, "the same function on other buffers must reuse the schedule"
+
+
+def test_callify_body_is_the_same_node_for_the_same_program():
+  from unigrad.schedule.callify import callify
+  x, y = Tensor.empty(4), Tensor.empty(4)
+  cx = callify([(x + 1).uop], ["CPU"]).call
+  cy = callify([(y + 1).uop], ["CPU"]).call
+  assert cx.src[0] is cy.src[0] and cx.src[1] is not cy.src[1]
+
+
+def test_realize_replaces_subgraph_in_live_tensors():
+  a = Tensor([1.0, 2.0, 3.0])
+  b = a + 1
+  c = b * 2
+  b.realize()
+  assert b.uop.op is Ops.BUFFER
+  assert not c.uop.op_in_backward_slice_with_self(Ops.ADD), "c must read b's buffer, not recompute it"
+  GlobalCounters.reset()
+  assert c.tolist() == [4.0, 6.0, 8.0]
+  assert GlobalCounters.kernel_count == 1
+
+
+def test_schedule_does_not_run():
+  GlobalCounters.reset()
+  lin = (Tensor.empty(4) + 1).schedule()
+  assert lin.op is Ops.LINEAR and all(c.op is Ops.CALL for c in lin.src)
+  assert GlobalCounters.kernel_count == 0
+
+
+def test_assign_writes_buffer():
+  a = Tensor([1.0, 2.0, 3.0]).realize()
+  a.assign(a + 10)
+  assert a.tolist() == [11.0, 12.0, 13.0]
+
+
+def test_assign_reads_and_writes_same_buffer_at_other_positions():
+  a = Tensor([1.0, 2.0, 3.0, 4.0]).realize()
+  a.assign(a.flip(0))  # every element reads a different position than it writes
+  assert a.tolist() == [4.0, 3.0, 2.0, 1.0]
+
+
+def test_read_before_assign_sees_old_values():
+  a = Tensor([1.0, 2.0]).realize()
+  old = a * 1
+  a.assign(a + 5)
+  Tensor.realize_all(old, a)
+  assert old.tolist() == [1.0, 2.0] and a.tolist() == [6.0, 7.0]
+
+
+def test_two_assigns_in_order():
+  a = Tensor([1.0, 1.0]).realize()
+  a.assign(a + 1)
+  a.assign(a * 10)
+  assert a.tolist() == [20.0, 20.0]
+
+
+def test_contiguous_gets_its_own_kernel():
+  a = Tensor.empty(4, 4)
+  assert kernels((a.T + 1).contiguous() * 2) == 2
+
+
+def test_zero_size_tensors():
+  assert Tensor.empty(0, 3).sum(0).tolist() == [0.0, 0.0, 0.0]
+  assert (Tensor.empty(2, 0) + 1).shape == (2, 0)
+  assert (Tensor.empty(2, 0) + 1).tolist() == [[], []]
+
+
+def test_size_one_axes_reduce():
+  x = Tensor(np.arange(6, dtype=np.float32).reshape(1, 6, 1))
+  assert x.sum((0, 2)).tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+  assert x.max().item() == 5.0

@@ -1,0 +1,153 @@
+"""OptKernel: a kernel AST with its axes, to which Opts apply one at a time (purely).
+
+Axes are the kernel's RANGEs sorted by (axis type order, id): THREAD and LOOP axes first, then
+REDUCE, then UPCAST and UNROLL. `apply(opt)` returns a new OptKernel; an illegal opt raises
+KernelOptError and leaves the kernel untouched.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, replace
+
+from unigrad.codegen.expand import identity_element
+from unigrad.codegen.opt import SPLIT_FROM, KernelOptError, Opt, OptOps
+from unigrad.dtype import dtypes
+from unigrad.uop import AxisType, KernelInfo, Ops, RangeArg, UOp
+from unigrad.uop.ops import AXIS_ORDER, Invalid
+
+
+def axis_key(r: UOp) -> tuple[int, int]: return (AXIS_ORDER[r.arg.axis_type], r.arg.id)
+
+
+def _rebuild_ends(x: UOp, parts: tuple[UOp, ...]) -> UOp:
+  """END over several ranges, innermost first."""
+  for r in sorted(parts, key=axis_key, reverse=True): x = UOp(Ops.END, x.dtype, (x, r))
+  return x
+
+
+def replace_range(ast: UOp, r: UOp, expr: UOp, parts: tuple[UOp, ...]) -> UOp:
+  """Use `expr` for `r` in every value; loops closing `r` close each of `parts` instead."""
+  memo: dict[UOp, UOp] = {}
+  for u in ast.toposort():
+    if u is r:
+      memo[u] = expr
+      continue
+    if u.op is Ops.END and u.src[1] is r:
+      memo[u] = _rebuild_ends(memo[u.src[0]], parts)
+      continue
+    if u.op is Ops.REDUCE and r in u.src[1:]:
+      rs = tuple(p for s in u.src[1:] for p in (parts if s is r else (s,)))
+      memo[u] = u.replace(src=(memo[u.src[0]], *rs))
+      continue
+    new_src = tuple(memo[s] for s in u.src)
+    memo[u] = u if all(a is b for a, b in zip(new_src, u.src)) else u.replace(src=new_src)
+  return memo[ast]
+
+
+@dataclass(frozen=True)
+class OptKernel:
+  ast: UOp
+  applied: tuple[Opt, ...] = ()
+  dont_use_locals: bool = False
+
+  @functools.cached_property
+  def axes(self) -> list[UOp]:
+    return sorted((u for u in self.ast.toposort() if u.op is Ops.RANGE), key=axis_key)
+
+  @property
+  def sizes(self) -> list[int]:
+    return [r.src[0].arg if r.src[0].op is Ops.CONST else -1 for r in self.axes]
+
+  def axis_types(self) -> list[AxisType]: return [r.arg.axis_type for r in self.axes]
+
+  def name(self) -> str:
+    """`r_` (reduce) or `E_`, then each loop as its axis-type letter and size."""
+    types = self.axis_types()
+    prefix = "r" if any(t in (AxisType.REDUCE, AxisType.UNROLL, AxisType.GROUP_REDUCE) for t in types) else "E"
+    return "_".join([prefix, *(f"{t.letter}{s}" for t, s in zip(types, self.sizes))])
+
+  def finalize(self) -> UOp:
+    """The AST with its KernelInfo (name and applied opts)."""
+    info = self.ast.arg if isinstance(self.ast.arg, KernelInfo) else KernelInfo()
+    return self.ast.replace(arg=replace(info, name=self.name(), applied_opts=self.applied,
+                                        dont_use_locals=self.dont_use_locals))
+
+  def _axis(self, axis: int | None) -> UOp:
+    if axis is None or not 0 <= axis < len(self.axes):
+      raise KernelOptError(f"axis {axis} out of range: the kernel has {len(self.axes)} axes")
+    return self.axes[axis]
+
+  def apply(self, opt: Opt) -> OptKernel:
+    """This kernel with `opt` applied (raises KernelOptError if it cannot apply)."""
+    if opt.op is OptOps.SPLIT: ast = self._split(opt)
+    elif opt.op is OptOps.PADTO: ast = self._padto(opt)
+    elif opt.op is OptOps.SWAP: ast = self._swap(opt)
+    elif opt.op is OptOps.NOLOCALS:
+      if any(t is AxisType.LOCAL for t in self.axis_types()): raise KernelOptError("NOLOCALS after LOCAL")
+      return replace(self, applied=self.applied + (opt,), dont_use_locals=True)
+    else: raise KernelOptError(f"{opt.op.name}: this target has no tensor cores")
+    return OptKernel(ast, self.applied + (opt,), self.dont_use_locals)
+
+  def _split(self, opt: Opt) -> UOp:
+    k, target, top = opt.arg
+    r = self._axis(opt.axis)
+    n = r.src[0].arg if r.src[0].op is Ops.CONST else None
+    src_type = r.arg.axis_type
+    if target not in SPLIT_FROM or src_type not in SPLIT_FROM[target]:
+      raise KernelOptError(f"cannot split a {target.name} axis out of a {src_type.name} axis")
+    if target is AxisType.LOCAL and self.dont_use_locals: raise KernelOptError("LOCAL after NOLOCALS")
+    if target is AxisType.THREAD and any(t is AxisType.THREAD for t in self.axis_types()):
+      raise KernelOptError("a kernel has at most one THREAD axis")
+    if n is None: raise KernelOptError(f"axis {opt.axis} has a symbolic size")
+    if not isinstance(k, int) or k <= 1 or n % k:
+      raise KernelOptError(f"axis {opt.axis} of size {n} cannot be split by {k}")
+    new_id = max(a.arg.id for a in self.axes) + 1
+    old = UOp.range(n // k, r.arg.id, src_type)
+    new = UOp.range(k, new_id, target)
+    expr = new * (n // k) + old if top else old * k + new
+    return replace_range(self.ast, r, expr, (old, new))
+
+  def _padto(self, opt: Opt) -> UOp:
+    r = self._axis(opt.axis)
+    m = opt.arg
+    n = r.src[0].arg if r.src[0].op is Ops.CONST else None
+    if n is None or not isinstance(m, int) or m <= 1: raise KernelOptError(f"PADTO {m} on axis {opt.axis}")
+    if r.arg.axis_type in (AxisType.UPCAST, AxisType.UNROLL, AxisType.THREAD):
+      raise KernelOptError(f"cannot pad a {r.arg.axis_type.name} axis")
+    padded = math.ceil(n / m) * m
+    if padded == n: raise KernelOptError(f"axis {opt.axis} of size {n} is already a multiple of {m}")
+    if padded > 4 * n: raise KernelOptError(f"PADTO {m} would more than quadruple axis {opt.axis}")
+    new = UOp.range(padded, r.arg.id, r.arg.axis_type)
+    ast = replace_range(self.ast, r, new, (new,))
+    return mask_padded(ast, new, new < n)
+
+  def _swap(self, opt: Opt) -> UOp:
+    a, b = self._axis(opt.axis), self._axis(opt.arg)
+    if a is b or a.arg.axis_type != b.arg.axis_type or a.arg.axis_type not in (AxisType.LOOP, AxisType.GLOBAL):
+      raise KernelOptError("SWAP needs two different LOOP/GLOBAL axes")
+    a2, b2 = a.replace(arg=RangeArg(b.arg.id, a.arg.axis_type)), b.replace(arg=RangeArg(a.arg.id, b.arg.axis_type))
+    memo: dict[UOp, UOp] = {}
+    for u in self.ast.toposort():
+      if u is a or u is b:
+        memo[u] = a2 if u is a else b2
+        continue
+      new_src = tuple(memo[s] for s in u.src)
+      if u.op is Ops.END and u.src[1] in (a, b): new_src = (new_src[0], b2 if u.src[1] is a else a2)
+      memo[u] = u if all(x is y for x, y in zip(new_src, u.src)) else u.replace(src=new_src)
+    return memo[self.ast]
+
+
+def mask_padded(ast: UOp, r: UOp, valid: UOp) -> UOp:
+  """Iterations of `r` outside `valid` touch no memory and add the identity to reductions."""
+  memo: dict[UOp, UOp] = {}
+  for u in ast.toposort():
+    new_src = tuple(memo[s] for s in u.src)
+    x = u if all(a is b for a, b in zip(new_src, u.src)) else u.replace(src=new_src)
+    if x.op is Ops.INDEX and x.src[0].op is Ops.PARAM and r in x.src[1].toposort():
+      x = x.replace(src=(x.src[0], valid.where(x.src[1], UOp.const(dtypes.index, Invalid))))
+    elif x.op is Ops.REDUCE and r in x.src[1:]:
+      ident = UOp.const(x.dtype, identity_element(x.arg.op, x.dtype))
+      x = x.replace(src=(valid.where(x.src[0], ident), *x.src[1:]))
+    memo[u] = x
+  return memo[ast]

@@ -1,0 +1,427 @@
+"""Gradient: reverse-mode autodiff on the tensor graph, and the autograd methods of Tensor.
+
+consumes: a tensor-graph root, the gradient flowing into it, and target nodes.
+produces: target -> gradient, as lazy tensor-graph UOps that fuse and schedule like any others.
+invariants: a gradient has its source's shape and dtype; only nodes on a path from the root to a
+  target are visited; DETACH stops gradients; gradients flow only into floating-point nodes (as in
+  PyTorch: comparisons, integer ops and casts to integers carry none).
+
+The rules are `pm_gradient`, one per op. A rule's callback gets the upstream gradient as `ctx` and
+returns one gradient per source of the node (None where none flows), forward and backward side by
+side: `y = a*b` gives `(g*b, g*a)`.
+
+Tensor side (`GradientMixin`): `requires_grad` / `requires_grad_()`, `backward()`, `gradient()`,
+`contiguous_backward()`, `Tensor.no_grad` and `Tensor.train()`. A tensor that requires grad gets its
+own identity: unless it is already a buffer, its value is stored lazily into a fresh buffer
+(`AFTER(buf, STORE(buf, value))`), so two parameters holding equal values are never merged by
+hash-consing (merged leaves would get summed gradients).
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import weakref
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from unigrad.dtype import DType, dtypes
+from unigrad.engine import realize as engine
+from unigrad.uop import Ops, PatternMatcher, ReduceArg, UOp, UPat, shape_uop, sint
+
+if TYPE_CHECKING:
+  from unigrad.frontend.tensor import Tensor
+
+Grads = tuple[UOp | None, ...]
+
+
+class GradientError(RuntimeError):
+  """An op on the path from the root to a target has no gradient rule."""
+
+
+# ---- tensor-graph builders on UOps ----
+
+def _reshape(u: UOp, shape: tuple[sint, ...]) -> UOp:
+  if tuple(u.shape) == tuple(shape): return u
+  return UOp(Ops.RESHAPE, u.dtype, (u, shape_uop(shape)))
+
+
+def _expand(u: UOp, shape: tuple[sint, ...]) -> UOp:
+  """`u` broadcast to `shape` (leading axes added first)."""
+  if tuple(u.shape) == tuple(shape): return u
+  u = _reshape(u, (1,) * (len(shape) - len(u.shape)) + tuple(u.shape))
+  return UOp(Ops.EXPAND, u.dtype, (u, shape_uop(shape)))
+
+
+def _full(shape: tuple[sint, ...], dtype: DType, value: Any) -> UOp:
+  return _expand(UOp.const(dtype, value), shape)
+
+
+def _sum(u: UOp, axes: tuple[int, ...]) -> UOp:
+  """REDUCE ADD over `axes` (kept as 1); 16-bit floats accumulate in float32."""
+  if not axes: return u
+  acc = dtypes.float32 if dtypes.is_float(u.dtype) and u.dtype.itemsize < 4 else u.dtype
+  return UOp(Ops.REDUCE, acc, (u.cast(acc),), ReduceArg(Ops.ADD, axes)).cast(u.dtype)
+
+
+def _sum_to(g: UOp, shape: tuple[sint, ...]) -> UOp:
+  """A broadcast gradient summed back to `shape` (the axes `shape` broadcasts along)."""
+  if len(g.shape) < len(shape): g = _expand(g, shape)
+  lead = len(g.shape) - len(shape)
+  axes = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape)
+                                    if s == 1 and g.shape[lead + i] != 1)
+  return _expand(_reshape(_sum(g, axes), tuple(shape)) if axes or lead else g, shape)
+
+
+def _eq(a: UOp, b: UOp | float) -> UOp: return a.ne(b).logical_not()
+
+
+# ---- the rules ----
+
+def _max_grad(ctx: UOp, a: UOp, b: UOp) -> Grads:
+  """maximum(a, b): the larger side gets g, ties split it 50/50 (like PyTorch)."""
+  half, zero = UOp.const(ctx.dtype, 0.5), UOp.const(ctx.dtype, 0.0)
+  tie = _eq(a, b)
+  return (ctx * tie.where(half, (a < b).where(zero, 1.0)),
+          ctx * tie.where(half, (b < a).where(zero, 1.0)))
+
+
+def _pow_grad(ctx: UOp, y: UOp, a: UOp, b: UOp) -> Grads:
+  """y = a**b: b*a**(b-1) (0 where b == 0) and y*ln(a) (0 where a == 0 and b >= 0), as PyTorch."""
+  da = _eq(b, 0.0).where(0.0, b * a.pow(b - 1.0))
+  db = (_eq(a, 0.0) & (b >= 0.0)).where(0.0, y * a.log2() * math.log(2))
+  return (ctx * da, ctx * db)
+
+
+def _reduce_add_grad(ctx: UOp, r: UOp) -> Grads:
+  return (_expand(ctx, r.src[0].shape),)
+
+
+def _reduce_max_grad(ctx: UOp, r: UOp) -> Grads:
+  """Every maximal element gets g divided by the number of ties."""
+  x = r.src[0]
+  mask = _eq(x, _expand(r, x.shape)).cast(x.dtype)
+  count = _sum(mask, r.arg.axes)
+  return (mask * _expand(ctx * count.recip(), x.shape),)
+
+
+def _reduce_mul_grad(ctx: UOp, r: UOp) -> Grads:
+  """The product of the others, without dividing by zero: with no zero it is prod/x; with one
+  zero only the zero gets the product of the nonzeros; with more every gradient is 0."""
+  x, axes = r.src[0], r.arg.axes
+  is_zero = _eq(x, 0.0)
+  nonzero = is_zero.where(1.0, x)
+  zeros = _expand(_sum(is_zero.cast(x.dtype), axes), x.shape)
+  prod = _expand(UOp(Ops.REDUCE, x.dtype, (nonzero,), ReduceArg(Ops.MUL, axes)), x.shape)
+  others = is_zero.where(_eq(zeros, 1.0).where(prod, 0.0),
+                         _eq(zeros, 0.0).where(prod * nonzero.recip(), 0.0))
+  return (others * _expand(ctx, x.shape),)
+
+
+_REDUCE_GRADS: dict[Ops, Callable[[UOp, UOp], Grads]] = {
+  Ops.ADD: _reduce_add_grad, Ops.MAX: _reduce_max_grad, Ops.MUL: _reduce_mul_grad}
+
+
+def _permute_grad(ctx: UOp, p: UOp) -> Grads:
+  inverse = tuple(sorted(range(len(p.arg)), key=lambda i: p.arg[i]))
+  return (UOp(Ops.PERMUTE, ctx.dtype, (ctx,), inverse),)
+
+
+def _after_grad(ctx: UOp, a: UOp) -> Grads:
+  """AFTER(target, STORE(target, value)): the value read is the value stored."""
+  return (None, *(ctx if s.op is Ops.STORE else None for s in a.src[1:]))
+
+
+_x, _any = UPat.var("x"), UPat()
+_NO_GRAD_OPS = (Ops.CMPLT, Ops.CMPNE, Ops.IDIV, Ops.MOD, Ops.XOR, Ops.OR, Ops.AND, Ops.SHL, Ops.SHR,
+                Ops.THREEFRY)
+
+pm_gradient = PatternMatcher([
+  # y = a+b: (g, g)
+  (UPat(Ops.ADD), lambda ctx: (ctx, ctx)),
+  # y = a*b: (g*b, g*a)
+  (UPat(Ops.MUL, src=(UPat.var("a"), UPat.var("b"))), lambda ctx, a, b: (ctx * b, ctx * a)),
+  # y = maximum(a, b): to the larger, ties 50/50
+  (UPat(Ops.MAX, src=(UPat.var("a"), UPat.var("b"))), _max_grad),
+  # y = 1/x: -g*y*y
+  (UPat(Ops.RECIP, name="y"), lambda ctx, y: (-ctx * y * y,)),
+  # y = sqrt(x): g/(2y)
+  (UPat(Ops.SQRT, name="y"), lambda ctx, y: (ctx * (y * 2.0).recip(),)),
+  # y = 2**x: g*y*ln2
+  (UPat(Ops.EXP2, name="y"), lambda ctx, y: (ctx * y * math.log(2),)),
+  # y = log2(x): g/(x*ln2)
+  (UPat(Ops.LOG2, src=(_x,)), lambda ctx, x: (ctx * (x * math.log(2)).recip(),)),
+  # y = sin(x): g*cos(x), cos(x) = sin(pi/2 - x)
+  (UPat(Ops.SIN, src=(_x,)), lambda ctx, x: (ctx * (math.pi / 2 - x).sin(),)),
+  # y = a**b: both partials, with PyTorch's zero special cases
+  (UPat(Ops.POW, name="y", src=(UPat.var("a"), UPat.var("b"))), _pow_grad),
+  # y = where(c, a, b): g routed by the condition
+  (UPat(Ops.WHERE, src=(UPat.var("c"), _any, _any)),
+   lambda ctx, c: (None, c.where(ctx, 0.0), c.where(0.0, ctx))),
+  # comparisons, integer division and bitwise ops: no gradient
+  (UPat(_NO_GRAD_OPS), lambda: (None, None)),
+  # y = trunc(x): piecewise constant, gradient 0
+  (UPat(Ops.TRUNC, src=(_x,)), lambda x: (_full(x.shape, x.dtype, 0.0),)),
+  # y = cast(x): g cast back
+  (UPat(Ops.CAST, src=(_x,)), lambda ctx, x: (ctx.cast(x.dtype),)),
+  # y = bitcast(x): no gradient
+  (UPat(Ops.BITCAST), lambda: (None,)),
+  # y = reduce(x): ADD broadcasts g, MAX masks ties, MUL takes the product of the others
+  (UPat(Ops.REDUCE, name="r"), lambda ctx, r: _REDUCE_GRADS[r.arg.op](ctx, r)),
+  # movement ops: the inverse view of g (EXPAND sums over the broadcast axes)
+  (UPat(Ops.RESHAPE, src=(_x, _any)), lambda ctx, x: (_reshape(ctx, x.shape), None)),
+  (UPat(Ops.PERMUTE, name="p"), _permute_grad),
+  (UPat(Ops.EXPAND, src=(_x, _any)), lambda ctx, x: (_sum_to(ctx, x.shape), None)),
+  (UPat(Ops.PAD, src=(_x, UPat.var("off"), _any)),
+   lambda ctx, x, off: (UOp(Ops.SHRINK, ctx.dtype, (ctx, off, shape_uop(x.shape))), None, None)),
+  (UPat(Ops.SHRINK, src=(_x, UPat.var("off"), _any)),
+   lambda ctx, x, off: (UOp(Ops.PAD, ctx.dtype, (ctx, off, shape_uop(x.shape))), None, None)),
+  (UPat(Ops.FLIP, name="f"), lambda ctx, f: (UOp(Ops.FLIP, ctx.dtype, (ctx,), f.arg),)),
+  # markers: CONTIGUOUS passes g, CONTIGUOUSBACKWARD materializes it, DETACH stops it
+  (UPat(Ops.CONTIGUOUS), lambda ctx: (ctx,)),
+  (UPat(Ops.CONTIGUOUSBACKWARD), lambda ctx: (UOp(Ops.CONTIGUOUS, ctx.dtype, (ctx,)),)),
+  (UPat(Ops.DETACH), lambda: (None,)),
+  # y = copy(x) to another device: g copied back
+  (UPat(Ops.COPY, src=(_x,)), lambda ctx, x: (UOp(Ops.COPY, ctx.dtype, (ctx,), x.device),)),
+  # assign: the value of AFTER(target, STORE(target, value)) is the stored value
+  (UPat(Ops.AFTER, name="a"), _after_grad),
+  (UPat(Ops.STORE, name="st"), lambda ctx, st: (None, ctx, *(None,) * (len(st.src) - 2))),
+])
+
+
+# ---- the walk ----
+
+def _path_to_targets(root: UOp, targets: dict[UOp, None]) -> dict[UOp, None]:
+  """The nodes below `root` with a path to a target that crosses no DETACH, sources first."""
+  on: dict[UOp, bool] = {}
+  for u in root.toposort():
+    on[u] = u in targets or (u.op is not Ops.DETACH and any(on[s] for s in u.src))
+  return {u: None for u, v in on.items() if v}
+
+
+def _local_grads(u: UOp, g: UOp) -> Grads:
+  ret = pm_gradient.rewrite(u, g)
+  if ret is None:
+    raise GradientError(f"gradient: no rule for {u.op.name} (dtype {u.dtype!r}, shape {u.shape}) "
+                        "on the path to a target: add one to pm_gradient or detach() the input")
+  if len(ret) != len(u.src): raise GradientError(f"gradient: the {u.op.name} rule gave {len(ret)} "
+                                                f"gradients for {len(u.src)} sources")
+  return ret
+
+
+def _fit(g: UOp, s: UOp) -> UOp:
+  """The gradient shaped and typed like its source (void STOREs take it as it is)."""
+  if s.dtype == dtypes.void: return g
+  if tuple(g.shape) != tuple(s.shape): g = _sum_to(g, s.shape)
+  return g.cast(s.dtype)
+
+
+def _carries_grad(s: UOp) -> bool: return s.dtype == dtypes.void or dtypes.is_float(s.dtype)
+
+
+def compute_gradient(root: UOp, root_grad: UOp, targets: Iterable[UOp]) -> dict[UOp, UOp]:
+  """The gradient of each target reached from `root`, when `root_grad` flows into `root`.
+
+  Visits, in reverse topological order and without recursion, only the nodes on a path from
+  `root` to a target; several contributions to one node are added. A target the gradient does not
+  reach (unused, behind DETACH or only through non-differentiable ops) is left out of the result.
+  `compute_gradient(y, ones, [x])[x]` is dy/dx as a lazy UOp graph."""
+  wanted = dict.fromkeys(targets)
+  path = _path_to_targets(root, wanted)
+  if root not in path or not dtypes.is_float(root.dtype): return {}
+  grads: dict[UOp, UOp] = {root: _fit(root_grad, root)}
+  for u in reversed(path):
+    if (g := grads.get(u)) is None or not any(s in path for s in u.src): continue
+    for s, sg in zip(u.src, _local_grads(u, g)):
+      if sg is None or s not in path or not _carries_grad(s): continue
+      sg = _fit(sg, s)
+      grads[s] = grads[s] + sg if s in grads else sg
+  return {t: grads[t] for t in wanted if t in grads}
+
+
+# ---- no_grad and train ----
+
+class _GradMode:
+  """Whether ops record gradients: `Tensor.no_grad` reads and sets `disabled`."""
+  disabled: ClassVar[bool] = False
+
+
+class NoGrad(contextlib.ContextDecorator):
+  """`Tensor.no_grad`: true while gradients are off. Ops built while it is on give detached
+  results (views of buffers stay views, so assigning through them still writes the buffer).
+
+  `with Tensor.no_grad():`, `with Tensor.no_grad:` and `@Tensor.no_grad()` turn it on for a block
+  (nesting restores the previous state); `Tensor.no_grad = True` turns it on until set False."""
+
+  def __init__(self) -> None: self._saved: list[bool] = []
+  def __bool__(self) -> bool: return _GradMode.disabled
+  def __repr__(self) -> str: return f"<Tensor.no_grad {'on' if _GradMode.disabled else 'off'}>"
+
+  def __call__(self, func: Callable | None = None) -> Any:  # type: ignore[override]
+    return NoGrad() if func is None else super().__call__(func)
+
+  def __enter__(self) -> NoGrad:
+    self._saved.append(_GradMode.disabled)
+    _GradMode.disabled = True
+    return self
+
+  def __exit__(self, *exc: object) -> None: _GradMode.disabled = self._saved.pop()
+
+
+_NO_GRAD = NoGrad()
+
+
+class TensorMeta(type):
+  """Tensor's metaclass: makes `Tensor.no_grad` both a flag and a context manager."""
+
+  @property
+  def no_grad(cls) -> NoGrad: return _NO_GRAD
+
+  @no_grad.setter
+  def no_grad(cls, value: bool) -> None: _GradMode.disabled = bool(value)
+
+
+class Train(contextlib.ContextDecorator):
+  """`with Tensor.train():` sets `Tensor.training` (default True) for a block, then restores it."""
+
+  def __init__(self, cls: type, mode: bool) -> None:
+    self.cls, self.mode, self._saved = cls, mode, []
+
+  def __enter__(self) -> Train:
+    self._saved.append(self.cls.training)
+    self.cls.training = self.mode
+    return self
+
+  def __exit__(self, *exc: object) -> None: self.cls.training = self._saved.pop()
+
+
+def detach_if_no_grad(u: UOp) -> UOp:
+  """`u`, detached while `Tensor.no_grad` is on (buffer views stay views: see NoGrad)."""
+  if not _GradMode.disabled or u.op is Ops.DETACH or engine.is_buffer_view(u): return u
+  return u.detach()
+
+
+# ---- the Tensor methods ----
+
+_leaves: weakref.WeakSet[Tensor] = weakref.WeakSet()  # live tensors with requires_grad True
+
+
+def own_identity(u: UOp, device: str) -> UOp:
+  """`u` if it already is a buffer of its own, else its value stored lazily into a fresh buffer
+  (a unique slot), so equal parameters stay distinct nodes."""
+  if engine.is_realized(u) or (u.op is Ops.AFTER and engine.is_buffer_view(u.src[0])): return u
+  buf = engine.new_buffer(device, u.dtype, tuple(u.shape))
+  return UOp(Ops.AFTER, u.dtype, (buf, UOp(Ops.STORE, dtypes.void, (buf, u))))
+
+
+def _creator(name: str) -> classmethod:
+  """The class constructor `name` of the next base, also taking `requires_grad=`."""
+  def create(cls: type, *args: Any, requires_grad: bool | None = None, **kwargs: Any) -> Tensor:
+    t = getattr(super(GradientMixin, cls), name)(*args, **kwargs)
+    return t if requires_grad is None else t.requires_grad_(requires_grad)
+  create.__name__ = create.__qualname__ = name
+  return classmethod(create)
+
+
+def _like_creator(name: str) -> Callable[..., Tensor]:
+  """The `*_like` constructor `name` of the next base, also taking `requires_grad=`."""
+  def create(self: Tensor, *args: Any, requires_grad: bool | None = None, **kwargs: Any) -> Tensor:
+    t = getattr(super(GradientMixin, self), name)(*args, **kwargs)
+    return t if requires_grad is None else t.requires_grad_(requires_grad)
+  create.__name__ = create.__qualname__ = name
+  return create
+
+
+class GradientMixin:
+  """Autograd: requires_grad, backward, gradient, contiguous_backward, no_grad, train."""
+  uop: UOp
+  grad: Tensor | None
+  training: ClassVar[bool] = False
+
+  @property
+  def shape(self) -> tuple[sint, ...]: raise NotImplementedError
+  @property
+  def dtype(self) -> DType: raise NotImplementedError
+  @property
+  def device(self) -> str: raise NotImplementedError
+  def _wrap(self, u: UOp) -> Tensor: raise NotImplementedError
+  def numel(self) -> sint: raise NotImplementedError
+
+  # constructors that also take requires_grad= (PyTorch's keyword)
+  empty, full, zeros = _creator("empty"), _creator("full"), _creator("zeros")
+  ones, arange, eye = _creator("ones"), _creator("arange"), _creator("eye")
+  full_like, zeros_like = _like_creator("full_like"), _like_creator("zeros_like")
+  ones_like = _like_creator("ones_like")
+
+  @property
+  def requires_grad(self) -> bool | None:
+    """True for a leaf whose `.grad` `backward()` fills; None (unset) or False otherwise."""
+    return self.__dict__.get("_requires_grad")
+
+  @requires_grad.setter
+  def requires_grad(self, value: bool | None) -> None:
+    if value and not dtypes.is_float(self.dtype):
+      raise RuntimeError("only Tensors of floating point dtype can require gradients, "
+                         f"got {self.dtype!r}")
+    if value:
+      self.uop = own_identity(self.uop, self.device)
+      _leaves.add(self)  # type: ignore[arg-type]
+    else: _leaves.discard(self)  # type: ignore[arg-type]
+    self.__dict__["_requires_grad"] = value
+
+  def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+    """Set `requires_grad` in place; returns self. `w = Tensor.zeros(3).requires_grad_()`"""
+    self.requires_grad = requires_grad
+    return self  # type: ignore[return-value]
+
+  def contiguous_backward(self) -> Tensor:
+    """The same values; in backward, the gradient flowing through is made contiguous."""
+    return self._wrap(UOp(Ops.CONTIGUOUSBACKWARD, self.dtype, (self.uop,)))
+
+  def _root_grad(self, gradient: Tensor | None) -> UOp:
+    if gradient is None:
+      if self.numel() != 1:
+        raise RuntimeError("grad can be implicitly created only for scalar outputs")
+      return _full(self.shape, self.dtype, 1.0)
+    if tuple(gradient.shape) != tuple(self.shape):
+      raise RuntimeError(f"Mismatch in shape: gradient has a shape of {gradient.shape} and the "
+                         f"output has a shape of {self.shape}")
+    return gradient.uop.cast(self.dtype)
+
+  def gradient(self, *targets: Tensor, gradient: Tensor | None = None,
+               materialize_grads: bool = False) -> list[Tensor]:
+    """d(self)/d(target) for each target, as lazy tensors (`gradient` is the upstream gradient,
+    ones for a one-element self). An unreached target raises unless `materialize_grads` (zeros).
+    `dx, = (x * x).sum().gradient(x)`"""
+    for t in targets:
+      if not dtypes.is_float(t.dtype):
+        raise RuntimeError(f"gradient: only floating point tensors have gradients, got {t.dtype!r}")
+    grads = compute_gradient(self.uop, self._root_grad(gradient), [t.uop for t in targets])
+    out = []
+    for i, t in enumerate(targets):
+      g = grads.get(t.uop)
+      if g is None and not materialize_grads:
+        raise RuntimeError(f"gradient: target {i} ({t!r}) is not reached from this tensor by a "
+                           "differentiable path; pass materialize_grads=True for zeros")
+      out.append(t._wrap(g if g is not None else _full(t.shape, t.dtype, 0.0)))
+    return out
+
+  def backward(self, gradient: Tensor | None = None) -> Tensor:
+    """Accumulate d(self)/d(leaf) into `.grad` of every live tensor with requires_grad=True that
+    self depends on (a lazy sum, like PyTorch's accumulation). Returns self.
+    `loss.backward(); w.grad.numpy()`"""
+    nodes = self.uop.toposort()
+    leaves = [t for t in list(_leaves) if t.uop in nodes]
+    grads = compute_gradient(self.uop, self._root_grad(gradient), [t.uop for t in leaves])
+    if not grads:
+      raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn: "
+                         "no tensor with requires_grad=True is reached by a differentiable path")
+    for t in leaves:
+      if (g := grads.get(t.uop)) is None: continue
+      if t.grad is None: t.grad = t._wrap(g)
+      else: t.grad.uop = detach_if_no_grad(t.grad.uop + g)
+    return self  # type: ignore[return-value]
+
+  @classmethod
+  def train(cls, mode: bool = True) -> Train:
+    """`with Tensor.train():` sets `Tensor.training` for a block (`Tensor.train(False)`: eval)."""
+    return Train(cls, mode)
