@@ -240,7 +240,7 @@ def test_row_cmplt_cmpne() -> None:
   assert (a <= 2).min_max == (False, True) and a.eq(9).min_max == (False, False)
   assert (buf((2,), f32, "CPU") < 1.0).shape == (2,) and (buf((2,), f32) < 1.0).device == "CPU"
   vec = UOp(Ops.CMPLT, None, (UOp(Ops.STACK, f32, (c(1.0, f32),) * 4).cast(f32.vec(4)),) * 2)
-  assert vec.dtype == dtypes.bool.vec(4)
+  assert vec.dtype == dtypes.bool.vec(4) and (vec.src[0] < vec.src[0]) is vec  # operators too
 
 
 def test_row_where() -> None:

@@ -8,7 +8,7 @@ prefix-sum `arange` into the index itself instead of an O(n^2) reduction.
 from __future__ import annotations
 
 from unigrad.dtype import dtypes
-from unigrad.uop import Ops, PatternMatcher, UOp, UPat, pm_simplify
+from unigrad.uop import Invalid, Ops, PatternMatcher, UOp, UPat, pm_simplify
 from unigrad.uop.symbolic import build_linear, linear_terms
 
 Bound = tuple[UOp | None, UOp | None]  # (lowest allowed r, first disallowed r)
@@ -19,9 +19,15 @@ def _atoms(cond: UOp) -> list[UOp]:
   return [cond]
 
 
+def _fits(x: UOp, dt: object) -> bool:
+  return dtypes.is_int(x.dtype) and dt.min <= x.vmin and x.vmax <= dt.max  # type: ignore[attr-defined]
+
+
 def _split(lin: UOp, r: UOp) -> tuple[int, UOp] | None:
-  """lin as coeff*r + rest, with coeff +-1 and rest free of r."""
+  """lin as coeff*r + rest, with coeff +-1 and rest free of r (a lossless cast of r counts as r)."""
   terms, const = linear_terms(lin)
+  for t in [t for t in terms if t.op is Ops.CAST and t.src[0] is r and _fits(r, t.dtype)]:
+    terms[r] = terms.get(r, 0) + terms.pop(t)
   coeff = terms.pop(r, 0)
   if coeff not in (1, -1) or any(r in t.toposort() for t in terms): return None
   return coeff, build_linear(lin, terms, const)
@@ -41,17 +47,58 @@ def _atom_bound(atom: UOp, r: UOp) -> Bound | None:
   return (None, 1 - k) if negate else (1 - k, None)  # -r >= k -> r < 1-k  |  -r < k -> r >= 1-k
 
 
+def _equality(atom: UOp, r: UOp) -> UOp | None:
+  """For `r + rest == e` (NOT(r+rest != e)) the value of r it selects, e - rest."""
+  if not (atom.op is Ops.CMPNE and atom.src[1].op is Ops.CONST and atom.src[1].arg is True): return None
+  ne = atom.src[0]
+  if ne.op is not Ops.CMPNE: return None
+  for a, b in (ne.src, ne.src[::-1]):
+    if r in a.toposort() and r not in b.toposort() and (side := _split(a, r)) is not None and side[0] == 1:
+      return b - side[1]
+  return None
+
+
+def collapse_gather(r: UOp, cond: UOp, v: UOp) -> UOp | None:
+  """sum_r WHERE(r == e, v(r), 0) -> v(e) where 0 <= e < n, else 0: a one-hot reduce is a
+  direct (bounds-gated) indexed load."""
+  atoms = _atoms(cond)
+  for i, atom in enumerate(atoms):
+    e = _equality(atom, r)
+    if e is None: continue
+    rest = atoms[:i] + atoms[i + 1:]
+    if any(r in a.toposort() for a in rest): return None
+    e = e.cast(dtypes.index)
+    valid = (e < 0).logical_not() & (e < r.src[0])
+    out = v.substitute({r: valid.where(e, UOp.const(dtypes.index, Invalid))})
+    for a in (valid, *rest): out = a.where(out, UOp.const(out.dtype, 0))
+    return out
+  return None
+
+
+def _is_zero(u: UOp) -> bool: return u.op is Ops.CONST and u.arg == 0 and not isinstance(u.arg, bool)
+
+
+def _masked_value(w: UOp) -> tuple[UOp | None, UOp]:
+  """WHERE(c, v, 0) -> (c, v); WHERE(c, 0, v) -> (not c, v)."""
+  c, a, b = w.src
+  if _is_zero(b): return c, a
+  if _is_zero(a): return c.logical_not(), b
+  return None, a
+
+
 def collapse_reduce(red: UOp) -> UOp | None:
-  """sum_r WHERE(lo <= r < hi, v, 0) -> clamp(min(hi,n) - max(lo,0), 0) * v"""
+  """sum_r WHERE(lo <= r < hi, v, 0) -> clamp(min(hi,n) - max(lo,0), 0) * v, and the one-hot
+  gather form (see collapse_gather)."""
   if red.arg.op is not Ops.ADD or len(red.src) != 2: return None
   val, r = red.src
-  if val.op is not Ops.WHERE or val.src[2].op is not Ops.CONST or val.src[2].arg != 0: return None
-  v = val.src[1]
-  if r in v.toposort(): return None
+  if val.op is not Ops.WHERE: return None
+  cond, v = _masked_value(val)
+  if cond is None: return None
+  if r in v.toposort(): return collapse_gather(r, cond, v)
   n = r.src[0]
   lo, hi = UOp.const(dtypes.index, 0), n
   rest: list[UOp] = []
-  for atom in _atoms(val.src[0]):
+  for atom in _atoms(cond):
     if r not in atom.toposort():
       rest.append(atom)
       continue
@@ -76,7 +123,15 @@ pm_reduce_collapse = PatternMatcher([
   (UPat(Ops.REDUCE, name="red"), collapse_reduce),  # closed-form sums over a range
 ])
 
+def distribute_cast(c: UOp, x: UOp) -> UOp | None:
+  """(int)(a + b) -> (int)a + (int)b and (int)(a * b) likewise, when nothing can overflow."""
+  if not (dtypes.is_int(c.dtype) and dtypes.is_int(x.dtype)) or not all(_fits(u, c.dtype) for u in (x, *x.src)):
+    return None
+  return x.replace(dtype=c.dtype, src=tuple(s.cast(c.dtype) for s in x.src))
+
+
 pm_kernel_simplify = pm_simplify + pm_reduce_collapse + PatternMatcher([
+  (UPat(Ops.CAST, name="c", src=(UPat((Ops.ADD, Ops.MUL), name="x"),)), distribute_cast),  # cast(a+b)
   (UPat(Ops.RANGE, src=(UPat.const(None, 1),)), lambda: UOp.const(dtypes.index, 0)),  # range(1) -> 0
   (UPat((Ops.REDUCE, Ops.END), name="x"), drop_const_ranges),  # loops over folded ranges vanish
 ])

@@ -64,7 +64,8 @@ EXP2_POLY: dict[DType, tuple[float, ...]] = {
 }
 # 2*atanh(s)/s - 2 = z*R(z), z = s*s <= (3-2*sqrt(2))**2 (absolute error 2**-34 / 2**-58)
 LOG_POLY: dict[DType, tuple[float, ...]] = {
-  dtypes.float32: (0.6666666865348816, 0.39999663829803467, 0.2857791483402252, 0.22853094339370728),
+  dtypes.float32: (0.6666666865348816, 0.39999663829803467, 0.2857791483402252,
+                   0.22853094339370728),
   dtypes.float64: (0.666666666666671, 0.39999999999540936, 0.2857142871909913, 0.2222220064283504,
                    0.1818346860698363, 0.15316270532541218, 0.14775544345615504),
 }
@@ -152,9 +153,13 @@ class SinReduction:
     return (1 << (2 * self.table_bits + 65)) // pi
 
 
+# float32: q < 2**13 and 11-bit pieces; float64: q < 2**27 and 26-bit pieces. table_bits is the
+# largest exponent of the integer mantissa (127-23, 1023-52) plus frac_bits
 SIN_REDUCTION: dict[DType, SinReduction] = {
-  dtypes.float32: SinReduction(2.0 ** 13, split_pio2(4, 11), 3, 104 + 94, 16, 12, split_pio2(2, 12)),
-  dtypes.float64: SinReduction(2.0 ** 27, split_pio2(3, 26), 6, 971 + 190, 32, 26, split_pio2(2, 26)),
+  dtypes.float32: SinReduction(2.0 ** 13, split_pio2(4, 11), 3, 104 + 94, 16, 12,
+                               split_pio2(2, 12)),
+  dtypes.float64: SinReduction(2.0 ** 27, split_pio2(3, 26), 6, 971 + 190, 32, 26,
+                               split_pio2(2, 26)),
 }
 
 
@@ -305,11 +310,11 @@ def _reduce_payne_hanek(a: UOp, f: FloatFormat) -> tuple[UOp, UOp, UOp]:
   mant = ((bits & f.mant_mask) | (1 << f.mbits)).cast(u64)
   # a*2/pi = mant * 2**(bexp-bias-mbits) * two_over_pi * 2**-table_bits: the window of
   # two_over_pi starting at bit `shift` holds everything below 4 (mod 4) down to 2**-frac_bits
-  shift = UOp.const(u64, red.table_bits + f.bias + f.mbits - red.frac_bits) + (bits >> f.mbits).cast(u64) * -1
+  base = red.table_bits + f.bias + f.mbits - red.frac_bits
+  shift = UOp.const(u64, base) + (bits >> f.mbits).cast(u64) * -1
   j, t = shift >> 5, shift & 31
   lo_exp = math.frexp(red.limit)[1] - 1
-  jmin = (red.table_bits + f.bias + f.mbits - red.frac_bits - (2 * f.bias)) >> 5
-  jmax = (red.table_bits + f.mbits - red.frac_bits - lo_exp) >> 5
+  jmin, jmax = (base - 2 * f.bias) >> 5, (base - f.bias - lo_exp) >> 5
   words = [(red.two_over_pi >> (32 * i)) & (2 ** 64 - 1) for i in range(jmax + red.limbs + 1)]
   window = [(_select(j, jmin, words[jmin + k:jmax + k + 1], u64) >> t) & mask
             for k in range(red.limbs)]
@@ -393,9 +398,10 @@ def _pow(a: UOp, b: UOp) -> UOp:
 def xpow(a: UOp, b: UOp) -> UOp:
   """a**b = EXP2(LOG2(|a|)*b) with C/PyTorch's special cases: a negative base with an integer
   exponent gives the signed result, with a non-integer one nan; x**0 = 1, 1**y = 1,
-  (-1)**(+-inf) = 1, 0**(y<0) = inf (-inf for -0.0 and odd y). Accuracy is that of EXP2/LOG2 in the
-  compute dtype (float32 for float16/bfloat16): relative error about |b*log2|a||*2**-mantissa_bits."""
-  if a.dtype != b.dtype: raise TypeError(f"xpow needs equal dtypes, got {a.dtype!r} and {b.dtype!r}")
+  (-1)**(+-inf) = 1, 0**(y<0) = inf (-inf for -0.0 and odd y). Accuracy is that of EXP2/LOG2 in
+  the compute dtype (float32 for float16/bfloat16): relative error about |b*log2|a||*2**-mbits."""
+  if a.dtype != b.dtype:
+    raise TypeError(f"xpow needs equal dtypes, got {a.dtype!r} and {b.dtype!r}")
   if a.dtype in (dtypes.float16, dtypes.bfloat16):
     return _pow(a.cast(dtypes.float32), b.cast(dtypes.float32)).cast(a.dtype)
   if a.dtype not in FORMATS: raise TypeError(f"xpow takes a scalar float dtype, got {a.dtype!r}")
@@ -412,6 +418,7 @@ def _sqrt(x: UOp) -> UOp:
 def xsqrt(x: UOp) -> UOp:
   """sqrt(x) for targets without one: EXP2(0.5*LOG2(x)) refined by one Newton step;
   sqrt(+-0) = +-0, sqrt(x<0) = nan, sqrt(inf) = inf."""
-  if x.dtype in (dtypes.float16, dtypes.bfloat16): return _sqrt(x.cast(dtypes.float32)).cast(x.dtype)
+  if x.dtype in (dtypes.float16, dtypes.bfloat16):
+    return _sqrt(x.cast(dtypes.float32)).cast(x.dtype)
   if x.dtype not in FORMATS: raise TypeError(f"xsqrt takes a scalar float dtype, got {x.dtype!r}")
   return _sqrt(x)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from unigrad.dtype import DType, dtypes, to_dtype
+from unigrad.dtype import dtypes, to_dtype
 from unigrad.engine import realize as engine
 from unigrad.runtime.device import Device
 from unigrad.uop import UOp
@@ -35,8 +35,10 @@ class CreationMixin:
     return cls._from_uop(engine.new_buffer(dev, dt, dims), dev)
 
   @classmethod
-  def full(cls, shape: Any, fill_value: Any, dtype: Any = None, device: str | None = None) -> Tensor:
-    """A tensor of `shape` holding `fill_value` everywhere (a broadcast constant: no memory)."""
+  def full(cls, shape: Any, fill_value: Any, dtype: Any = None,
+           device: str | None = None) -> Tensor:
+    """A tensor of `shape` holding `fill_value` everywhere (a broadcast constant: no memory).
+    `Tensor.full((2, 2), 7)` is `[[7, 7], [7, 7]]` (int64, like PyTorch)."""
     dims, dev = _shape((shape,) if isinstance(shape, int) else (tuple(shape),)), _device(device)
     dt = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
     const = cls._from_uop(UOp.const(dt, fill_value), dev)
@@ -53,22 +55,31 @@ class CreationMixin:
   @classmethod
   def arange(cls, start: Any, stop: Any = None, step: Any = 1, dtype: Any = None,
              device: str | None = None) -> Tensor:
-    """[start, stop) by step, built as the spec's prefix sum of ones minus one."""
+    """[start, stop) by step, built as the spec's prefix sum of ones: element i is
+    start + i*step, computed in int64 (float64 when an argument is a float) and then cast, like
+    PyTorch. `Tensor.arange(1, 7, 2)` is `[1, 3, 5]`."""
     if stop is None: start, stop = 0, start
     if step == 0: raise ValueError("arange: step must be nonzero")
-    n = max(0, math.ceil((stop - start) / step))
+    if (stop - start) * step < 0:
+      raise ValueError(f"arange: bounds [{start}, {stop}) and step {step} have opposite directions")
+    n = math.ceil((stop - start) / step)
     is_float = any(isinstance(v, float) for v in (start, stop, step))
-    dt: DType = to_dtype(dtype) if dtype is not None else (dtypes.default_float if is_float else dtypes.default_int)
-    ones = cls.full((n,), 1, dt, device)
-    return _prefix_sum(ones).sub(1).mul(step).add(start).cast(dt) if n else ones
+    dt = dtypes.default_float if is_float else dtypes.default_int
+    if dtype is not None: dt = to_dtype(dtype)
+    if n == 0: return cls.full((0,), 0, dt, device)
+    index = _prefix_sum(cls.full((n,), 1, dtypes.int64, device)).sub(1)
+    if is_float: index = index.cast(dtypes.float64)
+    return index.mul(step).add(start).cast(dt)
 
   @classmethod
-  def eye(cls, n: int, m: int | None = None, dtype: Any = None, device: str | None = None) -> Tensor:
-    """The identity matrix (n x m)."""
+  def eye(cls, n: int, m: int | None = None, dtype: Any = None,
+          device: str | None = None) -> Tensor:
+    """The identity matrix (n x m). `Tensor.eye(2)` is `[[1., 0.], [0., 1.]]`."""
     m = n if m is None else m
-    rows = cls.arange(n, device=device).reshape(n, 1)
-    cols = cls.arange(m, device=device).reshape(1, m)
-    return rows.eq(cols).cast(dtype or dtypes.default_float)
+    rows, cols = _shape((n, m))
+    r = cls.arange(rows, device=device).reshape(rows, 1)
+    c = cls.arange(cols, device=device).reshape(1, cols)
+    return r.eq(c).cast(dtype or dtypes.default_float)
 
   def full_like(self, fill_value: Any, dtype: Any = None) -> Tensor:
     return type(self).full(self.shape, fill_value, dtype or self.dtype, self.device)

@@ -10,7 +10,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from unigrad.dtype import DType, dtypes, least_upper_float, to_dtype
-from unigrad.frontend.dtypes import result_type
+from unigrad.frontend.dtypes import result_type, scalar_dtype
 from unigrad.uop import Ops, UOp
 from unigrad.uop.properties import broadcast_shapes
 
@@ -20,7 +20,14 @@ if TYPE_CHECKING:
 Operand = Any  # a Tensor or a Python number
 
 
+HALF_LIKE = (dtypes.float16, dtypes.bfloat16)
+
+
 def _is_float(t: Tensor) -> bool: return dtypes.is_float(t.dtype)
+
+
+def _operand_dtype(x: Operand) -> DType:
+  return x.dtype if hasattr(x, "uop") else scalar_dtype(x)
 
 
 class ElementwiseMixin:
@@ -41,17 +48,22 @@ class ElementwiseMixin:
                    reverse: bool = False) -> tuple[Tensor, Tensor]:
     """Both operands as tensors of one dtype (promoted unless `dtype`) and one shape."""
     if reverse: x, y = y, x
-    for t in (x, y):
-      if hasattr(t, "uop") and t.device != self.device:
-        raise RuntimeError(f"expected all tensors on one device, got {self.device} and {t.device}")
+    self._check_devices(x, y)
     dt = result_type(x, y) if dtype is None else dtype
     tx, ty = self._to_tensor(x, dt), self._to_tensor(y, dt)
     shape = broadcast_shapes(tx.shape, ty.shape)
     return tx.expand(shape), ty.expand(shape)
 
-  def _binary(self, op: Ops, other: Operand, reverse: bool = False, dtype: DType | None = None) -> Tensor:
+  def _check_devices(self, *xs: Operand) -> None:
+    for t in xs:
+      if hasattr(t, "uop") and t.device != self.device:
+        raise RuntimeError(f"expected all tensors on one device, got {self.device} and {t.device}")
+
+  def _binary(self, op: Ops, other: Operand, reverse: bool = False,
+              dtype: DType | None = None) -> Tensor:
     x, y = self._broadcasted(self, other, dtype, reverse)
-    return x._wrap(UOp(op, dtypes.bool if op in (Ops.CMPLT, Ops.CMPNE) else x.dtype, (x.uop, y.uop)))
+    out = dtypes.bool if op in (Ops.CMPLT, Ops.CMPNE) else x.dtype
+    return x._wrap(UOp(op, out, (x.uop, y.uop)))
 
   def _unary(self, op: Ops) -> Tensor: return self._wrap(UOp(op, self.uop.dtype, (self.uop,)))
 
@@ -67,35 +79,42 @@ class ElementwiseMixin:
     return self._binary(Ops.MUL, x, reverse)
 
   def sub(self, x: Operand, reverse: bool = False) -> Tensor:
-    """a - b, as the spec's ADD(a, NEG(b))."""
+    """a - b, as the spec's ADD(a, NEG(b)). Like PyTorch, no operand may be bool."""
+    if dtypes.bool in (self.dtype, _operand_dtype(x)):
+      raise TypeError("subtraction with a bool operand is not supported: use logical_xor or ^")
     a, b = self._broadcasted(self, x, reverse=reverse)
-    if a.dtype == dtypes.bool: raise TypeError("subtraction of bool tensors is not supported: use logical_xor or ^")
     return a.add(b.neg())
 
   def neg(self) -> Tensor:
     """-x, as the spec's MUL(x, -1)."""
-    if self.dtype == dtypes.bool: raise TypeError("negation of a bool tensor is not supported: use logical_not or ~")
+    if self.dtype == dtypes.bool:
+      raise TypeError("negation of a bool tensor is not supported: use logical_not or ~")
     return self.mul(self._const(-1, self.dtype))
 
   def div(self, x: Operand, reverse: bool = False, rounding_mode: str | None = None) -> Tensor:
-    """True division (ints give a float), or rounded with rounding_mode 'trunc' / 'floor'."""
-    a, b = self._broadcasted(self, x, reverse=reverse)
-    if rounding_mode == "floor": return a.floordiv(b)
+    """True division (ints give a float), or rounded with rounding_mode 'trunc' / 'floor'.
+    `Tensor([1, 2]) / 2` is `[0.5, 1.0]`."""
+    if rounding_mode not in (None, "trunc", "floor"):
+      raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor': {rounding_mode!r}")
+    if rounding_mode == "floor": return self.floordiv(x, reverse)
     if rounding_mode == "trunc":
+      a, b = self._broadcasted(self, x, reverse=reverse)
       if _is_float(a): return a.div(b).trunc()
-      return (a.floordiv(b)).where_trunc_fix(a, b)
-    if rounding_mode is not None: raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
-    a, b = a._float(), b._float()
+      return a.floordiv(b)._trunc_fix(a, b)
+    # operands go straight to the float type: a scalar never wraps in an integer type first
+    a, b = self._broadcasted(self, x, least_upper_float(result_type(self, x)), reverse)
     return a.mul(b.reciprocal())
 
-  def where_trunc_fix(self, a: Tensor, b: Tensor) -> Tensor:
-    """Turn floor division into truncating division: add 1 where the signs differ and b does not divide a."""
+  def _trunc_fix(self, a: Tensor, b: Tensor) -> Tensor:
+    """Floor division -> truncating division: add 1 where the signs differ and b does not
+    divide a."""
     fix = (a.floormod(b).ne(0)) & ((a < 0) ^ (b < 0))
     return fix.where(self + 1, self)
 
   def floordiv(self, x: Operand, reverse: bool = False) -> Tensor:
     """Floor division (Python's `//`): IDIV on integers, floor(a/b) on floats."""
     a, b = self._broadcasted(self, x, reverse=reverse)
+    if a.dtype in HALF_LIKE: return a.float().floordiv(b.float()).cast(a.dtype)
     if _is_float(a): return a.mul(b.reciprocal()).floor()
     if a.dtype == dtypes.bool: raise TypeError("floor division of bool tensors is not supported")
     return a._wrap(UOp(Ops.IDIV, a.dtype, (a.uop, b.uop)))
@@ -103,6 +122,8 @@ class ElementwiseMixin:
   def floormod(self, x: Operand, reverse: bool = False) -> Tensor:
     """Python's `%` (the sign of the divisor): MOD on integers, a - floor(a/b)*b on floats."""
     a, b = self._broadcasted(self, x, reverse=reverse)
+    # like PyTorch, 16-bit floats compute in float32 and round once
+    if a.dtype in HALF_LIKE: return a.float().floormod(b.float()).cast(a.dtype)
     if _is_float(a): return a.sub(a.floordiv(b).mul(b))
     if a.dtype == dtypes.bool: raise TypeError("modulo of bool tensors is not supported")
     return a._wrap(UOp(Ops.MOD, a.dtype, (a.uop, b.uop)))
@@ -118,11 +139,16 @@ class ElementwiseMixin:
     return (a < b).where(a, b)
 
   def pow(self, x: Operand, reverse: bool = False) -> Tensor:
-    """a ** b. Integer powers of integers stay integers (computed exactly in float64)."""
+    """a ** b. Integer powers of integers stay integers (computed in float64, then rounded).
+    `Tensor([1, 2, 3]) ** 2` is `[1, 4, 9]`."""
     a, b = self._broadcasted(self, x, reverse=reverse)
+    if a.dtype == dtypes.bool: raise TypeError("pow of bool tensors is not supported")
+    exponent = self if reverse else x
+    if not _is_float(a) and not hasattr(exponent, "uop") and exponent < 0:
+      raise ValueError(f"integers to negative integer powers are not allowed (got {exponent})")
     if _is_float(a): return a._wrap(UOp(Ops.POW, a.dtype, (a.uop, b.uop)))
-    f = a.cast(dtypes.float64)._wrap(UOp(Ops.POW, dtypes.float64, (a.cast(dtypes.float64).uop, b.cast(dtypes.float64).uop)))
-    return f.round_half_even().cast(a.dtype)
+    fa, fb = a.cast(dtypes.float64), b.cast(dtypes.float64)
+    return fa._wrap(UOp(Ops.POW, dtypes.float64, (fa.uop, fb.uop))).round_half_even().cast(a.dtype)
 
   def reciprocal(self) -> Tensor:
     """1/x (ints give a float)."""
@@ -159,7 +185,9 @@ class ElementwiseMixin:
   def log(self) -> Tensor: return self._float().log2().mul(math.log(2))
   def cos(self) -> Tensor: return self._float().mul(-1).add(math.pi / 2).sin()
   def relu(self) -> Tensor: return (self > 0).where(self, self._const(0, self.dtype))
-  def abs(self) -> Tensor: return self._wrap(self.uop) if dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool else (self < 0).where(self.neg(), self)
+  def abs(self) -> Tensor:
+    if dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool: return self._wrap(self.uop)
+    return (self < 0).where(self.neg(), self)
   def square(self) -> Tensor: return self * self
 
   # ---- comparison ----
@@ -168,7 +196,7 @@ class ElementwiseMixin:
 
   def __le__(self, x: Operand) -> Tensor:
     a, b = self._broadcasted(self, x)
-    return b.__gt__(a).logical_not() if not _is_float(a) else (a < b) | a.eq(b)
+    return (b < a).logical_not() if not _is_float(a) else (a < b) | a.eq(b)
 
   def __ge__(self, x: Operand) -> Tensor:
     a, b = self._broadcasted(self, x)
@@ -194,7 +222,10 @@ class ElementwiseMixin:
   # ---- bitwise ----
   def _bitwise(self, op: Ops, x: Operand, reverse: bool = False) -> Tensor:
     a, b = self._broadcasted(self, x, reverse=reverse)
-    if _is_float(a): raise TypeError(f"bitwise {op.name.lower()} needs integer or bool tensors, got {a.dtype!r}")
+    if _is_float(a):
+      raise TypeError(f"bitwise {op.name.lower()} needs integer or bool tensors, got {a.dtype!r}")
+    if op in (Ops.SHL, Ops.SHR) and a.dtype == dtypes.bool:
+      raise TypeError(f"{op.name.lower()} of bool tensors is not supported: cast to an integer")
     return a._wrap(UOp(op, a.dtype, (a.uop, b.uop)))
 
   def bitwise_and(self, x: Operand) -> Tensor: return self._bitwise(Ops.AND, x)
@@ -205,12 +236,14 @@ class ElementwiseMixin:
 
   def bitwise_not(self) -> Tensor:
     if self.dtype == dtypes.bool: return self.logical_not()
-    if _is_float(self): raise TypeError(f"bitwise not needs an integer or bool tensor, got {self.dtype!r}")
+    if _is_float(self):
+      raise TypeError(f"bitwise not needs an integer or bool tensor, got {self.dtype!r}")
     return self._bitwise(Ops.XOR, -1)
 
   # ---- selection and dtype ----
   def where(self, x: Operand, y: Operand) -> Tensor:
     """x where self is true, else y (broadcast, promoted). `cond.where(a, b)`"""
+    self._check_devices(x, y)
     dt = result_type(x, y)
     cond = self if self.dtype == dtypes.bool else self.ne(0)
     cx, cy = self._to_tensor(x, dt), self._to_tensor(y, dt)
@@ -228,8 +261,10 @@ class ElementwiseMixin:
     dt = to_dtype(dtype)
     if dt.itemsize != self.dtype.itemsize:
       if self.ndim == 0 or (self.shape[-1] * self.dtype.itemsize) % dt.itemsize:
-        raise ValueError(f"bitcast {self.dtype!r} -> {dt!r} needs a last axis whose bytes divide evenly, got {self.shape}")
-    return self._wrap(self.uop) if dt == self.dtype else self._wrap(UOp(Ops.BITCAST, dt, (self.uop,)))
+        raise ValueError(f"bitcast {self.dtype!r} -> {dt!r} needs a last axis whose bytes divide "
+                         f"evenly, got shape {self.shape}")
+    if dt == self.dtype: return self._wrap(self.uop)
+    return self._wrap(UOp(Ops.BITCAST, dt, (self.uop,)))
 
   def threefry(self, key: Operand) -> Tensor:
     """Threefry-2x32 of uint64 counters with a uint64 key (the spec's PRNG primitive)."""

@@ -302,7 +302,8 @@ def detach_if_no_grad(u: UOp) -> UOp:
 
 # ---- the Tensor methods ----
 
-_leaves: weakref.WeakSet[Tensor] = weakref.WeakSet()  # live tensors with requires_grad True
+# live tensors with requires_grad True, by id (a WeakSet would compare Tensors with their __eq__)
+_leaves: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
 
 
 def own_identity(u: UOp, device: str) -> UOp:
@@ -364,8 +365,8 @@ class GradientMixin:
                          f"got {self.dtype!r}")
     if value:
       self.uop = own_identity(self.uop, self.device)
-      _leaves.add(self)  # type: ignore[arg-type]
-    else: _leaves.discard(self)  # type: ignore[arg-type]
+      _leaves[id(self)] = self  # type: ignore[assignment]
+    else: _leaves.pop(id(self), None)
     self.__dict__["_requires_grad"] = value
 
   def requires_grad_(self, requires_grad: bool = True) -> Tensor:
@@ -410,7 +411,7 @@ class GradientMixin:
     self depends on (a lazy sum, like PyTorch's accumulation). Returns self.
     `loss.backward(); w.grad.numpy()`"""
     nodes = self.uop.toposort()
-    leaves = [t for t in list(_leaves) if t.uop in nodes]
+    leaves = [t for t in list(_leaves.values()) if t.uop in nodes]
     grads = compute_gradient(self.uop, self._root_grad(gradient), [t.uop for t in leaves])
     if not grads:
       raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn: "

@@ -10,7 +10,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from unigrad.dtype import dtypes
+from unigrad.frontend.dtypes import scalar_dtype
 from unigrad.uop import Ops, UOp, shape_uop, sint
+from unigrad.uop.alu import exec_cast
 
 if TYPE_CHECKING:
   from unigrad.frontend.tensor import Tensor
@@ -28,7 +30,8 @@ def canonical_axis(axis: int, ndim: int) -> int:
     raise TypeError(f"axis must be an int, got {type(axis).__name__}")
   n = max(ndim, 1)
   if not -n <= axis < n:
-    raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {axis})")
+    raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], "
+                     f"but got {axis})")
   return axis + n if axis < 0 else axis
 
 
@@ -47,14 +50,17 @@ class MovementMixin:
   def reshape(self, *shape: Any) -> Tensor:
     """A view with a new shape of the same size; one dim may be -1. `x.reshape(2, -1)`"""
     new = list(_shape_arg(shape))
-    if sum(1 for s in new if s == -1) > 1: raise ValueError(f"only one dimension can be inferred, got {tuple(new)}")
+    if sum(1 for s in new if s == -1) > 1:
+      raise ValueError(f"only one dimension can be inferred, got {tuple(new)}")
     numel = math.prod(self.shape)
+    bad = ValueError(f"shape '{tuple(new)}' is invalid for input of size {numel} {self.shape}")
     if -1 in new:
       rest = math.prod(s for s in new if s != -1)
-      if rest == 0 or numel % rest: raise ValueError(f"shape '{tuple(new)}' is invalid for input of size {numel}")
+      if rest == 0 or numel % rest: raise bad
       new[new.index(-1)] = numel // rest
-    if any(not isinstance(s, int) or s < 0 for s in new): raise ValueError(f"invalid shape {tuple(new)}")
-    if math.prod(new) != numel: raise ValueError(f"shape '{tuple(new)}' is invalid for input of size {numel}")
+    if any(not isinstance(s, int) or isinstance(s, bool) or s < 0 for s in new):
+      raise ValueError(f"invalid shape {tuple(new)}: sizes must be ints >= 0 (or one -1)")
+    if math.prod(new) != numel: raise bad
     if tuple(new) == self.shape: return self._wrap(self.uop)
     return self._wrap(UOp(Ops.RESHAPE, self.uop.dtype, (self.uop, shape_uop(new))))
 
@@ -64,7 +70,7 @@ class MovementMixin:
     """Reorder the axes. `x.permute(1, 0)` transposes a matrix."""
     perm = tuple(canonical_axis(a, self.ndim) for a in _shape_arg(order))
     if sorted(perm) != list(range(self.ndim)):
-      raise ValueError(f"permute({perm}) is not a permutation of the {self.ndim} axes of {self.shape}")
+      raise ValueError(f"permute{perm} is not a permutation of the {self.ndim} axes of {self.shape}")
     if perm == tuple(range(self.ndim)): return self._wrap(self.uop)
     return self._wrap(UOp(Ops.PERMUTE, self.uop.dtype, (self.uop,), perm))
 
@@ -76,9 +82,11 @@ class MovementMixin:
     old = (1,) * (len(new) - self.ndim) + tuple(self.shape)
     full = tuple(o if n == -1 else n for o, n in zip(old, new))
     bad = [i for i, (o, n) in enumerate(zip(old, full)) if o != n and o != 1]
-    if bad: raise ValueError(f"cannot expand {self.shape} to {new}: axes {bad} must be 1 or equal")
+    if bad:
+      raise ValueError(f"cannot expand {self.shape} to {new}: axes {bad} must be 1 or equal")
     if full == tuple(self.shape): return self._wrap(self.uop)
-    x = self.uop if len(old) == self.ndim else UOp(Ops.RESHAPE, self.uop.dtype, (self.uop, shape_uop(old)))
+    x = self.uop
+    if len(old) != self.ndim: x = UOp(Ops.RESHAPE, x.dtype, (x, shape_uop(old)))
     return self._wrap(UOp(Ops.EXPAND, x.dtype, (x, shape_uop(full))))
 
   def _pad_raw(self, pads: Sequence[tuple[int, int]]) -> UOp:
@@ -96,24 +104,32 @@ class MovementMixin:
     padded = x._wrap(x._pad_raw(pos))
     if value == 0: return padded
     mask = x._wrap(UOp.const(dtypes.bool, True)).expand(x.shape)._wrap_pad(pos)
-    return mask.where(padded, value)
+    # like PyTorch, the value takes the tensor's dtype (1.5 pads an int tensor with 1)
+    fill = UOp.const(self.dtype, exec_cast(value, scalar_dtype(value), self.dtype))
+    return mask.where(padded, x._wrap(fill))
 
-  def _wrap_pad(self, pads: Sequence[tuple[int, int]]) -> Tensor: return self._wrap(self._pad_raw(pads))
+  def _wrap_pad(self, pads: Sequence[tuple[int, int]]) -> Tensor:
+    return self._wrap(self._pad_raw(pads))
 
   def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Tensor:
     """Keep [start, end) per axis (None keeps the axis). `x.shrink(((0, 2), None))`"""
-    if len(arg) != self.ndim: raise ValueError(f"shrink needs {self.ndim} (start, end) pairs, got {len(arg)}")
+    if len(arg) != self.ndim:
+      raise ValueError(f"shrink needs {self.ndim} (start, end) pairs for shape {self.shape}, "
+                       f"got {len(arg)}")
     rng = [(0, s) if a is None else tuple(a) for a, s in zip(arg, self.shape)]
     for axis, ((b, e), s) in enumerate(zip(rng, self.shape)):
-      if not 0 <= b <= e <= s: raise ValueError(f"shrink range ({b}, {e}) out of bounds for axis {axis} of size {s}")
+      if not 0 <= b <= e <= s:
+        raise ValueError(f"shrink ({b}, {e}) is out of bounds for axis {axis} of {self.shape}")
     if all(b == 0 and e == s for (b, e), s in zip(rng, self.shape)): return self._wrap(self.uop)
     offs, sizes = [b for b, _ in rng], [e - b for b, e in rng]
-    return self._wrap(UOp(Ops.SHRINK, self.uop.dtype, (self.uop, shape_uop(offs), shape_uop(sizes))))
+    return self._wrap(UOp(Ops.SHRINK, self.uop.dtype, (self.uop, shape_uop(offs),
+                                                       shape_uop(sizes))))
 
   def shrink_to(self, *shape: Any) -> Tensor:
     """Keep the first `shape[i]` elements of each axis (None keeps it)."""
     new = _shape_arg(shape)
-    if len(new) != self.ndim: raise ValueError(f"shrink_to{new} needs {self.ndim} sizes for shape {self.shape}")
+    if len(new) != self.ndim:
+      raise ValueError(f"shrink_to{new} needs {self.ndim} sizes for shape {self.shape}")
     return self.shrink(tuple(None if n is None else (0, n) for n in new))
 
   def flip(self, *axis: Any) -> Tensor:
@@ -159,14 +175,16 @@ def _normalize_pads(padding: Sequence[Any], ndim: int) -> list[tuple[int, int]]:
       raise ValueError(f"flat padding {tuple(padding)} needs pairs for at most {ndim} axes")
     pairs = [(padding[i], padding[i + 1]) for i in range(0, len(padding), 2)]
     return [(0, 0)] * (ndim - len(pairs)) + pairs[::-1]
-  if len(padding) != ndim: raise ValueError(f"padding needs {ndim} (before, after) pairs, got {len(padding)}")
+  if len(padding) != ndim:
+    raise ValueError(f"padding needs {ndim} (before, after) pairs, got {len(padding)}")
   return [(0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding]
 
 
 def _expand_ellipsis(idx: tuple, ndim: int) -> list:
-  if sum(1 for i in idx if i is Ellipsis) > 1: raise IndexError("an index can only have a single ellipsis ('...')")
+  if sum(1 for i in idx if i is Ellipsis) > 1:
+    raise IndexError("an index can only have a single ellipsis ('...')")
   used = sum(1 for i in idx if i is not None and i is not Ellipsis)
-  if used > ndim: raise IndexError(f"too many indices for tensor of dimension {ndim}")
+  if used > ndim: raise IndexError(f"too many indices ({used}) for a tensor of dimension {ndim}")
   out: list = []
   for i in idx: out.extend([slice(None)] * (ndim - used) if i is Ellipsis else [i])
   if Ellipsis not in idx: out.extend([slice(None)] * (ndim - used))
@@ -190,9 +208,11 @@ def getitem_basic(t: Tensor, idx: Any) -> Tensor:
       continue
     size = t.shape[axis]
     if isinstance(it, bool) or not isinstance(it, (int, slice)):
-      raise IndexError(f"only integers, slices, None and Ellipsis are valid indices here, got {type(it).__name__}")
+      raise IndexError("only integers, slices, None and Ellipsis are valid indices here, got "
+                       f"{type(it).__name__}")
     if isinstance(it, int):
-      if not -size <= it < size: raise IndexError(f"index {it} is out of bounds for dimension {axis} with size {size}")
+      if not -size <= it < size:
+        raise IndexError(f"index {it} is out of bounds for dimension {axis} with size {size}")
       i = it + size if it < 0 else it
       bounds.append((i, i + 1)); flips.append(False); steps.append(1)  # noqa: E702
     else:
@@ -212,5 +232,5 @@ def _strided(x: Tensor, steps: list[int]) -> Tensor:
   padded_shape = [math.ceil(s / k) * k for s, k in zip(x.shape, steps)]
   x = x.pad([(0, p - s) for p, s in zip(padded_shape, x.shape)])
   x = x.reshape(*[d for p, k in zip(padded_shape, steps) for d in (p // k, k)])
-  return x.shrink(tuple(b for p, k in zip(padded_shape, steps) for b in ((0, p // k), (0, 1)))).reshape(
-    *[p // k for p, k in zip(padded_shape, steps)])
+  x = x.shrink(tuple(b for p, k in zip(padded_shape, steps) for b in ((0, p // k), (0, 1))))
+  return x.reshape(*[p // k for p, k in zip(padded_shape, steps)])

@@ -64,16 +64,17 @@ def _float_dtype(dtype: Any) -> DType:
 
 
 def _iota(cls: type[Tensor], n: int, device: str) -> Tensor:
-  """[0, n) as uint64 without a reduction: the sum of one broadcast [0, 2**b] per bit b.
+  """[0, n) as uint64 without a reduction: the sum over bits b of 2**b where i mod 2**(b+1) >= 2**b.
   (arange is the spec's O(n^2) prefix sum; this is O(n log n) and fuses into its consumer.)"""
   k = max(1, (n - 1).bit_length())
   acc: Tensor | None = None
   for b in range(k):
-    bit = cls.full((1,), 1 << b, dtypes.uint64, device).pad(((1, 0),))
-    bit = bit.reshape(*(1,) * (k - 1 - b), 2, *(1,) * b).expand(*(2,) * k)
+    half = 1 << b
+    bit = cls.full((half,), half, dtypes.uint64, device).pad(((half, 0),))  # [0]*half + [half]*half
+    bit = bit.reshape(1, 2 * half).expand(1 << (k - 1 - b), 2 * half).reshape(1 << k)
     acc = bit if acc is None else acc + bit
   assert acc is not None
-  return acc.reshape(1 << k).shrink(((0, n),))
+  return acc.shrink(((0, n),))
 
 
 def _random_bits(cls: type[Tensor], n: int, device: str) -> Tensor:

@@ -14,14 +14,27 @@ if TYPE_CHECKING:
   from unigrad.frontend.tensor import Tensor
 
 Axis = int | Sequence[int] | None
+HALF_LIKE = (dtypes.float16, dtypes.bfloat16)
+# the value of a reduction over no elements
+IDENTITY = {Ops.ADD: 0, Ops.MUL: 1}
 
 
 def _axes(axis: Axis, ndim: int) -> tuple[int, ...]:
+  """The reduced axes, canonical. None and () mean every axis, as in PyTorch."""
   if axis is None: return tuple(range(ndim))
-  items = (axis,) if isinstance(axis, int) else tuple(axis)
+  if isinstance(axis, int) and not isinstance(axis, bool): items: tuple = (axis,)
+  elif isinstance(axis, (tuple, list)): items = tuple(axis)
+  else: raise TypeError(f"axis must be an int, a sequence of ints or None: {type(axis).__name__}")
+  if not items: return tuple(range(ndim))
   axes = tuple(canonical_axis(a, ndim) for a in items)
-  if len(set(axes)) != len(axes): raise ValueError(f"dim {axis} appears multiple times in the list of dims")
+  if len(set(axes)) != len(axes):
+    raise ValueError(f"dim {axis} appears multiple times in the list of dims")
   return axes
+
+
+def _acc_dtype(dt: DType) -> DType:
+  """PyTorch accumulates 16-bit floats in float32 and rounds the result once."""
+  return dtypes.float32 if dt in HALF_LIKE else dt
 
 
 class ReduceMixin:
@@ -29,31 +42,38 @@ class ReduceMixin:
   uop: UOp
 
   def _wrap(self, u: UOp) -> Tensor: raise NotImplementedError
+  def _const(self, value: Any, dtype: DType) -> Tensor: raise NotImplementedError
 
   def _reduce(self, op: Ops, axis: Axis, keepdim: bool) -> Tensor:
     axes = _axes(axis, self.ndim)
     if self.ndim == 0: return self._wrap(self.uop)
-    ret = self._wrap(UOp(Ops.REDUCE, self.uop.dtype, (self.uop,), ReduceArg(op, axes)))
+    kept = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
+    if any(self.shape[a] == 0 for a in axes):  # nothing to read: the identity (no kernel reads x)
+      ret = self._const(IDENTITY[op], self.dtype).reshape(*(1,) * self.ndim).expand(kept)
+    else: ret = self._wrap(UOp(Ops.REDUCE, self.uop.dtype, (self.uop,), ReduceArg(op, axes)))
     if keepdim: return ret
     return ret.reshape(*[s for i, s in enumerate(self.shape) if i not in axes])
 
-  def sum(self, axis: Axis = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
-    """Sum over `axis` (all by default); bool and integers accumulate in int64 like PyTorch."""
+  def _accumulate(self, op: Ops, dtype: Any, axis: Axis, keepdim: bool) -> Tensor:
     dt = to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
-    return self.cast(dt)._reduce(Ops.ADD, axis, keepdim)
+    return self.cast(_acc_dtype(dt))._reduce(op, axis, keepdim).cast(dt)
+
+  def sum(self, axis: Axis = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
+    """Sum over `axis` (all by default); bool and integers accumulate in int64 like PyTorch.
+    `Tensor([[1, 2], [3, 4]]).sum(0)` is `[4, 6]`."""
+    return self._accumulate(Ops.ADD, dtype, axis, keepdim)
 
   def prod(self, axis: Axis = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
     """Product over `axis`; bool and integers accumulate in int64 like PyTorch."""
-    dt = to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
-    return self.cast(dt)._reduce(Ops.MUL, axis, keepdim)
+    return self._accumulate(Ops.MUL, dtype, axis, keepdim)
 
   def _check_nonempty(self, name: str, axis: Axis) -> None:
-    axes = _axes(axis, self.ndim)
-    if any(self.shape[a] == 0 for a in axes) or (self.ndim == 0 and False):
-      raise RuntimeError(f"{name}(): cannot reduce over a zero-size dimension of a tensor of shape {self.shape}")
+    if any(self.shape[a] == 0 for a in _axes(axis, self.ndim) if self.ndim):
+      raise RuntimeError(f"{name}(): cannot reduce over a zero-size dimension of a tensor of shape "
+                         f"{self.shape} (there is no identity)")
 
   def max(self, axis: Axis = None, keepdim: bool = False) -> Tensor:
-    """Maximum over `axis` (NaN propagates)."""
+    """Maximum over `axis` (NaN propagates). `Tensor([1, 3, 2]).max()` is 3."""
     self._check_nonempty("max", axis)
     return self._reduce(Ops.MAX, axis, keepdim)
 
@@ -64,29 +84,32 @@ class ReduceMixin:
     return self.bitwise_not().max(axis, keepdim).bitwise_not()
 
   def mean(self, axis: Axis = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
-    """Arithmetic mean over `axis` (needs a float tensor, like PyTorch)."""
+    """Arithmetic mean over `axis` (needs a float tensor or dtype, like PyTorch); the mean of
+    no elements is NaN. `Tensor([1., 2.]).mean()` is 1.5."""
     dt = to_dtype(dtype) if dtype is not None else self.dtype
     if not dtypes.is_float(dt):
-      raise RuntimeError(f"mean(): input dtype should be floating point, got {self.dtype!r}")
-    n = math.prod(self.shape[a] for a in _axes(axis, self.ndim))
-    s = self.cast(dt).sum(axis, keepdim)
-    return s.div(n) if n else s.mul(math.nan)
+      raise RuntimeError(f"mean(): input dtype should be floating point, got {dt!r}")
+    n = math.prod(self.shape[a] for a in _axes(axis, self.ndim)) if self.ndim else 1
+    s = self.cast(_acc_dtype(dt)).sum(axis, keepdim)
+    return (s.div(n) if n else s.mul(math.nan)).cast(dt)
 
   # ---- matmul ----
   def matmul(self, w: Tensor, dtype: DType | None = None) -> Tensor:
     """Matrix product with broadcasting batch dims, as the spec's gemm composition:
     (A.reshape(M,K,1) * B.reshape(1,K,N)).sum(K). `a @ b`"""
     x, y = self, w
-    if x.ndim == 0 or y.ndim == 0: raise RuntimeError("both arguments to matmul need to be at least 1D")
+    if x.ndim == 0 or y.ndim == 0:
+      raise RuntimeError(f"matmul needs two tensors of at least 1 dim, got {x.shape} and {y.shape}")
     if x.shape[-1] != y.shape[-min(y.ndim, 2)]:
-      raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({'x'.join(map(str, x.shape))} and "
-                         f"{'x'.join(map(str, y.shape))})")
+      sx, sy = "x".join(map(str, x.shape)), "x".join(map(str, y.shape))
+      raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({sx} and {sy})")
     dt = result_type(x, y) if dtype is None else dtype
-    x, y = x.cast(dt), y.cast(dt)
+    if dt == dtypes.bool: raise TypeError("matmul of bool tensors is not supported: cast first")
+    x, y = x.cast(_acc_dtype(dt)), y.cast(_acc_dtype(dt))
     xv, yv = x.ndim == 1, y.ndim == 1
     if xv: x = x.reshape(1, x.shape[0])
     if yv: y = y.reshape(y.shape[0], 1)
-    out = (x.unsqueeze(-1) * y.unsqueeze(-3)).sum(-2, dtype=dt)
+    out = (x.unsqueeze(-1) * y.unsqueeze(-3)).sum(-2, dtype=_acc_dtype(dt)).cast(dt)
     if xv: out = out.squeeze(-2)
     if yv: out = out.squeeze(-1)
     return out

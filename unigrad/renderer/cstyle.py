@@ -10,15 +10,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from unigrad.dtype import AddrSpace, DType, dtypes
+from unigrad.dtype import DType, dtypes
 from unigrad.renderer import Renderer
 from unigrad.uop import GroupOp, Ops, UOp
 
 C_TYPES = {dtypes.bool: "_Bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char",
            dtypes.int16: "short", dtypes.uint16: "unsigned short", dtypes.int32: "int",
-           dtypes.uint32: "unsigned int", dtypes.int64: "long long", dtypes.uint64: "unsigned long long",
-           dtypes.float32: "float", dtypes.float64: "double", dtypes.float16: "float",
-           dtypes.bfloat16: "float"}
+           dtypes.uint32: "unsigned int", dtypes.int64: "long long",
+           dtypes.uint64: "unsigned long long", dtypes.float32: "float", dtypes.float64: "double",
+           dtypes.float16: "float", dtypes.bfloat16: "float"}
 STORAGE = {**C_TYPES, dtypes.float16: "unsigned short", dtypes.bfloat16: "unsigned short"}
 HALF_LIKE = (dtypes.float16, dtypes.bfloat16)
 INFIX = {Ops.ADD: "+", Ops.MUL: "*", Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.XOR: "^", Ops.OR: "|",
@@ -38,7 +38,8 @@ static inline unsigned short __f2h(float f) {
   __fu v; v.f = f; uint32_t s = (v.u >> 16) & 0x8000, a = v.u & 0x7fffffff;
   if (a > 0x7f800000) return (unsigned short)(s | 0x7e00);
   if (a >= 0x477ff000) return (unsigned short)(s | 0x7c00);
-  if (a < 0x38800000) { __fu t; t.u = a; t.f += 0.5f; return (unsigned short)(s | (t.u - 0x3f000000)); }
+  if (a < 0x38800000) {
+    __fu t; t.u = a; t.f += 0.5f; return (unsigned short)(s | (t.u - 0x3f000000)); }
   uint32_t r = a + ((uint32_t)(15 - 127) << 23) + 0xfff + ((a >> 13) & 1);
   return (unsigned short)(s | (r >> 13)); }
 static inline float __bf2f(unsigned short b) { __fu r; r.u = (uint32_t)b << 16; return r.f; }
@@ -50,15 +51,71 @@ static inline float __rbf(float f) { return __bf2f(__f2bf(f)); }
 """
 
 
+def _fn(ct: str, name: str, body: str) -> str:
+  """A binary helper `static inline T name(T a, T b) { body }`."""
+  return f"static inline {ct} {name}({ct} a, {ct} b) {{ {body} }}"
+
+
 def _max_fn(ct: str, is_float: bool) -> str:
   cond = "(a > b || a != a)" if is_float else "(a > b)"
-  return f"static inline {ct} __max_{ct.replace(' ', '_')}({ct} a, {ct} b) {{ return {cond} ? a : b; }}"
+  return _fn(ct, f"__max_{ct.replace(' ', '_')}", f"return {cond} ? a : b;")
 
 
-def _div_fn(ct: str, op: str, signed: bool) -> str:
-  name = f"__{'div' if op == '/' else 'mod'}_{ct.replace(' ', '_')}"
-  neg = (f"b == -1 ? {'-a' if op == '/' else '0'} : " if signed else "")
-  return f"static inline {ct} {name}({ct} a, {ct} b) {{ return b == 0 ? 0 : {neg}a {op} b; }}"
+def _div_fn(ct: str, op: str, dt: DType) -> str:
+  """C's truncating `/` or `%` as a helper: x/0 and x%0 give 0 (like the PYTHON device) and
+  MIN/-1 wraps instead of trapping."""
+  neg = f"({ct})-a" if op == "/" else "0"
+  guard = "" if dtypes.is_unsigned(dt) else f"b == -1 ? {neg} : "
+  return _fn(ct, _helper(op, ct), f"return b == 0 ? 0 : {guard}a {op} b;")
+
+
+def _floor_fn(ct: str, op: str, dt: DType) -> str:
+  """Python's `//` or `%` (round toward -inf; the remainder takes the divisor's sign) on top of
+  the truncating helper; unsigned values need no fix."""
+  trunc = f"{_helper(op, ct)}(a, b)"
+  if dtypes.is_unsigned(dt): body = f"return {trunc};"
+  elif op == "/": body = f"{ct} q = {trunc}; return (q*b != a && ((a < 0) != (b < 0))) ? q-1 : q;"
+  else: body = f"{ct} r = {trunc}; return (r != 0 && ((r < 0) != (b < 0))) ? r+b : r;"
+  return _fn(ct, _helper("f" + op, ct), body)
+
+
+def _helper(op: str, ct: str) -> str:
+  kind = {"/": "div", "%": "mod", "f/": "floordiv", "f%": "floormod"}[op]
+  return f"__{kind}_{ct.replace(' ', '_')}"
+
+
+# ops whose C result may leave a narrow type's range (C computes them in int)
+WIDENS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG, Ops.SHL})
+
+
+def is_narrow(dt: DType) -> bool:
+  """Integer types C promotes to int before any arithmetic."""
+  return dt == dtypes.bool or (dtypes.is_int(dt) and dt != dtypes.index and dt.itemsize < 4)
+
+
+def _fits(u: UOp) -> bool:
+  """The exact (unwrapped) result of ADD/SUB/MUL/NEG provably lies in u.dtype's range."""
+  if u.op is Ops.SHL or u.dtype == dtypes.bool: return False
+  (a0, a1), (b0, b1) = u.src[0].min_max, u.src[-1].min_max
+  if u.op is Ops.NEG: lo, hi = -a1, -a0
+  elif u.op is Ops.ADD: lo, hi = a0 + b0, a1 + b1
+  elif u.op is Ops.SUB: lo, hi = a0 - b1, a1 - b0
+  else: lo, hi = min(p := (a0 * b0, a0 * b1, a1 * b0, a1 * b1)), max(p)
+  return u.dtype.min <= lo and hi <= u.dtype.max
+
+
+def _is_shift_in_range(u: UOp) -> bool:
+  """A shift by an amount in [0, bits): C's << and >> are defined there."""
+  b = u.src[1]
+  return 0 <= b.vmin and b.vmax < 8 * u.dtype.itemsize
+
+
+def _guarded_shift(op: Ops, dt: DType, s: list[str]) -> str:
+  """Shifts by >= bits (or < 0) give 0, or -1 for a negative value shifted right (like PyTorch)."""
+  bits, ct = 8 * dt.itemsize, C_TYPES[dt]
+  ok = f"(unsigned long long){s[1]} < {bits}"
+  if op is Ops.SHL: return f"({ok} ? ({ct})({s[0]}<<{s[1]}) : 0)"
+  return f"({ok} ? ({s[0]}>>{s[1]}) : ({s[0]} < 0 ? -1 : 0))"
 
 
 def c_const(v: object, dt: DType) -> str:
@@ -96,8 +153,7 @@ class CRenderer(Renderer):
   """C99 (GNU extensions) for clang and gcc."""
 
   def __init__(self, device: str = "CPU") -> None:
-    ops = frozenset(GroupOp.Primitive - {Ops.IDIV, Ops.MOD} | {Ops.CDIV, Ops.CMOD, Ops.SQRT, Ops.DIV,
-                                                                Ops.SUB, Ops.NEG})
+    ops = frozenset(GroupOp.Primitive | {Ops.CDIV, Ops.CMOD, Ops.SQRT, Ops.DIV, Ops.SUB, Ops.NEG})
     super().__init__(device, ops, has_threads=True, emulated_dtypes=frozenset(HALF_LIKE))
 
   def render(self, name: str, linear: UOp) -> str:
@@ -105,7 +161,8 @@ class CRenderer(Renderer):
     uses: dict[UOp, int] = {}
     for u in linear.src:
       for s in u.src: uses[s] = uses.get(s, 0) + 1
-    params = sorted((u for u in linear.src if u.op is Ops.PARAM), key=lambda p: (p.arg.name is not None, p.arg.slot))
+    params = sorted((u for u in linear.src if u.op is Ops.PARAM),
+                    key=lambda p: (p.arg.name is not None, p.arg.slot))
     for u in linear.src: self._node(st, u, uses)
     args = [self._param_decl(p, st) for p in params] + ["int core_id"]
     body = "\n".join(st.lines)
@@ -129,7 +186,8 @@ class CRenderer(Renderer):
     elif op is Ops.RANGE:
       st.names[u] = f"ridx{u.arg.id}"
       ct = C_TYPES[u.dtype]
-      st.emit(f"for ({ct} {st.names[u]} = 0; {st.names[u]} < {st.names[u.src[0]]}; {st.names[u]}++) {{")
+      r = st.names[u]
+      st.emit(f"for ({ct} {r} = 0; {r} < {st.names[u.src[0]]}; {r}++) {{")
       st.depth += 1
     elif op in (Ops.END, Ops.ENDIF):
       st.depth -= 1
@@ -139,7 +197,8 @@ class CRenderer(Renderer):
       st.depth += 1
     elif op is Ops.INDEX: st.names[u] = f"({st.names[u.src[0]]}+{st.names[u.src[1]]})"
     elif op is Ops.LOAD: self._load(st, u)
-    elif op is Ops.STORE: st.emit(f"*{st.names[u.src[0]]} = {self._to_storage(u.src[1].dtype, st.names[u.src[1]])};")
+    elif op is Ops.STORE:
+      st.emit(f"*{st.names[u.src[0]]} = {self._to_storage(u.src[1].dtype, st.names[u.src[1]])};")
     else: self._value(st, u, self._expr(st, u), uses)
 
   def _to_storage(self, dt: DType, v: str) -> str:
@@ -168,8 +227,16 @@ class CRenderer(Renderer):
   def _expr(self, st: _State, u: UOp) -> str:
     s = [st.names[x] for x in u.src]
     op, dt = u.op, u.dtype
-    if op in INFIX: return f"({s[0]}{INFIX[op]}{s[1]})"
-    if op is Ops.NEG: return f"(-{s[0]})"
+    if op in (Ops.SHL, Ops.SHR) and not _is_shift_in_range(u): return _guarded_shift(op, dt, s)
+    if op not in INFIX and op is not Ops.NEG: return self._alu(st, u, s)
+    expr = f"(-{s[0]})" if op is Ops.NEG else f"({s[0]}{INFIX[op]}{s[1]})"
+    # C computes narrow integers (and _Bool) as int: cut the result back to its width
+    if op in WIDENS and is_narrow(dt) and not _fits(u): return f"(({C_TYPES[dt]}){expr})"
+    return expr
+
+  def _alu(self, st: _State, u: UOp, s: list[str]) -> str:
+    """Ops with no C operator: function-like builtins and helpers."""
+    op, dt = u.op, u.dtype
     if op is Ops.WHERE: return f"({s[0]}?{s[1]}:{s[2]})"
     if op is Ops.RECIP: return f"({c_const(1, dt)}/{s[0]})"
     if op is Ops.TRUNC: return f"__builtin_trunc{'f' if dt != dtypes.float64 else ''}({s[0]})"
@@ -180,16 +247,23 @@ class CRenderer(Renderer):
       ct = C_TYPES[dt]
       st.helpers.setdefault(f"max{ct}", _max_fn(ct, dtypes.is_float(dt)))
       return f"__max_{ct.replace(' ', '_')}({s[0]}, {s[1]})"
-    if op in (Ops.CDIV, Ops.CMOD):
-      if u.src[1].op is Ops.CONST and u.src[1].arg not in (0, -1):
-        return f"({s[0]}{'/' if op is Ops.CDIV else '%'}{s[1]})"
-      ct, sym = C_TYPES[dt], "/" if op is Ops.CDIV else "%"
-      st.helpers.setdefault(f"{sym}{ct}", _div_fn(ct, sym, not dtypes.is_unsigned(dt)))
-      return f"__{'div' if sym == '/' else 'mod'}_{ct.replace(' ', '_')}({s[0]}, {s[1]})"
-    raise RuntimeError(f"C renderer: no rendering for {op.name} ({dt!r}); it should have been decomposed")
+    if op in (Ops.CDIV, Ops.CMOD, Ops.IDIV, Ops.MOD): return self._divmod(st, u, s)
+    raise RuntimeError(f"C renderer: no rendering for {op.name} ({dt!r}); "
+                       "it should have been decomposed")
+
+  def _divmod(self, st: _State, u: UOp, s: list[str]) -> str:
+    op, dt, ct = u.op, u.dtype, C_TYPES[u.dtype]
+    sym = "/" if op in (Ops.CDIV, Ops.IDIV) else "%"
+    if op in (Ops.CDIV, Ops.CMOD) and u.src[1].op is Ops.CONST and u.src[1].arg not in (0, -1):
+      return f"({s[0]}{sym}{s[1]})"
+    st.helpers.setdefault(_helper(sym, ct), _div_fn(ct, sym, dt))
+    if op in (Ops.CDIV, Ops.CMOD): return f"{_helper(sym, ct)}({s[0]}, {s[1]})"
+    st.helpers.setdefault(_helper("f" + sym, ct), _floor_fn(ct, sym, dt))
+    return f"{_helper('f' + sym, ct)}({s[0]}, {s[1]})"
 
   def _bitcast(self, st: _State, src: DType, dst: DType, v: str) -> str:
     sv = self._to_storage(src, v)
     src_ct, dst_ct = STORAGE[src], STORAGE[dst]
-    raw = f"(__extension__({{{src_ct} __s = {sv}; {dst_ct} __d; __builtin_memcpy(&__d, &__s, sizeof(__d)); __d;}}))"
+    copy = f"{dst_ct} __d; __builtin_memcpy(&__d, &__s, sizeof(__d)); __d;"
+    raw = f"(__extension__({{{src_ct} __s = {sv}; {copy}}}))"
     return self._from_storage(dst, raw)

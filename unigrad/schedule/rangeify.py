@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from unigrad.dtype import dtypes
 from unigrad.uop import AxisType, GroupOp, Invalid, Ops, ParamArg, PatternMatcher, ReduceArg, UOp, UPat
 from unigrad.uop import graph_rewrite, shape_uop
+from unigrad.codegen.simplify import pm_kernel_simplify
 from unigrad.uop.properties import as_shape
 
 EXPENSIVE = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.POW, Ops.THREEFRY})
@@ -71,6 +72,18 @@ def _is_expensive(u: UOp, realized: set[UOp]) -> bool:
   return False
 
 
+def _has_closed_form(red: UOp) -> bool:
+  """A REDUCE whose indexed form simplifies to no loop at all (arange, cumsum windows): recomputing
+  it where it is read costs less than a buffer."""
+  ctx = RangeifyCtx(0, "NULL", realize=set())
+  ctx.current = Kernel(ast=red, key=red, writes=red)
+  rngs = tuple(ctx.new_range(s, AxisType.LOOP) for s in red.shape)
+  try: value = graph_rewrite(_index(red, rngs), pm_rangeify, ctx=ctx, bottom_up=True, name="closed form?")
+  except NotImplementedError: return False
+  if any(u.op in (Ops.PARAM, Ops.AFTER) for u in value.toposort()): return False
+  return not graph_rewrite(value, pm_kernel_simplify).op_in_backward_slice_with_self(Ops.REDUCE)
+
+
 def find_realizes(body: UOp) -> set[UOp]:
   """Which tensor-graph nodes become their own kernel (see the module docstring)."""
   realize: set[UOp] = set()
@@ -82,7 +95,7 @@ def find_realizes(body: UOp) -> set[UOp]:
     if (u, expanded, reduced) in seen: continue
     seen.add((u, expanded, reduced))
     if u.op is Ops.CONTIGUOUS: realize.add(u)
-    if u not in realize and ((expanded or reduced) and u.op is Ops.REDUCE or
+    if u not in realize and ((expanded or reduced) and u.op is Ops.REDUCE and not _has_closed_form(u) or
                              expanded and u.op in GroupOp.ALU and _is_expensive(u, realize)):
       realize.add(u)
     if u in realize: expanded, reduced = False, False
@@ -90,6 +103,33 @@ def find_realizes(body: UOp) -> set[UOp]:
     exp_child = expanded or (u.op is Ops.EXPAND and _grows(u))
     stack.extend((s, exp_child, reduced or u.op is Ops.REDUCE) for s in u.src)
   return realize
+
+
+SPLIT_REDUCE_RATIO = 32768  # a reduce that shrinks its input this much is split in two kernels
+
+
+def split_reduce(red: UOp) -> UOp | None:
+  """REDUCE over a long axis -> partial reduces over (s, n/s), then a reduce over s: the first
+  kernel has s outputs to spread across cores."""
+  in_shape, out_shape = red.src[0].shape, red.shape
+  if red.tag == "split" or not all(isinstance(d, int) for d in (*in_shape, *out_shape)): return None
+  if math.prod(in_shape) < SPLIT_REDUCE_RATIO * max(1, math.prod(out_shape)): return None
+  for a in red.arg.axes:
+    n = in_shape[a]
+    s = next((s for s in (256, 128, 64, 32, 16, 8) if n % s == 0 and n // s >= 8), None)
+    if s is None: continue
+    split = (*in_shape[:a], s, n // s, *in_shape[a + 1:])
+    x = UOp(Ops.RESHAPE, red.dtype, (red.src[0], shape_uop(split)))
+    inner = tuple(ax if ax < a else ax + 1 for ax in red.arg.axes if ax != a) + (a + 1,)
+    part = UOp(Ops.REDUCE, red.dtype, (x,), ReduceArg(red.arg.op, inner), tag="split")
+    total = UOp(Ops.REDUCE, red.dtype, (part,), ReduceArg(red.arg.op, (a,)), tag="split")
+    return UOp(Ops.RESHAPE, red.dtype, (total, shape_uop(out_shape)))
+  return None
+
+
+pm_split_reduce = PatternMatcher([
+  (UPat(Ops.REDUCE, name="red"), split_reduce),  # long reductions -> two kernels
+])
 
 
 def fix_store_hazards(body: UOp) -> UOp:
@@ -258,7 +298,7 @@ def _base_param(u: UOp) -> UOp:
 
 def rangeify(body: UOp, nargs: int, device: str) -> RangeifyCtx:
   """All kernels of the function `body` (a SINK of STOREs over PARAM slots 0..nargs-1)."""
-  body = fix_store_hazards(body)
+  body = fix_store_hazards(graph_rewrite(body, pm_split_reduce, name="split reduce"))
   ctx = RangeifyCtx(nargs, device, realize=find_realizes(body))
   for st in body.src: _build_store(ctx, st)
   return ctx

@@ -15,7 +15,7 @@ from typing import Any, TypeVar, Union
 from unigrad.dtype import AddrSpace, DType, dtypes, truncate
 from unigrad.uop import properties as props
 from unigrad.uop.alu import float_bits
-from unigrad.uop.ops import ARITY, AxisType, GroupOp, InvalidType, Ops, ParamArg, RangeArg
+from unigrad.uop.ops import ARITY, AxisType, InvalidType, Ops, ParamArg, RangeArg
 from unigrad.uop.printer import pyrender
 from unigrad.uop.printer import render as render_expr
 from unigrad.uop.rewrite import graph_rewrite, substitute
@@ -301,7 +301,7 @@ class UOp(metaclass=UOpMetaClass):
   def alu(self, op: Ops, *srcs: UOp | Any) -> UOp:
     """`op` over self and `srcs`; Python scalars become constants of self's dtype."""
     ops = tuple(s if isinstance(s, UOp) else UOp.const(self.dtype, s) for s in srcs)
-    return UOp(op, dtypes.bool if op in GroupOp.Comparison else None, (self, *ops))
+    return UOp(op, None, (self, *ops))  # comparisons derive bool (a vector of bools for vectors)
 
   def _ralu(self, op: Ops, other: Any) -> UOp: return UOp.const(self.dtype, other).alu(op, self)
 

@@ -1,0 +1,233 @@
+"""EXP2, LOG2, SIN, POW and SQRT built from primitive ops (codegen/transcendental.py).
+
+Every graph is evaluated op by op with `sym_infer` (each result rounded to its dtype, a faithful
+emulator of the target's arithmetic) and compared with numpy's float64 result rounded to the dtype,
+in ulps (distance between the two floats in the ordered list of all floats of the dtype).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from unigrad.codegen.decompose import pm_decompose
+from unigrad.codegen.transcendental import pi_fixed, xexp2, xlog2, xpow, xsin, xsqrt
+from unigrad.dtype import DType, bf16_to_float, dtypes, float_to_bf16, truncate
+from unigrad.uop import GroupOp, Ops, UOp, graph_rewrite, sym_infer
+
+NP: dict[DType, type] = {dtypes.float16: np.float16, dtypes.float32: np.float32,
+                         dtypes.float64: np.float64}
+LEAVES = frozenset({Ops.CONST, Ops.PARAM, Ops.VCONST})
+PRIMITIVE = GroupOp.Primitive - {Ops.IDIV, Ops.MOD}
+INF, NAN = math.inf, math.nan
+RNG = np.random.default_rng(1234)
+
+
+def ordered(v: float, dt: DType) -> int:
+  """The position of v among the floats of dt (-0.0 and 0.0 share 0)."""
+  if dt == dtypes.bfloat16: i, n = float_to_bf16(v), 16
+  else:
+    i = int(np.array(v, NP[dt]).view({2: np.uint16, 4: np.uint32, 8: np.uint64}[dt.itemsize]))
+    n = 8 * dt.itemsize
+  mag = i & ((1 << (n - 1)) - 1)
+  return -mag if i >> (n - 1) else mag
+
+
+def ulp_diff(got: float, want: float, dt: DType) -> float:
+  if math.isnan(got) or math.isnan(want): return 0.0 if math.isnan(got) and math.isnan(want) else INF
+  return float(abs(ordered(got, dt) - ordered(want, dt)))
+
+
+def rounded(values: list[float] | np.ndarray, dt: DType) -> list[float]:
+  with np.errstate(over="ignore"):
+    return [truncate(dt, float(v)) for v in values]
+
+
+def evaluate(build: Callable[[UOp], UOp], dt: DType, xs: list[float]) -> list[float]:
+  x = UOp.variable("x", -INF, INF, dt)
+  g = build(x)
+  return [sym_infer(g, {x: v}) for v in xs]
+
+
+def worst_ulp(build: Callable[[UOp], UOp], ref: Callable, dt: DType, xs: list[float]
+              ) -> tuple[float, float]:
+  """The largest ulp error over xs (rounded to dt first) and the x where it occurs."""
+  xs = rounded(xs, dt)
+  got = evaluate(build, dt, xs)
+  with np.errstate(all="ignore"): want = rounded(ref(np.array(xs, np.float64)), dt)
+  errs = [ulp_diff(g, w, dt) for g, w in zip(got, want)]
+  i = int(np.argmax(errs))
+  return errs[i], xs[i]
+
+
+def random_floats(dt: DType, n: int, positive: bool = False) -> list[float]:
+  """n floats with uniformly random bit patterns (every binade, denormals included)."""
+  width = {2: np.uint16, 4: np.uint32, 8: np.uint64}[dt.itemsize]
+  bits = RNG.integers(0, np.iinfo(width).max, n, dtype=np.uint64, endpoint=True).astype(width)
+  xs = bits.view(NP[dt]).astype(np.float64)
+  xs = xs[np.isfinite(xs)]
+  return [abs(v) for v in xs] if positive else list(xs)
+
+
+def specials(dt: DType) -> list[float]:
+  info = np.finfo(NP[dt])
+  tiny, dmin = float(info.smallest_normal), float(info.smallest_subnormal)
+  return [0.0, -0.0, INF, -INF, NAN, 1.0, -1.0, dmin, -dmin, tiny, tiny - dmin, float(info.max),
+          -float(info.max)]
+
+
+# ---- exp2 ----
+
+EXP2_POINTS: dict[DType, list[float]] = {
+  dtypes.float32: [*np.linspace(-155, 130, 1500), *RNG.uniform(-1, 1, 300), 127.99999, 128.0,
+                   -126.0, -149.0, -149.5, -150.0, -150.5, -151.0, 1e-30, -3e-40],
+  dtypes.float64: [*np.linspace(-1080, 1030, 500), *RNG.uniform(-1, 1, 100), 1023.9999999,
+                   1024.0, -1022.0, -1074.0, -1074.5, -1075.0, -1075.5, -1076.0],
+  dtypes.float16: [*np.linspace(-26, 17, 400), 15.99, 16.0, -24.0, -24.5, -25.0, -25.5],
+}
+
+
+@pytest.mark.parametrize("dt", [dtypes.float32, dtypes.float64, dtypes.float16])
+def test_exp2(dt: DType) -> None:
+  err, x = worst_ulp(xexp2, np.exp2, dt, EXP2_POINTS[dt] + specials(dt))
+  assert err <= {dtypes.float64: 1, dtypes.float32: 1, dtypes.float16: 1}[dt], f"exp2({x!r})"
+
+
+def test_exp2_special_values() -> None:
+  got = evaluate(xexp2, dtypes.float32, [INF, -INF, NAN, 128.0, -151.0, -149.0, 0.0, -0.0])
+  assert got[:2] == [INF, 0.0] and math.isnan(got[2])
+  assert got[3:] == [INF, 0.0, 2.0 ** -149, 1.0, 1.0]
+
+
+# ---- log2 ----
+
+LOG2_POINTS: dict[DType, list[float]] = {
+  dtypes.float32: [*random_floats(dtypes.float32, 1500, True), *RNG.uniform(0.5, 2.0, 400),
+                   1 - 2 ** -24, 1 + 2 ** -23, -2.0],
+  dtypes.float64: [*random_floats(dtypes.float64, 500, True), *RNG.uniform(0.5, 2.0, 100),
+                   1 - 2 ** -53, 1 + 2 ** -52, -2.0],
+  dtypes.float16: [*random_floats(dtypes.float16, 400, True), *RNG.uniform(0.5, 2.0, 100)],
+}
+
+
+@pytest.mark.parametrize("dt", [dtypes.float32, dtypes.float64, dtypes.float16])
+def test_log2(dt: DType) -> None:
+  err, x = worst_ulp(xlog2, np.log2, dt, LOG2_POINTS[dt] + specials(dt))
+  assert err <= 1, f"log2({x!r})"
+
+
+def test_log2_special_values() -> None:
+  got = evaluate(xlog2, dtypes.float32, [0.0, -0.0, INF, -INF, NAN, -1.0, 2.0 ** -149, 2.0 ** 127])
+  assert got[:3] == [-INF, -INF, INF] and all(math.isnan(v) for v in got[3:6])
+  assert got[6:] == [-149.0, 127.0]
+
+
+# ---- sin ----
+
+def multiples_of_pi(dt: DType) -> list[float]:
+  """Floats nearest to k*pi/2, where sin is near 0 or +-1 and the reduction cancels most."""
+  ks = [*range(1, 200), *RNG.integers(200, 2 ** 20, 100), *(10 ** e for e in range(6, 16))]
+  return [float(NP[dt](k * math.pi / 2)) for k in ks]
+
+
+HUGE = [1e4, 1e10, 1e22, 1e30, 3.4e38, 1e100, 1e200, 1e300, 1.7e308, 6381956970095103 * 2.0 ** 797]
+SIN_POINTS: dict[DType, list[float]] = {
+  dtypes.float32: [*random_floats(dtypes.float32, 1200), *RNG.uniform(-10, 10, 200),
+                   *RNG.uniform(-9000, 9000, 200), *multiples_of_pi(dtypes.float32), *HUGE[:5]],
+  dtypes.float64: [*random_floats(dtypes.float64, 250), *RNG.uniform(-10, 10, 60),
+                   *RNG.uniform(-2 ** 28, 2 ** 28, 60), *multiples_of_pi(dtypes.float64)[::4],
+                   *HUGE],
+  dtypes.float16: [*random_floats(dtypes.float16, 300), *multiples_of_pi(dtypes.float16)[:60]],
+}
+
+
+@pytest.mark.parametrize("dt", [dtypes.float32, dtypes.float64, dtypes.float16])
+def test_sin(dt: DType) -> None:
+  err, x = worst_ulp(xsin, np.sin, dt, SIN_POINTS[dt] + specials(dt))
+  assert err <= 1, f"sin({x!r})"
+
+
+def test_sin_special_values() -> None:
+  got = evaluate(xsin, dtypes.float32, [-0.0, 0.0, INF, -INF, NAN, 2.0 ** -149])
+  assert math.copysign(1, got[0]) == -1 and got[0] == 0 and math.copysign(1, got[1]) == 1
+  assert all(math.isnan(v) for v in got[2:5]) and got[5] == 2.0 ** -149
+
+
+def test_pi_fixed() -> None:
+  assert pi_fixed(60) == int(math.pi * 2 ** 52) << 8 | pi_fixed(60) & 0xFF
+  assert abs(pi_fixed(200) / 2 ** 200 - math.pi) < 1e-15
+
+
+# ---- every graph is primitive and branch-free ----
+
+@pytest.mark.parametrize("fn", [xexp2, xlog2, xsin])
+@pytest.mark.parametrize("dt", [dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64])
+def test_only_primitive_ops(fn: Callable[[UOp], UOp], dt: DType) -> None:
+  g = fn(UOp.variable("x", -INF, INF, dt))
+  assert g.dtype == dt
+  assert {u.op for u in g.toposort()} <= PRIMITIVE | LEAVES
+
+
+def test_bfloat16() -> None:
+  xs = [bf16_to_float(float_to_bf16(v)) for v in np.linspace(-20, 20, 120)]
+  for fn, ref in ((xexp2, math.exp2), (xsin, math.sin)):
+    got = evaluate(fn, dtypes.bfloat16, xs)
+    assert max(ulp_diff(g, truncate(dtypes.bfloat16, ref(x)), dtypes.bfloat16)
+               for g, x in zip(got, xs)) <= 1
+
+
+def test_rejects_non_floats() -> None:
+  with pytest.raises(TypeError): xsin(UOp.variable("i", 0, 10, dtypes.int32))
+
+
+# ---- pow and sqrt (over EXP2/LOG2 nodes, evaluated natively and decomposed) ----
+
+def lower(g: UOp) -> UOp: return graph_rewrite(g, pm_decompose(PRIMITIVE))
+
+
+def c_pow(x: float, y: float) -> float:
+  """C99's (and PyTorch's tensor-tensor) pow; numpy makes y = +-0.5 a sqrt, which differs at -0.0
+  and -inf."""
+  odd = y.is_integer() and y % 2 == 1 if math.isfinite(y) else False
+  try: return math.pow(x, y)
+  except OverflowError: return -INF if x < 0 and odd else INF
+  except ValueError:  # 0 to a negative power, or a negative base to a non-integer power
+    if x == 0: return math.copysign(INF, x) if odd else INF
+    return NAN
+
+
+POW_BASES = [-3.0, -2.0, -1.5, -1.0, -0.5, -0.0, 0.0, 0.5, 1.0, 1.5, 2.0, 10.0, INF, -INF, NAN]
+POW_EXPS = [-3.0, -2.0, -1.0, -0.5, 0.0, -0.0, 0.5, 1.0, 2.0, 2.5, 3.0, 1e10, INF, -INF, NAN]
+
+
+@pytest.mark.parametrize("dt", [dtypes.float32, dtypes.float64, dtypes.float16])
+@pytest.mark.parametrize("decomposed", [False, True])
+def test_pow(dt: DType, decomposed: bool) -> None:
+  a, b = UOp.variable("a", -INF, INF, dt), UOp.variable("b", -INF, INF, dt)
+  g = lower(xpow(a, b)) if decomposed else xpow(a, b)
+  pairs = [(x, y) for x in POW_BASES for y in POW_EXPS]
+  pairs += [(float(x), float(y)) for x, y in zip(RNG.uniform(0, 20, 60), RNG.uniform(-8, 8, 60))]
+  pairs += [(-float(x), float(y)) for x, y in zip(RNG.uniform(0, 20, 30), RNG.integers(-8, 8, 30))]
+  mbits = {dtypes.float16: 10, dtypes.float32: 23, dtypes.float64: 52}[dt]
+  for x, y in ((truncate(dt, x), truncate(dt, y)) for x, y in pairs):
+    got = sym_infer(g, {a: x, b: y})
+    want = truncate(dt, c_pow(x, y))
+    if got == want and math.copysign(1, got) == math.copysign(1, want): continue
+    if math.isnan(want) or math.isinf(want) or want == 0:
+      assert got == want or math.isnan(got) and math.isnan(want), f"{x}**{y}: {got} != {want}"
+      assert math.isnan(want) or math.copysign(1, got) == math.copysign(1, want), f"{x}**{y}"
+      continue
+    scale = 4 + abs(y * math.log2(abs(x))) if dt != dtypes.float16 else 4
+    assert abs(got - want) <= abs(want) * scale * 2.0 ** -mbits, f"{x}**{y}: {got} != {want}"
+
+
+@pytest.mark.parametrize("dt", [dtypes.float32, dtypes.float64, dtypes.float16])
+def test_sqrt(dt: DType) -> None:
+  xs = random_floats(dt, {dtypes.float64: 150}.get(dt, 400), True) + specials(dt) + [-2.0, 4.0]
+  err, x = worst_ulp(lambda v: lower(xsqrt(v)), np.sqrt, dt, xs)
+  assert err <= 1, f"sqrt({x!r})"
+  got = evaluate(xsqrt, dt, [-0.0, 0.0, INF, -1.0, NAN])
+  assert math.copysign(1, got[0]) == -1 and got[:3] == [0.0, 0.0, INF]
+  assert math.isnan(got[3]) and math.isnan(got[4])

@@ -1,0 +1,223 @@
+"""Optimizers: SGD, LARS, Muon, Adam, AdamW, LAMB and OptimizerGroup (tinygrad's API).
+
+An optimizer builds the whole update of a step lazily: new moments are written with `assign`
+(so their buffers are updated in place), then every parameter is assigned `p - update`, and one
+`Tensor.realize_all` runs parameters and optimizer state together, so a step compiles to a few
+fused kernels and replays from the schedule cache on the next step. Hyperparameters that change
+during training (`lr`) are 0-d tensors, so changing them (`opt.lr.assign(Tensor(0.1))`) does not
+recompile anything.
+
+Deviations from tinygrad: `Adam` takes `weight_decay` (coupled L2, as in PyTorch's Adam);
+parameters whose `.grad` is None are skipped in a step (as in PyTorch); Muon decays weights
+decoupled (after orthogonalization, as PyTorch's Muon); optimizer state is float32 for 16-bit
+parameters; no `fused` flag.
+"""
+from __future__ import annotations
+
+from unigrad.dtype import DType, dtypes, least_upper_dtype
+from unigrad.frontend.tensor import Tensor
+
+__all__ = ["Optimizer", "OptimizerGroup", "SGD", "LARS", "Muon", "Adam", "AdamW", "LAMB"]
+
+
+def _dedup(ts: list[Tensor]) -> list[Tensor]: return list({id(t): t for t in ts}.values())
+
+
+def _state_dtype(dt: DType) -> DType:
+  """Moments of 16-bit parameters are kept in float32, others in the parameter's dtype."""
+  return least_upper_dtype(dt, dtypes.float32) if dtypes.is_float(dt) else dtypes.float32
+
+
+class Optimizer:
+  """Base class: holds the parameters (tensors with `requires_grad` not False) and the buffers
+  (the others, realized with every step), and turns `_step` into in-place updates."""
+
+  def __init__(self, params: list[Tensor], lr: float) -> None:
+    params = list(params)
+    for x in params:
+      if x.requires_grad is None: x.requires_grad = True
+    self.params: list[Tensor] = _dedup([x for x in params if x.requires_grad])
+    if not self.params: raise ValueError("optimizer got an empty parameter list")
+    self.buffers: list[Tensor] = _dedup([x for x in params if not x.requires_grad])
+    self.device = self.params[0].device
+    self.lr = Tensor(float(lr), self.device, dtypes.float32)
+
+  def _new_state(self) -> list[Tensor]:
+    """One zero tensor per parameter (the moments), already in its own buffer."""
+    out = [Tensor.zeros(*p.shape, dtype=_state_dtype(p.dtype), device=p.device).contiguous()
+           for p in self.params]
+    Tensor.realize_all(*out)
+    return out
+
+  def zero_grad(self) -> None:
+    """Forget the gradients (`grad = None`), as PyTorch's `zero_grad(set_to_none=True)`."""
+    for p in self.params: p.grad = None
+
+  def step(self) -> None:
+    """One optimization step: all updates run in one realize."""
+    Tensor.realize_all(*self.schedule_step())
+
+  def schedule_step(self) -> list[Tensor]:
+    """Assign the new values lazily; returns the tensors whose realization performs the step."""
+    live = [i for i, p in enumerate(self.params) if p.grad is not None]
+    grads = [self._grad(i) for i in live]
+    new_values, state = self._step(live, grads)
+    for i, v in zip(live, new_values): self.params[i].assign(v)
+    return [*state, *self.params, *self.buffers]
+
+  def _grad(self, i: int) -> Tensor:
+    p, g = self.params[i], self.params[i].grad
+    assert g is not None
+    if tuple(g.shape) != tuple(p.shape):
+      raise ValueError(f"param {i}: grad of shape {g.shape} does not match the param's {p.shape}")
+    return g.detach()
+
+  def _step(self, idx: list[int], grads: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
+    """The new values of params[i] for i in `idx`, and the state tensors to realize with them."""
+    raise NotImplementedError
+
+
+class OptimizerGroup(Optimizer):
+  """Several optimizers stepped together in one realize. `OptimizerGroup(Muon(ws), AdamW(bs))`"""
+
+  def __init__(self, *optimizers: Optimizer) -> None:  # no Optimizer.__init__: it has no own params
+    self.optimizers = optimizers
+    self.params = [p for o in optimizers for p in o.params]
+    self.buffers = [b for o in optimizers for b in o.buffers]
+
+  def __getitem__(self, i: int) -> Optimizer: return self.optimizers[i]
+
+  def zero_grad(self) -> None:
+    for o in self.optimizers: o.zero_grad()
+
+  def schedule_step(self) -> list[Tensor]:
+    return [t for o in self.optimizers for t in o.schedule_step()]
+
+
+def _trust_ratio(w_norm: Tensor, u_norm: Tensor, num: Tensor, den: Tensor) -> Tensor:
+  """num / den where both norms are positive, else 1 (LARS and LAMB's layer-wise ratio)."""
+  return (w_norm > 0).where((u_norm > 0).where(num / den, 1.0), 1.0)
+
+
+def _norm(x: Tensor) -> Tensor: return x.square().sum().sqrt()
+
+
+def _lamb_ratio(w: Tensor, up: Tensor) -> Tensor:
+  wn, un = _norm(w), _norm(up)
+  return _trust_ratio(wn, un, wn, un)
+
+
+def _newton_schulz(g: Tensor, steps: int, coeffs: tuple[float, ...], eps: float = 1e-7) -> Tensor:
+  """An approximately orthogonal matrix with the row/column spaces of the 2-D `g`:
+  X <- a X + b (X X^T) X + c (X X^T)^2 X, after scaling X to unit Frobenius norm."""
+  if g.shape[0] > g.shape[1]: return _newton_schulz(g.T, steps, coeffs, eps).T
+  x = g / (_norm(g) + eps)
+  for _ in range(steps):
+    gram = x @ x.T
+    terms = [x]
+    for _c in coeffs[1:]: terms.append(gram @ terms[-1])
+    x = sum((c * t for c, t in zip(coeffs[1:], terms[1:])), coeffs[0] * x)
+  return x
+
+
+class LARS(Optimizer):
+  """SGD with momentum and a layer-wise trust ratio (You et al. 2017, arXiv:1708.03888):
+  r = tcoef * |w| / (|g| + wd * |w|); d = r * (g + wd * w); `classic` momentum accumulates
+  lr * d (b = m b + lr d, w -= b), otherwise b = m b + d, w -= lr * b. `tcoef=0` gives SGD.
+  With `ns_params`, the (momentum) update is orthogonalized by Newton-Schulz iterations (Muon)."""
+
+  def __init__(self, params: list[Tensor], lr: float = 0.001, momentum: float = 0.9,
+               weight_decay: float = 1e-4, nesterov: bool = False, classic: bool = True,
+               tcoef: float = 0.001, ns_params: tuple[float, ...] | None = None,
+               ns_steps: int = 5) -> None:
+    super().__init__(params, lr)
+    self.momentum, self.wd, self.nesterov, self.classic = momentum, weight_decay, nesterov, classic
+    self.tcoef, self.ns_params, self.ns_steps = tcoef, ns_params, ns_steps
+    if ns_params is not None and any(p.ndim == 0 for p in self.params):
+      raise ValueError("Muon needs parameters with at least one dim (use AdamW for scalars)")
+    if ns_params is not None and classic:
+      raise ValueError("Muon with classic momentum would orthogonalize away the learning rate")
+    self.b = self._new_state() if momentum else []
+
+  def _step(self, idx: list[int], grads: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
+    out = []
+    for i, g in zip(idx, grads):
+      w = self.params[i].detach()
+      r: Tensor | float = self._ratio(w, g) if self.tcoef else 1.0
+      if self.wd and self.ns_params is None: g = g + self.wd * w
+      if self.classic: g = g * r * self.lr
+      if self.momentum:
+        self.b[i].assign((self.momentum * self.b[i] + g).cast(self.b[i].dtype))
+        g = g + self.momentum * self.b[i] if self.nesterov else self.b[i]
+      if self.ns_params is not None: g = self._orthogonalized(g, w)
+      if not self.classic: g = g * r * self.lr
+      out.append((w - g).cast(w.dtype))
+    return out, self.b
+
+  def _ratio(self, w: Tensor, g: Tensor) -> Tensor:
+    wn, gn = _norm(w), _norm(g)
+    return _trust_ratio(wn, gn, self.tcoef * wn, gn + self.wd * wn)
+
+  def _orthogonalized(self, g: Tensor, w: Tensor) -> Tensor:
+    assert self.ns_params is not None
+    g2 = _newton_schulz(g.reshape(g.shape[0], -1), self.ns_steps, self.ns_params).reshape(g.shape)
+    return g2 + self.wd * w if self.wd else g2
+
+
+def SGD(params: list[Tensor], lr: float = 0.001, momentum: float = 0.0,  # noqa: N802
+        weight_decay: float = 0.0, nesterov: bool = False, classic: bool = False) -> LARS:
+  """Stochastic gradient descent, as PyTorch's (dampening 0): d = g + wd w; b = m b + d;
+  d = d + m b (nesterov) or b; w -= lr d. `SGD(get_parameters(model), lr=0.1, momentum=0.9)`"""
+  return LARS(params, lr, momentum, weight_decay, nesterov, classic, tcoef=0.0)
+
+
+def Muon(params: list[Tensor], lr: float = 3e-3, momentum: float = 0.96,  # noqa: N802
+         weight_decay: float = 0.0, nesterov: bool = True, classic: bool = False,
+         ns_params: tuple[float, ...] = (3.4445, -4.7750, 2.0315), ns_steps: int = 5) -> LARS:
+  """Muon (K. Jordan): momentum SGD whose update, per parameter viewed as a matrix
+  (shape[0], -1), is orthogonalized by `ns_steps` Newton-Schulz iterations; decoupled decay."""
+  return LARS(params, lr, momentum, weight_decay, nesterov, classic, 0.0, ns_params, ns_steps)
+
+
+class LAMB(Optimizer):
+  """Adam moments with a layer-wise trust ratio (You et al. 2019, arXiv:1904.00962):
+  up = m_hat / (sqrt(v_hat) + eps) + wd * w; w -= lr * |w| / |up| * up. `adam=True` drops the
+  ratio (AdamW); `decoupled=False` adds wd * w to the gradient instead (Adam's L2 decay)."""
+
+  def __init__(self, params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999,
+               eps: float = 1e-6, weight_decay: float = 0.0, adam: bool = False,
+               decoupled: bool = True) -> None:
+    super().__init__(params, lr)
+    self.b1, self.b2, self.eps, self.wd, self.adam = b1, b2, eps, weight_decay, adam
+    self.decoupled = decoupled
+    self.b1_t, self.b2_t = (Tensor.ones((), device=self.device).contiguous() for _ in range(2))
+    self.m, self.v = self._new_state(), self._new_state()
+    Tensor.realize_all(self.b1_t, self.b2_t)
+
+  def _step(self, idx: list[int], grads: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
+    self.b1_t.assign(self.b1_t * self.b1)
+    self.b2_t.assign(self.b2_t * self.b2)
+    out = []
+    for i, g in zip(idx, grads):
+      w, m, v = self.params[i].detach(), self.m[i], self.v[i]
+      if self.wd and not self.decoupled: g = g + self.wd * w
+      m.assign((self.b1 * m + (1.0 - self.b1) * g).cast(m.dtype))
+      v.assign((self.b2 * v + (1.0 - self.b2) * (g * g)).cast(v.dtype))
+      up = (m / (1.0 - self.b1_t)) / ((v / (1.0 - self.b2_t)).sqrt() + self.eps)
+      if self.wd and self.decoupled: up = up + self.wd * w
+      r: Tensor | float = 1.0 if self.adam else _lamb_ratio(w, up)
+      out.append((w - self.lr * r * up).cast(w.dtype))
+    return out, [self.b1_t, self.b2_t, *self.m, *self.v]
+
+
+def Adam(params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999,  # noqa: N802
+         eps: float = 1e-8, weight_decay: float = 0.0) -> LAMB:
+  """Adam (Kingma & Ba), as PyTorch's: `weight_decay` is L2, added to the gradient."""
+  return LAMB(params, lr, b1, b2, eps, weight_decay, adam=True, decoupled=False)
+
+
+def AdamW(params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999,  # noqa: N802
+          eps: float = 1e-8, weight_decay: float = 0.01) -> LAMB:
+  """Adam with decoupled weight decay (Loshchilov & Hutter), as PyTorch's AdamW."""
+  return LAMB(params, lr, b1, b2, eps, weight_decay, adam=True)
+
