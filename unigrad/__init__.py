@@ -4,5 +4,6 @@ from unigrad.frontend.tensor import Tensor
 from unigrad.knobs import Context
 from unigrad.runtime.device import Device
 from unigrad.uop import UOp
+from unigrad import nn  # noqa: E402 (nn builds on Tensor)
 
-__all__ = ["Context", "Device", "Tensor", "UOp", "dtypes"]
+__all__ = ["Context", "Device", "Tensor", "UOp", "dtypes", "nn"]

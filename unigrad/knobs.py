@@ -104,7 +104,9 @@ class Context(contextlib.ContextDecorator):
 
   def __enter__(self) -> Context:
     self._saved.append({k: KNOBS[k].value for k in self.overrides})
-    for k, v in self.overrides.items(): KNOBS[k].value = KNOBS[k].kind(v)
+    for k, v in self.overrides.items():
+      knob_ = KNOBS[k]
+      knob_.value = _parse(knob_.kind, v, k) if isinstance(v, str) else knob_.kind(v)
     return self
 
   def __exit__(self, *exc: object) -> None:

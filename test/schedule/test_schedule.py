@@ -123,3 +123,21 @@ def test_size_one_axes_reduce():
   x = Tensor(np.arange(6, dtype=np.float32).reshape(1, 6, 1))
   assert x.sum((0, 2)).tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
   assert x.max().item() == 5.0
+
+
+def test_zero_size_output_runs_no_kernel_on_python_device():
+  assert Tensor.zeros(0, 3, device="PYTHON").numpy().shape == (0, 3)
+
+
+def test_empty_reduction_is_its_identity():
+  assert Tensor.empty(3, 0, device="PYTHON").sum(1).tolist() == [0.0, 0.0, 0.0]
+  assert Tensor.empty(2, 0).prod(1).tolist() == [1.0, 1.0]
+
+
+def test_copy_to_another_device_is_a_copy_call():
+  a = Tensor([1.0, 2.0, 3.0])
+  moved = (a + 1).to("PYTHON")
+  calls = moved.schedule().src
+  assert [c.src[0].op for c in calls] == [Ops.SINK, Ops.COPY]
+  assert moved.device == "PYTHON" and (moved * 2).tolist() == [4.0, 6.0, 8.0]
+  assert a.T.to("PYTHON").tolist() == [1.0, 2.0, 3.0]

@@ -109,16 +109,30 @@ def thread_to_core_id(ast: UOp) -> UOp:
 
 
 def merge_ends(ast: UOp) -> UOp:
-  """Loops closed by several ENDs (accumulators of unrolled reductions) become one loop."""
-  by_range: dict[UOp, list[UOp]] = {}
+  """Loops closed by several ENDs (accumulators of unrolled reductions) become one loop whose END
+  closes all their bodies; nested loops are merged the same way, innermost first."""
+  bodies: dict[UOp, list[UOp]] = {}
   for u in ast.toposort():
-    if u.op is Ops.END: by_range.setdefault(u.src[1], []).append(u)
-  sub = {}
-  for r, ends in by_range.items():
-    if len(ends) < 2: continue
-    merged = UOp(Ops.END, dtypes.void, (UOp(Ops.GROUP, dtypes.void, tuple(e.src[0] for e in ends)), r))
-    sub.update({e: merged for e in ends})
-  return ast.substitute(sub) if sub else ast
+    if u.op is Ops.END: bodies.setdefault(u.src[1], []).append(u.src[0])
+  shared = {r for r, b in bodies.items() if len(b) > 1}
+  if not shared: return ast
+  memo: dict[UOp, UOp] = {}
+  merged: dict[UOp, UOp] = {}
+
+  def build(root: UOp) -> UOp:
+    for x in root.toposort(lambda n: n not in memo):
+      if x in memo: continue
+      if x.op is Ops.END and x.src[1] in shared:
+        r = x.src[1]
+        if r not in merged:
+          body = tuple(dict.fromkeys(build(b) for b in bodies[r]))
+          merged[r] = UOp(Ops.END, dtypes.void, (UOp(Ops.GROUP, dtypes.void, body), r))
+        memo[x] = merged[r]
+        continue
+      new_src = tuple(memo[s] for s in x.src)
+      memo[x] = x if all(a is b for a, b in zip(new_src, x.src)) else x.replace(src=new_src)
+    return memo[root]
+  return build(ast)
 
 
 def expand(ast: UOp) -> UOp:

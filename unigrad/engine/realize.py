@@ -161,8 +161,12 @@ def run_linear(linear: UOp, args: tuple[UOp, ...]) -> None:
     for p in params:
       if p.arg.slot < nargs: bufs.append(buffer_of(args[p.arg.slot]).ensure_allocated())
       else: bufs.append(inter.setdefault(p.arg.slot, Buffer(device, p.shape[0], p.dtype)).ensure_allocated())
-    runner = get_runner(kernel, device)
-    t = runner.program(*bufs, global_size=runner.global_size, wait=DEBUG >= 2)
-    _count(runner, device, t)
+    if kernel.op is Ops.COPY:
+      bufs[0].copyin(bufs[1].copyout())
+      if DEBUG >= 2: print(f"*** COPY {bufs[1].device} -> {bufs[0].device} {bufs[0].nbytes} bytes")
+    else:
+      runner = get_runner(kernel, device)
+      t = runner.program(*bufs, global_size=runner.global_size, wait=DEBUG >= 2)
+      _count(runner, device, t)
     for slot, last in last_use.items():
       if last == i and slot >= nargs: inter.pop(slot, None)

@@ -6,6 +6,7 @@ realized subgraph, in every live Tensor that refers to it, by the buffer now hol
 """
 from __future__ import annotations
 
+import itertools
 import math
 import weakref
 from collections.abc import Sequence
@@ -13,20 +14,23 @@ from typing import Any
 
 from unigrad.dtype import DType, dtypes, from_bytes, from_numpy_name, to_bytes, to_dtype, to_numpy_name
 from unigrad.engine import realize as engine
+from unigrad.frontend.composite import CompositeMixin
 from unigrad.frontend.creation import CreationMixin
 from unigrad.frontend.elementwise import ElementwiseMixin
 from unigrad.frontend.gradient import GradientMixin, TensorMeta, detach_if_no_grad
 from unigrad.frontend.movement import MovementMixin
+from unigrad.frontend.nnops import NNOpsMixin
 from unigrad.frontend.random import RandomMixin
 from unigrad.frontend.reduce import ReduceMixin
 from unigrad.runtime.device import Device
 from unigrad.uop import Ops, UOp, sint
 
 all_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
+_storage_ids = itertools.count()  # tags that give CONTIGUOUS nodes their own storage
 
 
-class Tensor(MovementMixin, ElementwiseMixin, ReduceMixin, GradientMixin, CreationMixin,
-             RandomMixin, metaclass=TensorMeta):
+class Tensor(CompositeMixin, NNOpsMixin, MovementMixin, ElementwiseMixin, ReduceMixin, GradientMixin,
+             CreationMixin, RandomMixin, metaclass=TensorMeta):
   """A lazy n-dimensional array. `Tensor([[1, 2], [3, 4]]) @ Tensor.ones(2, 2)`"""
 
   def __init__(self, data: Any, device: str | None = None, dtype: Any = None,
@@ -101,8 +105,23 @@ class Tensor(MovementMixin, ElementwiseMixin, ReduceMixin, GradientMixin, Creati
     return engine.schedule([t.uop for t in (self, *others)], [t.device for t in (self, *others)])
 
   def contiguous(self) -> Tensor:
-    """A tensor that will be materialized in its own buffer, in row-major order."""
-    return self._wrap(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
+    """A tensor that will be materialized in its own new buffer, in row-major order. Each call
+    gets its own storage (a unique tag), like PyTorch: two equal expressions made contiguous are
+    never one buffer that an in-place write to one would change for the other."""
+    return self._wrap(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,), tag=next(_storage_ids)))
+
+  def to(self, device: str) -> Tensor:
+    """This tensor on `device` (a lazy COPY; the same tensor if it is already there)."""
+    dev = Device.canonicalize(device)
+    Device[dev]  # unknown devices fail here, at the call
+    if dev == self.device: return self
+    return Tensor._from_uop(UOp(Ops.COPY, self.dtype, (self.uop,), dev), dev, self.requires_grad)
+
+  def to_(self, device: str) -> Tensor:
+    """Move this tensor to `device` in place."""
+    moved = self.to(device)
+    self.uop, self._device = moved.uop, moved._device
+    return self
 
   def detach(self) -> Tensor: return self._wrap(self.uop.detach())
 
@@ -114,7 +133,9 @@ class Tensor(MovementMixin, ElementwiseMixin, ReduceMixin, GradientMixin, Creati
     if x.shape != self.shape: raise ValueError(f"assign: shape {x.shape} does not match {self.shape}")
     if x.dtype != self.dtype: raise TypeError(f"assign: dtype {x.dtype!r} does not match {self.dtype!r}")
     if x.device != self.device: raise RuntimeError(f"assign: device {x.device} does not match {self.device}")
-    if not engine.is_buffer_view(self.uop): self.realize()
+    if not engine.is_buffer_view(self.uop):  # give this tensor storage of its own, then write it
+      self.uop = UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,), tag=next(_storage_ids))
+      self.realize()
     target = self.uop
     self.uop = UOp(Ops.AFTER, self.dtype, (target, UOp(Ops.STORE, dtypes.void, (target, x.uop))))
     return self
@@ -199,8 +220,8 @@ def _uop_from_data(data: Any, device: str, dtype: DType | None) -> UOp:
 
 def _uop_from_numpy(arr: Any, device: str, dtype: DType | None) -> UOp:
   import numpy as np  # noqa: PLC0415 (numpy is optional: only needed for numpy input)
-  a = np.ascontiguousarray(arr)
+  a = np.ascontiguousarray(arr)  # note: 0-d arrays come back 1-d, so keep the original shape
   dt = from_numpy_name(a.dtype)
-  u = engine.buffer_with_data(device, dt, a.tobytes(), a.shape)
+  u = engine.buffer_with_data(device, dt, a.tobytes(), np.shape(arr))
   return u if dtype is None or dtype == dt else u.cast(dtype)
 

@@ -28,4 +28,5 @@ class PythonRenderer(Renderer):
   def __init__(self) -> None:
     super().__init__("PYTHON", frozenset(GroupOp.ALU | {Ops.CAST, Ops.BITCAST}), False)
 
-  def render(self, name: str, linear: UOp) -> str: return repr(linear)
+  def render(self, name: str, linear: UOp) -> str:
+    return repr(linear.replace(arg=None))  # the instructions; the KernelInfo is not needed to run

@@ -7,7 +7,8 @@ every value is scalar-shaped: movement ops became index arithmetic on RANGEs, PA
 validity `WHERE(valid, idx, Invalid)` on the index (gated loads) and `WHERE(valid, x, 0)` on the
 value, and REDUCE is `REDUCE(value, *ranges)`.
 Fusion policy (which values get their own kernel and buffer): every STORE is a kernel; a REDUCE
-read under an EXPAND that broadcasts or inside another REDUCE is realized, and so is an expensive
+read under an EXPAND that broadcasts, inside another REDUCE, or by several kernels is realized
+(unless it has a closed form: arange, cumsum windows), and so is an expensive
 elementwise value (one with a transcendental) read under a broadcasting EXPAND. Everything else is
 recomputed inline where it is read.
 """
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from unigrad.dtype import dtypes
 from unigrad.uop import AxisType, GroupOp, Invalid, Ops, ParamArg, PatternMatcher, ReduceArg, UOp, UPat
 from unigrad.uop import graph_rewrite, shape_uop
+from unigrad.codegen.expand import identity_element
 from unigrad.codegen.simplify import pm_kernel_simplify
 from unigrad.uop.properties import as_shape
 
@@ -74,27 +76,37 @@ def _is_expensive(u: UOp, realized: set[UOp]) -> bool:
 
 def _has_closed_form(red: UOp) -> bool:
   """A REDUCE whose indexed form simplifies to no loop at all (arange, cumsum windows): recomputing
-  it where it is read costs less than a buffer."""
+  it where it is read costs less than a buffer. Only reductions of constants qualify, so the probe
+  never inlines a nested reduction over data."""
+  if red.op_in_backward_slice_with_self(Ops.PARAM, Ops.AFTER, Ops.BUFFER): return False
   ctx = RangeifyCtx(0, "NULL", realize=set())
   ctx.current = Kernel(ast=red, key=red, writes=red)
   rngs = tuple(ctx.new_range(s, AxisType.LOOP) for s in red.shape)
   try: value = graph_rewrite(_index(red, rngs), pm_rangeify, ctx=ctx, bottom_up=True, name="closed form?")
   except NotImplementedError: return False
-  if any(u.op in (Ops.PARAM, Ops.AFTER) for u in value.toposort()): return False
   return not graph_rewrite(value, pm_kernel_simplify).op_in_backward_slice_with_self(Ops.REDUCE)
+
+
+def _shared_reduces(roots: list[UOp]) -> set[UOp]:
+  """REDUCEs that more than one kernel would compute: realized once instead."""
+  seen_by: dict[UOp, int] = {}
+  for i, root in enumerate(roots):
+    for u in root.toposort(lambda n: n.op not in (Ops.PARAM, Ops.AFTER)):
+      if u.op is Ops.REDUCE: seen_by[u] = -1 if seen_by.get(u, i) != i else i
+  return {u for u, owner in seen_by.items() if owner == -1}
 
 
 def find_realizes(body: UOp) -> set[UOp]:
   """Which tensor-graph nodes become their own kernel (see the module docstring)."""
-  realize: set[UOp] = set()
   roots = [s.src[1] for s in body.toposort() if s.op is Ops.STORE]
+  realize: set[UOp] = {u for u in _shared_reduces(roots) if not _has_closed_form(u)}
   seen: set[tuple[UOp, bool, bool]] = set()
   stack = [(r, False, False) for r in roots]  # (node, under a broadcasting EXPAND, inside a REDUCE)
   while stack:
     u, expanded, reduced = stack.pop()
     if (u, expanded, reduced) in seen: continue
     seen.add((u, expanded, reduced))
-    if u.op is Ops.CONTIGUOUS: realize.add(u)
+    if u.op in (Ops.CONTIGUOUS, Ops.COPY): realize.add(u)
     if u not in realize and ((expanded or reduced) and u.op is Ops.REDUCE and not _has_closed_form(u) or
                              expanded and u.op in GroupOp.ALU and _is_expensive(u, realize)):
       realize.add(u)
@@ -234,6 +246,8 @@ def push_index(ctx: RangeifyCtx, ix: UOp) -> UOp | None:
 
 def _index_reduce(ctx: RangeifyCtx, x: UOp, idx: tuple[UOp, ...]) -> UOp:
   src_shape = x.src[0].shape
+  if any(src_shape[a] == 0 for a in x.arg.axes):  # an empty reduction is its identity
+    return UOp.const(x.dtype, identity_element(x.arg.op, x.dtype))
   rngs = {a: ctx.new_range(src_shape[a], AxisType.REDUCE) for a in x.arg.axes}
   new_idx = tuple(rngs.get(a, i) for a, i in enumerate(idx))
   return UOp(Ops.REDUCE, x.dtype, (_index(x.src[0], new_idx), *rngs.values()), ReduceArg(x.arg.op))
@@ -272,9 +286,33 @@ pm_rangeify = PatternMatcher([
 ])
 
 
+def _source_buffer(ctx: RangeifyCtx, x: UOp) -> tuple[UOp, int | None]:
+  """A PARAM holding x contiguously (x itself, or x realized by its own kernel)."""
+  if x.op is Ops.PARAM: return x, None
+  if x.op is Ops.RESHAPE and x.src[0].op is Ops.PARAM: return x.src[0], None
+  if x.op is Ops.AFTER:
+    base, dep = _source_buffer(ctx, x.src[0])
+    return base, next((ctx.producer[d] for d in x.src[1:] if d in ctx.producer), dep)
+  if x not in ctx.buffers:
+    ctx.realize.add(x)
+    _build_kernel(ctx, UOp(Ops.STORE, dtypes.void, (_view(_intermediate(ctx, x), x.shape), x)), x)
+  return ctx.buffers[x], ctx.producer[x]
+
+
+def _build_copy(ctx: RangeifyCtx, target: UOp, copy: UOp, key: UOp) -> None:
+  """A COPY to another device is a copy call in the command buffer, not a kernel."""
+  src, dep = _source_buffer(ctx, copy.src[0])
+  dst = _base_param(target)
+  kernel = Kernel(ast=UOp(Ops.COPY, copy.dtype, (dst, src), copy.arg), key=key, writes=dst, reads={src})
+  if dep is not None: kernel.deps.add(dep)
+  ctx.producer[key] = len(ctx.kernels)
+  ctx.kernels.append(kernel)
+
+
 def _build_kernel(ctx: RangeifyCtx, store: UOp, key: UOp) -> None:
   """Make the kernel computing `store` (a STORE into a buffer view) and register it."""
   target, value = store.src[0], store.src[1]
+  if value.op is Ops.COPY: return _build_copy(ctx, target, value, key)
   kernel = Kernel(ast=value, key=key, writes=_base_param(target))
   saved = ctx.current
   ctx.current = kernel

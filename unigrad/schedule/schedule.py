@@ -1,7 +1,8 @@
 """Schedule: order the kernels of a function into the command buffer.
 
 Consumes: the function body from callify (a SINK of STOREs over PARAMs 0..nargs-1).
-Produces: `LINEAR(CALL(kernel, *params)...)`: each kernel's AST has its own PARAMs numbered from
+Produces: `LINEAR(CALL(kernel, *params)...)` (kernels writing zero elements are left out; an
+empty reduction is its identity, so no kernel has a zero-trip loop): each kernel's AST has its own PARAMs numbered from
 0 in discovery order and RANGE ids renumbered, so identical kernels on other buffers have identical
 ASTs; the CALL's sources are the body's PARAMs (slots >= nargs are intermediates, allocated per
 run). Order: a kernel runs after the kernels whose results it reads (read-after-write) and before
@@ -104,6 +105,11 @@ def create_schedule(body: UOp, nargs: int, device: str) -> UOp:
   ctx = rangeify(body, nargs, device)
   calls = []
   for i in order_kernels(ctx.kernels):
+    if ctx.kernels[i].writes.shape[0] == 0: continue  # writes nothing: no kernel
+    if ctx.kernels[i].ast.op is Ops.COPY:  # CALL(COPY, dst, src): a buffer copy between devices
+      ast = ctx.kernels[i].ast
+      calls.append(UOp(Ops.CALL, dtypes.void, (ast.replace(src=()), *ast.src)))
+      continue
     kernel, params = finalize_kernel(ctx.kernels[i].ast)
     if SPEC >= 1: spec_kernel.verify(kernel)
     calls.append(UOp(Ops.CALL, dtypes.void, (kernel, *params)))

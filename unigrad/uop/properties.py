@@ -287,6 +287,8 @@ def _mm_alu(u: UOp) -> tuple:
   elif op is Ops.NEG: ret = (-mm[0][1], -mm[0][0])
   elif op is Ops.IDIV and dtypes.is_int(u.dtype): ret = _mm_idiv(mm[0], mm[1])
   elif op is Ops.MOD and dtypes.is_int(u.dtype): ret = _mm_mod(mm[0], mm[1])
+  elif op in (Ops.CDIV, Ops.CMOD) and dtypes.is_int(u.dtype) and mm[0][0] >= 0 and mm[1][0] > 0:
+    ret = (_mm_idiv if op is Ops.CDIV else _mm_mod)(mm[0], mm[1])  # C and floor forms agree here
   elif op is Ops.AND and dtypes.is_int(u.dtype): ret = _mm_and(mm[0], mm[1])
   elif op is Ops.SHR and dtypes.is_int(u.dtype): ret = _mm_shr(mm[0], mm[1])
   if ret is None: return dtype_range(u.dtype)

@@ -67,6 +67,7 @@ _kernel_checks: dict[Ops, tuple[tuple[str, Check], ...]] = {
   Ops.RESHAPE: (("sources", nsrc(2)),),
   Ops.AFTER: (("sources", min_src(1)),),
   Ops.GROUP: (),
+  Ops.SPECIAL: (("sources", nsrc(1)),),
   **{op: _ALU for op in GroupOp.Elementwise},
 }
 spec_kernel = Spec("kernel", _kernel_checks)

@@ -42,6 +42,23 @@ def replace_range(ast: UOp, r: UOp, expr: UOp, parts: tuple[UOp, ...]) -> UOp:
       continue
     new_src = tuple(memo[s] for s in u.src)
     memo[u] = u if all(a is b for a, b in zip(new_src, u.src)) else u.replace(src=new_src)
+  return normalize_ends(memo[ast])
+
+
+def normalize_ends(ast: UOp) -> UOp:
+  """Every chain END(END(x, a), b)... nests its loops in axis order: outermost first, so UPCAST and
+  UNROLL loops sit innermost, right around the stores they repeat."""
+  memo: dict[UOp, UOp] = {}
+  for u in ast.toposort():
+    if u.op is Ops.END:
+      base, rs = u, []
+      while base.op is Ops.END:
+        rs.append(base.src[1])
+        base = base.src[0]
+      memo[u] = _rebuild_ends(memo[base], tuple(rs))
+      continue
+    new_src = tuple(memo[s] for s in u.src)
+    memo[u] = u if all(a is b for a, b in zip(new_src, u.src)) else u.replace(src=new_src)
   return memo[ast]
 
 
