@@ -120,9 +120,9 @@ def _loop_nodes(r: UOp, members: dict[UOp | None, list[UOp]], tree: LoopTree) ->
 
 def _add_ifs(nodes: list[UOp]) -> list[UOp]:
   out: list[UOp] = []
-  for u in nodes:
+  for i, u in enumerate(nodes):
     if u.op is Ops.STORE and len(u.src) == 3:
-      cond = UOp(Ops.IF, dtypes.void, (u.src[2],))
+      cond = UOp(Ops.IF, dtypes.void, (u.src[2],), i)  # arg: its position, so each IF is its own node
       out.extend([cond, u.replace(src=u.src[:2]), UOp(Ops.ENDIF, dtypes.void, (cond,))])
     else: out.append(u)
   return out

@@ -50,7 +50,8 @@ def optimize(ast: UOp, ren: Renderer) -> UOp:
     for opt in info.opts_to_apply: k = k.apply(opt)
   elif not NOOPT: k = hand_coded_optimizations(k, ren, ren_threads(ren))
   if DEBUG >= 3: print(f"  opts {k.name()}: {list(k.applied)}")
-  return k.finalize()
+  ast = k.finalize()
+  return graph_rewrite(ast, pm_kernel_simplify, name="simplify opts") if k.applied else ast
 
 
 def ren_threads(ren: Renderer) -> int:
