@@ -168,3 +168,9 @@ def estimate(linear: UOp) -> Estimates:
       flops += trips[-1] * (2 if u.op is Ops.MULACC else 1)
     elif u.op in (Ops.CAST, Ops.BITCAST) and u.src[0] in data: data.add(u)
   return Estimates(flops, mem)
+
+
+def launch_size(linear: UOp) -> tuple[int, ...]:
+  """(number of core_id chunks,) from the kernel's SPECIAL, or (1,)."""
+  specials = [u for u in linear.src if u.op is Ops.SPECIAL]
+  return (specials[0].src[0].arg,) if specials else (1,)

@@ -6,6 +6,7 @@ produce UOps; only the last one (linearize) changes the form, to a LINEAR.
 """
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,9 +15,12 @@ from unigrad.codegen.expand import expand
 from unigrad.codegen.opt.heuristic import hand_coded_optimizations
 from unigrad.codegen.opt.kernel import OptKernel
 from unigrad.codegen.isel import (lower_index_dtype, pm_add_loads, pm_divmod_nonneg, pm_mul_recip)
-from unigrad.codegen.linearize import linearize
+from unigrad.codegen.linearize import launch_size, linearize
+from unigrad.codegen.opt import KernelOptError
+from unigrad.codegen.opt.search import TIMED_RUNS, beam_search, kernel_key, scratch_params
 from unigrad.codegen.simplify import pm_kernel_simplify
-from unigrad.knobs import DEBUG, NOOPT, SPEC
+from unigrad.knobs import BEAM, DEBUG, NOOPT, SPEC
+from unigrad.runtime.device import Buffer, CompileError, Device
 from unigrad.runtime.ops_cpu import cpu_threads
 from unigrad.renderer import Renderer
 from unigrad.uop import KernelInfo, Ops, PatternMatcher, Spec, UOp, graph_rewrite, pm_simplify
@@ -48,10 +52,39 @@ def optimize(ast: UOp, ren: Renderer) -> UOp:
   info = ast.arg
   if isinstance(info, KernelInfo) and info.opts_to_apply is not None:
     for opt in info.opts_to_apply: k = k.apply(opt)
-  elif not NOOPT: k = hand_coded_optimizations(k, ren, ren_threads(ren))
+  elif not NOOPT:
+    heuristic = hand_coded_optimizations(k, ren, ren_threads(ren))
+    k = heuristic if BEAM < 1 else beam_search(k, heuristic, int(BEAM), make_timer(ast, ren), ren_threads(ren),
+                                               kernel_key(ast, ren.device, int(BEAM)))
   if DEBUG >= 3: print(f"  opts {k.name()}: {list(k.applied)}")
   ast = k.finalize()
   return graph_rewrite(ast, pm_kernel_simplify, name="simplify opts") if k.applied else ast
+
+
+def make_timer(ast: UOp, ren: Renderer) -> Callable[[OptKernel], float]:
+  """Compile and time kernels on scratch buffers shaped like `ast`'s params (for BEAM)."""
+  dev = Device[ren.device]
+  bufs = [Buffer(dev.name, p.shape[0], p.dtype).ensure_allocated() for p in scratch_params(ast)]
+
+  def time_kernel(k: OptKernel) -> float:
+    try:
+      linear = lower(k.finalize(), ren)
+      lib = dev.compiler.compile_cached(ren.render("beam_candidate", linear))
+      prog = dev.runtime("beam_candidate", lib)
+    except (KernelOptError, CompileError, RuntimeError): return math.inf
+    size, best = launch_size(linear), math.inf
+    for _ in range(TIMED_RUNS):
+      t = prog(*bufs, global_size=size, wait=True) or 0.0
+      best = min(best, t)
+      if t > 3 * best: break
+    return best
+  return time_kernel
+
+
+def lower(ast: UOp, ren: Renderer) -> UOp:
+  """The stages after optimize: an optimized kernel to its LINEAR."""
+  for stage in CODEGEN_STAGES[2:]: ast = stage.run(ast, ren)
+  return ast
 
 
 def ren_threads(ren: Renderer) -> int:

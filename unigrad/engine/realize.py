@@ -11,7 +11,7 @@ import time
 import weakref
 from dataclasses import dataclass
 
-from unigrad.codegen.linearize import Estimates, estimate
+from unigrad.codegen.linearize import Estimates, estimate, launch_size
 from unigrad.codegen.pipeline import full_rewrite
 from unigrad.dtype import DType
 from unigrad.helpers import GlobalCounters
@@ -123,12 +123,6 @@ def get_runner(kernel: UOp, device: str) -> Runner:
   if DEBUG >= 1:
     print(f"compiled {name} for {device}: codegen {(t1 - t0) * 1e3:.2f} ms, compile {(time.perf_counter() - t1) * 1e3:.2f} ms")
   return r
-
-
-def launch_size(linear: UOp) -> tuple[int, ...]:
-  """(number of core_id chunks,) from the kernel's SPECIAL, or (1,)."""
-  specials = [u for u in linear.src if u.op is Ops.SPECIAL]
-  return (specials[0].src[0].arg,) if specials else (1,)
 
 
 def _count(runner: Runner, device: str, t: float | None) -> None:
