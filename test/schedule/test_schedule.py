@@ -141,3 +141,9 @@ def test_copy_to_another_device_is_a_copy_call():
   assert [c.src[0].op for c in calls] == [Ops.SINK, Ops.COPY]
   assert moved.device == "PYTHON" and (moved * 2).tolist() == [4.0, 6.0, 8.0]
   assert a.T.to("PYTHON").tolist() == [1.0, 2.0, 3.0]
+
+
+def test_pad_of_a_padded_index_keeps_the_outer_gate():
+  assert Tensor([1.0, 2, 3]).pad(((1, 1),)).pad(((0, 1),)).tolist() == [0.0, 1.0, 2.0, 3.0, 0.0, 0.0]
+  assert Tensor([1.0, 2, 3], device="PYTHON").pad(((1, 1),)).pad(((2, 1),)).tolist() == [0.0] * 3 + [1.0, 2.0, 3.0, 0.0, 0.0]
+  assert Tensor.arange(5).pad(((0, 1),)).tolist() == [0, 1, 2, 3, 4, 0]

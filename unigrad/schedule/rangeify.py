@@ -23,6 +23,7 @@ from unigrad.uop import graph_rewrite, shape_uop
 from unigrad.codegen.expand import identity_element
 from unigrad.codegen.simplify import pm_kernel_simplify
 from unigrad.uop.properties import as_shape
+from unigrad.uop.symbolic import pm_invalid
 
 EXPENSIVE = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.POW, Ops.THREEFRY})
 VIEW_OPS = GroupOp.Movement
@@ -207,10 +208,20 @@ def index_movement(x: UOp, idx: tuple[UOp, ...]) -> tuple[tuple[UOp, ...], UOp |
     if o == 0 and s == n:
       new.append(i)
       continue
-    v = (i < o).logical_not() & (i < o + s)
+    gate, raw = _ungate(i)
+    v = (raw < o).logical_not() & (raw < o + s)
+    if gate is not None: v = gate & v  # an index already padded outside stays invalid
     valid = v if valid is None else valid & v
-    new.append(v.where(i - o, UOp.const(dtypes.index, Invalid)))
+    new.append(v.where(raw - o, UOp.const(dtypes.index, Invalid)))
   return tuple(new), valid
+
+
+def _ungate(i: UOp) -> tuple[UOp | None, UOp]:
+  """(gate, raw index) of an index that may be WHERE(gate, raw, Invalid) after simplification."""
+  i = graph_rewrite(i, pm_invalid, name="ungate")
+  if i.op is Ops.WHERE and i.src[2].op is Ops.CONST and isinstance(i.src[2].arg, type(Invalid)):
+    return i.src[0], i.src[1]
+  return None, i
 
 
 def _index(x: UOp, idx: tuple[UOp, ...]) -> UOp:
