@@ -21,7 +21,9 @@ from collections.abc import Callable
 import numpy as np
 
 from unigrad import Tensor
+from unigrad.codegen.pipeline import full_rewrite
 from unigrad.engine import realize as engine
+from unigrad.renderer.cstyle import CRenderer
 
 
 def best_of(fn: Callable[[], object], repeat: int) -> float:
@@ -36,7 +38,7 @@ def best_of(fn: Callable[[], object], repeat: int) -> float:
 
 def try_torch():
   try:
-    import torch
+    import torch  # noqa: PLC0415 - optional dependency
     torch.set_num_threads(os.cpu_count() or 1)
     return torch
   except ImportError:
@@ -64,11 +66,11 @@ def bench_elementwise(n: int, repeat: int) -> None:
     ref = np_fn()
     got = ours_fn().numpy()
     np.testing.assert_allclose(got, ref, rtol=1e-3, atol=1e-3 * max(1.0, float(np.abs(ref).max())))
-    ours = best_of(lambda: ours_fn().realize(), repeat)
+    ours = best_of(lambda f=ours_fn: f().realize(), repeat)
     theirs = {"numpy": best_of(np_fn, repeat)}
     if torch is not None:
       ta, tb, tc = (torch.from_numpy(x) for x in (na, nb, nc))
-      theirs["torch"] = best_of(lambda: t_fn(ta, tb, tc), repeat)
+      theirs["torch"] = best_of(lambda f=t_fn, a=ta, b=tb, c=tc: f(a, b, c), repeat)
     row(f"{name} n={n}", ours, theirs)
 
 
@@ -87,22 +89,23 @@ def bench_first_call() -> None:
   with tempfile.TemporaryDirectory() as cache:
     env = {**os.environ, "CACHEDIR": cache}
     for label in ("cold cache", "warm cache"):
-      out = subprocess.run([sys.executable, "-c", FIRST_CALL], env=env, capture_output=True, text=True, check=True)
+      out = subprocess.run([sys.executable, "-c", FIRST_CALL], env=env,
+                           capture_output=True, text=True, check=True)
       imp, first = map(float, out.stdout.split())
-      print(f"first call ({label}): import {imp * 1e3:8.2f} ms, first small op {first * 1e3:8.2f} ms")
+      print(f"first call ({label}): import {imp * 1e3:8.2f} ms, "
+            f"first small op {first * 1e3:8.2f} ms")
 
 
 def bench_compile_overhead(repeat: int) -> None:
   """Schedule + codegen (no C compile) per kernel, for a few typical graphs."""
-  from unigrad.codegen.pipeline import full_rewrite
-  from unigrad.renderer.cstyle import CRenderer
   x = Tensor.empty(64, 64)
+  shifted = x - x.max(1, keepdim=True)
   graphs = {"elementwise": (x * 2 + 1).relu(), "reduce": (x + 1).sum(1),
-            "softmax": (x - x.max(1, keepdim=True)).exp() / (x - x.max(1, keepdim=True)).exp().sum(1, keepdim=True),
+            "softmax": shifted.exp() / shifted.exp().sum(1, keepdim=True),
             "matmul": x @ x}
   ren = CRenderer()
   for name, t in graphs.items():
-    def run() -> int:
+    def run(t: Tensor = t) -> int:
       engine.schedule_cache.clear()
       lin = t.schedule()
       for call in lin.src: full_rewrite(call.src[0], ren)

@@ -3,7 +3,8 @@
 Run `python bench/rewrite.py` (add `--quick` for one repeat). When `tinygrad` is importable (it is
 not a dependency: install it into a separate virtual environment and run this file with that
 environment's python and unigrad on PYTHONPATH) the same workloads run there too, and the table
-shows unigrad's time over tinygrad's (below 1 means unigrad is faster).
+shows unigrad's time over tinygrad's (below 1 means unigrad is faster). Times are CPU seconds of
+this process (steadier than wall time on a busy machine), the best of a few runs.
 
 Workloads (each builds the same graph in both libraries through their common UOp operators):
 - rewrite, no rule fires: a 100k-node index chain under a 3-rule table that never fires;
@@ -65,7 +66,8 @@ class Lib:
 def unigrad_lib() -> Lib:
   return Lib("unigrad", UUOp, UOps, UUPat, UPatternMatcher, ugraph_rewrite,
              lambda v: UUOp.const(udtypes.index, v), lambda n, lo, hi: UUOp.variable(n, lo, hi),
-             lambda n, i: UUOp.range(n, i), lambda: UUOp.const(udtypes.index, UInvalid), udtypes.index)
+             lambda n, i: UUOp.range(n, i), lambda: UUOp.const(udtypes.index, UInvalid),
+             udtypes.index)
 
 
 def tinygrad_lib() -> Lib:
@@ -89,18 +91,18 @@ def rewrite_noop(lib: Lib, salt: int) -> tuple[int, float]:
   x = lib.variable(f"a{salt}", 0, 10)
   for i in range(CHAIN // 2): x = x * 3 + i
   pm = _never_rules(lib)
-  t0 = time.perf_counter()
+  t0 = time.process_time()
   lib.graph_rewrite(x, pm)
-  return CHAIN, time.perf_counter() - t0
+  return CHAIN, time.process_time() - t0
 
 
 def rewrite_half(lib: Lib, salt: int) -> tuple[int, float]:
   x = lib.variable(f"a{salt}", 0, 10)
   for i in range(CHAIN // 2): x = (x + i) * 1
   pm = _never_rules(lib)
-  t0 = time.perf_counter()
+  t0 = time.process_time()
   lib.graph_rewrite(x, pm)
-  return CHAIN, time.perf_counter() - t0
+  return CHAIN, time.process_time() - t0
 
 
 def padded_access(lib: Lib, first_axis: int) -> Any:
@@ -123,9 +125,9 @@ def padded_access(lib: Lib, first_axis: int) -> Any:
 def simplify_padded(lib: Lib, salt: int) -> tuple[int, float]:
   exprs = [padded_access(lib, 6 * (k + salt * PADDED_REPEATS)) for k in range(PADDED_REPEATS)]
   nodes = len(lib.UOp.sink(*exprs).toposort())
-  t0 = time.perf_counter()
+  t0 = time.process_time()
   for e in exprs: e.simplify()
-  return nodes, time.perf_counter() - t0
+  return nodes, time.process_time() - t0
 
 
 def random_expression(lib: Lib, n: int, salt: int = 0) -> Any:
@@ -153,9 +155,9 @@ def random_expression(lib: Lib, n: int, salt: int = 0) -> Any:
 def simplify_random(lib: Lib, salt: int) -> tuple[int, float]:
   sink = random_expression(lib, RANDOM_OPS, salt)
   nodes = len(sink.toposort())
-  t0 = time.perf_counter()
+  t0 = time.process_time()
   sink.simplify()
-  return nodes, time.perf_counter() - t0
+  return nodes, time.process_time() - t0
 
 
 Workload = Callable[[Lib, int], tuple[int, float]]
@@ -194,6 +196,7 @@ def main() -> None:
       _, tsecs = best_of(fn, libs[1], repeats)
       row += f" {tsecs * 1e3:>12.1f} {secs / tsecs:>6.2f}"
     print(row)
+  print(f"(CPU milliseconds, best of {repeats} after a warm-up run; ratio = unigrad / tinygrad)")
   if not HAVE_TINYGRAD: print("tinygrad not installed")
 
 

@@ -40,7 +40,9 @@ def split(xs: list, ys: list, seed: int = 0) -> tuple:
     order[i], order[j] = order[j], order[i]
   n_test = len(xs) // 5
   test, train = order[:n_test], order[n_test:]
-  return ([xs[i] for i in train], [ys[i] for i in train]), ([xs[i] for i in test], [ys[i] for i in test])
+  train_set = [xs[i] for i in train], [ys[i] for i in train]
+  test_set = [xs[i] for i in test], [ys[i] for i in test]
+  return train_set, test_set
 
 
 class DigitsCNN:
@@ -60,7 +62,9 @@ class DigitsCNN:
 def progress(step: int, total: int, loss: float, acc: float, t0: float) -> None:
   done = int(30 * step / total)
   bar = "#" * done + "-" * (30 - done)
-  sys.stderr.write(f"\r[{bar}] {step:4d}/{total} loss {loss:.4f} acc {acc * 100:5.1f}% {time.perf_counter() - t0:6.1f}s")
+  elapsed = time.perf_counter() - t0
+  sys.stderr.write(f"\r[{bar}] {step:4d}/{total} loss {loss:.4f} acc {acc * 100:5.1f}% "
+                   f"{elapsed:6.1f}s")
   sys.stderr.flush()
 
 
@@ -76,7 +80,7 @@ def evaluate(model: DigitsCNN, xs: list, ys: list, device: str, batch: int = 360
 def main() -> None:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--device", default=None)
-  p.add_argument("--steps", type=int, default=400)
+  p.add_argument("--steps", type=int, default=1000)
   p.add_argument("--batch", type=int, default=64)
   p.add_argument("--lr", type=float, default=3e-3)
   p.add_argument("--out", default="digits_cnn.safetensors")
@@ -92,7 +96,8 @@ def train(args: argparse.Namespace) -> None:
   X, Y = Tensor(xtr, device=device), Tensor(ytr, dtype=dtypes.int32, device=device)
   model = DigitsCNN()
   opt = nn.optim.Adam(get_parameters(model), lr=args.lr)
-  print(f"training on {device}: {len(xtr)} train / {len(xte)} test digits, {args.steps} steps of {args.batch}")
+  print(f"training on {device}: {len(xtr)} train / {len(xte)} test digits, "
+        f"{args.steps} steps of {args.batch}")
   t0 = time.perf_counter()
   with Tensor.train():
     for step in range(1, args.steps + 1):
@@ -104,7 +109,8 @@ def train(args: argparse.Namespace) -> None:
       loss.backward()
       acc = (out.argmax(-1) == yb).float().mean()
       Tensor.realize_all(loss, acc, *opt.schedule_step())  # forward shared with the update: one run
-      if step % 10 == 0 or step == args.steps: progress(step, args.steps, loss.item(), acc.item(), t0)
+      if step % 10 == 0 or step == args.steps:
+        progress(step, args.steps, loss.item(), acc.item(), t0)
   sys.stderr.write("\n")
   test_acc = evaluate(model, xte, yte, device)
   print(f"test accuracy {test_acc * 100:.2f}% after {time.perf_counter() - t0:.1f}s")

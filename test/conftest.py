@@ -1,4 +1,23 @@
 """Test defaults: every stage's spec verifier runs (SPEC=1)."""
+import pytest
+
+from unigrad.helpers import GlobalCounters
 from unigrad.knobs import SPEC
+from unigrad.runtime.ops_cpu import find_c_compiler
 
 SPEC.value = max(int(SPEC.value), 1)
+
+
+@pytest.fixture(params=["PYTHON", "CPU"])
+def device(request):
+  """Each device that executes kernels here: the PYTHON reference interpreter and CPU (C)."""
+  if request.param == "CPU" and find_c_compiler() is None: pytest.skip("no C compiler")
+  return request.param
+
+
+@pytest.fixture
+def no_kernels():
+  """Fails the test if any kernel ran while it did (errors must come before anything compiles)."""
+  before = GlobalCounters.kernel_count
+  yield
+  assert GlobalCounters.kernel_count == before, "a kernel ran"

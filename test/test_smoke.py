@@ -1,4 +1,5 @@
 """Smoke test: the IR core builds, simplifies and prints in well under a second."""
+import unigrad.uop as U
 from unigrad.uop import Ops, UOp, dtypes
 
 
@@ -9,7 +10,6 @@ def test_simplify_reshape_index():
 
 
 def test_hash_consing_and_repr_roundtrip():
-  import unigrad.uop as U
   x = UOp.const(dtypes.int32, 3) + UOp.variable("v", 0, 5, dtypes.int32)
   assert UOp.const(dtypes.int32, 3) + UOp.variable("v", 0, 5, dtypes.int32) is x
   assert eval(repr(x), vars(U)) is x

@@ -51,7 +51,8 @@ def _parse(kind: type, raw: str, name: str) -> Any:
     if kind is bool: return raw.strip().lower() not in ("", "0", "false", "no")
     return kind(raw)
   except ValueError:
-    raise ValueError(f"environment variable {name}={raw!r} is not a valid {kind.__name__}") from None
+    raise ValueError(f"environment variable {name}={raw!r} "
+                     f"is not a valid {kind.__name__}") from None
 
 
 KNOBS: dict[str, Knob] = {}
@@ -114,7 +115,8 @@ class Context(contextlib.ContextDecorator):
 
 
 def main(out: Any = sys.stdout) -> None:
-  for k in KNOBS.values(): print(f"{k.name:20s} {k.kind.__name__:6s} default={k.default!r:8}  {k.help}", file=out)
+  for k in KNOBS.values():
+    print(f"{k.name:20s} {k.kind.__name__:6s} default={k.default!r:8}  {k.help}", file=out)
 
 
 if __name__ == "__main__": main()

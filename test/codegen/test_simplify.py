@@ -24,7 +24,8 @@ def loop_sizes(ast: UOp) -> list[int]:
 def test_arange_prefix_sum_collapses_to_the_index():
   ks = simplified_kernels(Tensor.arange(1000))
   assert len(ks) == 1
-  assert not ks[0].op_in_backward_slice_with_self(Ops.REDUCE), "arange must not be an O(n^2) reduction"
+  has_reduce = ks[0].op_in_backward_slice_with_self(Ops.REDUCE)
+  assert not has_reduce, "arange must not be an O(n^2) reduction"
   assert loop_sizes(ks[0]) == [1000]
   assert Tensor.arange(5, 20, 3).tolist() == list(range(5, 20, 3))
 
@@ -48,3 +49,34 @@ def test_eye_is_one_kernel_without_reduce():
 def test_size_one_ranges_vanish():
   ks = simplified_kernels(Tensor.empty(8, 1, 4).sum(1))
   assert 1 not in loop_sizes(ks[0])
+
+
+def test_gather_of_a_value_that_also_uses_the_index_keeps_no_invalid():
+  T, ar = Tensor([10.0, 20.0, 30.0]), Tensor.arange(3).reshape(3, 1)
+  out = ar.eq(Tensor([2, 0]).reshape(1, -1)).where(T.reshape(3, 1) * ar.float(), 0).sum(0)
+  assert out.tolist() == [60.0, 0.0]
+
+
+def test_masked_sum_over_a_size_one_axis():
+  x = Tensor([[5.0, 6.0]])
+  assert (x > 5).where(x, 0).sum(0).tolist() == [0.0, 6.0]
+
+
+def test_one_hot_read_of_a_broadcast_value_collapses():
+  hot = Tensor.arange(1000).reshape(1000, 1) == Tensor([1, 2, 5000]).reshape(1, -1)
+  out = hot.where(Tensor.full((1000, 1), 2.0), 0).sum(0)
+  ks = simplified_kernels(out)
+  assert len(ks) == 1 and not ks[0].op_in_backward_slice_with_self(Ops.REDUCE)
+  assert out.tolist() == [2.0, 2.0, 0.0]
+
+
+def test_large_gathers_and_aranges_are_not_split_into_loops():
+  ks = simplified_kernels(Tensor.arange(1 << 16))
+  assert len(ks) == 1 and loop_sizes(ks[0]) == [1 << 16]
+  K = 1 << 16
+  idx = Tensor([3, K - 1], dtype=dtypes.int32).reshape(1, -1)
+  one_hot = Tensor.arange(K).reshape(K, 1).eq(idx)
+  out = one_hot.where(Tensor.arange(K).float().reshape(K, 1), 0).sum(0)
+  ks = simplified_kernels(out)
+  assert all(not k.op_in_backward_slice_with_self(Ops.REDUCE) for k in ks)
+  assert out.tolist() == [3.0, float(K - 1)]

@@ -36,7 +36,8 @@ def ordered(v: float, dt: DType) -> int:
 
 
 def ulp_diff(got: float, want: float, dt: DType) -> float:
-  if math.isnan(got) or math.isnan(want): return 0.0 if math.isnan(got) and math.isnan(want) else INF
+  if math.isnan(got) and math.isnan(want): return 0.0
+  if math.isnan(got) or math.isnan(want): return INF
   return float(abs(ordered(got, dt) - ordered(want, dt)))
 
 
@@ -66,8 +67,8 @@ def random_floats(dt: DType, n: int, positive: bool = False) -> list[float]:
   """n floats with uniformly random bit patterns (every binade, denormals included)."""
   width = {2: np.uint16, 4: np.uint32, 8: np.uint64}[dt.itemsize]
   bits = RNG.integers(0, np.iinfo(width).max, n, dtype=np.uint64, endpoint=True).astype(width)
-  xs = bits.view(NP[dt]).astype(np.float64)
-  xs = xs[np.isfinite(xs)]
+  xs = bits.view(NP[dt])
+  xs = xs[np.isfinite(xs)].astype(np.float64)
   return [abs(v) for v in xs] if positive else list(xs)
 
 
@@ -129,7 +130,7 @@ def test_log2_special_values() -> None:
 def multiples_of_pi(dt: DType) -> list[float]:
   """Floats nearest to k*pi/2, where sin is near 0 or +-1 and the reduction cancels most."""
   ks = [*range(1, 200), *RNG.integers(200, 2 ** 20, 100), *(10 ** e for e in range(6, 16))]
-  return [float(NP[dt](k * math.pi / 2)) for k in ks]
+  with np.errstate(over="ignore"): return [float(NP[dt](k * math.pi / 2)) for k in ks]
 
 
 HUGE = [1e4, 1e10, 1e22, 1e30, 3.4e38, 1e100, 1e200, 1e300, 1.7e308, 6381956970095103 * 2.0 ** 797]

@@ -446,7 +446,8 @@ def test_composites_on_cpu():
   (lambda t: t.cat(t * 2, dim=1), lambda t: torch.cat([t, t * 2], 1)),
   (lambda t: Tensor.einsum("ij,kj->ik", t, t), lambda t: torch.einsum("ij,kj->ik", t, t)),
   pytest.param(lambda t: t.cumsum(1), lambda t: t.cumsum(1)),
-  pytest.param(lambda t: t.pad((1, 2), mode="reflect"), lambda t: F.pad(t, (1, 2), mode="reflect"))])
+  pytest.param(lambda t: t.pad((1, 2), mode="reflect"),
+               lambda t: F.pad(t, (1, 2), mode="reflect"))])
 def test_gradients(fn, tfn):
   x = rnd(3, 4)
   tx = torch.tensor(x, requires_grad=True)

@@ -1,4 +1,6 @@
 """Tensor core: creation from data, realize and data out."""
+import time
+
 import numpy as np
 import pytest
 
@@ -44,7 +46,6 @@ def test_assign_to_a_lazy_tensor_does_not_change_an_equal_one():
 
 
 def test_repeated_matmuls_schedule_in_linear_time():
-  import time
   x = Tensor.empty(8, 8)
   for _ in range(6):
     a = x @ x.T
@@ -52,3 +53,20 @@ def test_repeated_matmuls_schedule_in_linear_time():
   t0 = time.perf_counter()
   x.schedule()
   assert time.perf_counter() - t0 < 10
+
+
+def test_rearrange_unflatten_linspace_replace():
+  x = np.arange(24).reshape(2, 3, 4)
+  t = Tensor(x)
+  assert np.array_equal(t.rearrange("b c h -> h (b c)").numpy(), x.transpose(2, 0, 1).reshape(4, 6))
+  assert t.rearrange("b c (h w) -> b c h w", h=2).shape == (2, 3, 2, 2)
+  assert t.unflatten(-1, (2, -1)).shape == (2, 3, 2, 2)
+  with pytest.raises(ValueError, match="same axes"):
+    t.rearrange("b c h -> b c")
+  want = np.linspace(-1, 1, 7, dtype=np.float32)
+  np.testing.assert_allclose(Tensor.linspace(-1, 1, 7).numpy(), want)
+  assert Tensor.linspace(0, 1, 1).tolist() == [0.0]
+  a = Tensor([1.0, 2.0])
+  assert a.replace(Tensor([3.0, 4.0])).tolist() == [3.0, 4.0]
+  with pytest.raises(ValueError, match="does not match"):
+    a.replace(Tensor([1.0]))

@@ -4,6 +4,7 @@ import itertools
 import pytest
 
 from unigrad.uop import Ops, PatternMatcher, UOp, UPat, dtypes
+from unigrad.uop import upat as upat_module
 from unigrad.uop.upat import _interpreted, compile_rule
 
 idx, i32, f32 = dtypes.index, dtypes.int32, dtypes.float32
@@ -180,7 +181,7 @@ def test_named_copies_the_pattern() -> None:
 def test_or_casted() -> None:
   pat = UPat.var("x", idx).or_casted("y")
   casted = a.cast(i32)
-  assert fire(pat, a) == {"x": a, "y": a}
+  assert fire(pat, a) == {"y": a}  # the pattern itself, renamed to y
   assert fire(pat, casted) == {"x": a, "y": casted}
   assert fire(pat, UOp.variable("f", 0, 1, f32).cast(i32)) is None  # CAST of a non-match
   assert fire(UPat(Ops.PARAM).or_casted(), casted) == {}
@@ -189,7 +190,7 @@ def test_or_casted() -> None:
 def test_or_after() -> None:
   pat = UPat(Ops.PARAM, name="p").or_after("v")
   after = UOp(Ops.AFTER, idx, (a, UOp.sink(b)))
-  assert fire(pat, a) == {"p": a, "v": a}
+  assert fire(pat, a) == {"v": a}  # the pattern itself, renamed to v
   assert fire(pat, after) == {"p": a, "v": after}
   assert fire(pat, UOp(Ops.AFTER, idx, (a + 1, UOp.sink(b)))) is None
 
@@ -277,7 +278,8 @@ PATTERNS = [
   UPat(Ops.ADD, src=[UPat.var("x"), UPat.var("x")]),
   UPat((Ops.ADD, Ops.MUL), src=[UPat(Ops.MUL, src=[UPat.var("x"), UPat.cvar("k")]), UPat.var("y")]),
   UPat(Ops.WHERE, src=(UPat.var("c"), UPat.var("x"), UPat.var("x"))),
-  UPat(Ops.WHERE, src=(UPat(Ops.CMPLT, src=(UPat.var("x"), UPat.var("y"))), UPat.var("y"), UPat.var())),
+  UPat(Ops.WHERE, src=(UPat(Ops.CMPLT, src=(UPat.var("x"), UPat.var("y"))), UPat.var("y"),
+                       UPat.var())),
   UPat(Ops.SINK, src=UPat((Ops.CONST, Ops.PARAM))),
   UPat(Ops.SINK, src=UPat.var("x")),
   UPat.any(UPat(Ops.ADD, src=(UPat.var("x"), UPat())), UPat(Ops.MUL, src=(UPat(), UPat.var("x"))),
@@ -311,3 +313,10 @@ def test_compiled_rules_return_what_the_interpreter_returns(pi: int) -> None:
     fast(u, None)
     slow(u, None)
     assert seen[0] == seen[1], u
+
+
+def test_a_pattern_too_big_to_compile_is_interpreted(monkeypatch: pytest.MonkeyPatch) -> None:
+  monkeypatch.setattr(upat_module, "MAX_COMPILED_LINES", 2)
+  rule = compile_rule(PATTERNS[2], lambda x, k, y: y, False, None)
+  assert "_interpreted" in rule.__qualname__ and rule((a * 2) + b, None) is b
+  assert rule(a + b, None) is None

@@ -45,9 +45,13 @@ def threefry2x32(x: UOp, key: UOp) -> UOp:
 
 # ---- floor division and modulo ----
 
+def _int_const(d: UOp) -> int | None:
+  return d.arg if d.op is Ops.CONST and type(d.arg) is int else None
+
+
 def _pow2_shift(d: UOp) -> int | None:
   """k when d is the constant 2**k (k >= 0), else None."""
-  c = d.arg if d.op is Ops.CONST and type(d.arg) is int else None
+  c = _int_const(d)
   if c is None or c <= 0 or c & (c - 1): return None
   return c.bit_length() - 1
 
@@ -57,12 +61,11 @@ def _is_nonneg(x: UOp) -> bool: return dtypes.is_unsigned(x.dtype) or x.vmin >= 
 
 def _needs_floor_fix(r: UOp, d: UOp) -> UOp:
   """Whether the truncating remainder r of a division by d differs in sign from d (r != 0)."""
-  if d.op is Ops.CONST and d.arg > 0: return r < 0
-  if d.op is Ops.CONST: return r.const_like(0) < r
+  if (c := _int_const(d)) is not None: return r < 0 if c > 0 else r.const_like(0) < r
   return r.ne(0) & (r < 0).ne(d < 0)
 
 
-def floordiv(x: UOp, a: UOp, d: UOp) -> UOp | None:
+def floordiv(x: UOp, a: UOp, d: UOp) -> UOp:
   """a // d with floor semantics from CDIV (or a shift for d = 2**k)."""
   if (k := _pow2_shift(d)) is not None: return a >> k  # arithmetic shift floors
   q = UOp(Ops.CDIV, x.dtype, (a, d))
@@ -70,7 +73,7 @@ def floordiv(x: UOp, a: UOp, d: UOp) -> UOp | None:
   return _needs_floor_fix(UOp(Ops.CMOD, x.dtype, (a, d)), d).where(q + -1, q)
 
 
-def floormod(x: UOp, a: UOp, d: UOp) -> UOp | None:
+def floormod(x: UOp, a: UOp, d: UOp) -> UOp:
   """a % d with floor semantics (the sign of d) from CMOD (or a mask for d = 2**k)."""
   if (k := _pow2_shift(d)) is not None: return a & ((1 << k) - 1)  # two's complement mask
   r = UOp(Ops.CMOD, x.dtype, (a, d))
@@ -80,14 +83,11 @@ def floormod(x: UOp, a: UOp, d: UOp) -> UOp | None:
 
 # ---- the table ----
 
-def _neg(x: UOp) -> UOp:
-  return x.alu(Ops.CMPNE, True) if x.dtype == dtypes.bool else x.alu(Ops.MUL, -1)
-
-
 def _not(x: UOp) -> UOp:
   return x.alu(Ops.CMPNE, True) if x.dtype == dtypes.bool else x.alu(Ops.XOR, -1)
 
 
+def _neg(x: UOp) -> UOp: return x.alu(Ops.MUL, -1)
 def _sub(a: UOp, b: UOp) -> UOp: return a.alu(Ops.ADD, b.alu(Ops.NEG))
 def _div(a: UOp, b: UOp) -> UOp: return a.alu(Ops.MUL, b.alu(Ops.RECIP))
 def _gt(a: UOp, b: UOp) -> UOp: return b.alu(Ops.CMPLT, a)
@@ -102,7 +102,7 @@ _fx, _fa, _fb = UPat.var("x", FLOATS), UPat.var("a", FLOATS), UPat.var("b", FLOA
 _u64 = UPat.var("x", dtypes.uint64)
 
 pm_decompose_ops = PatternMatcher([
-  (UPat(Ops.NEG, src=(_x,)), _neg),  # -x -> x*-1 (bool: x != True)
+  (UPat(Ops.NEG, src=(_x,)), _neg),  # -x -> x*-1
   (UPat(Ops.SUB, src=(_a, _b)), _sub),  # a-b -> a+(-b)
   (UPat(Ops.DIV, src=(_fa, _b)), _div),  # a/b -> a*(1/b)
   (UPat(Ops.CMPGT, src=(_a, _b)), _gt),  # a>b -> b<a

@@ -3,9 +3,9 @@ THREAD ranges become the launch's core id.
 
 Consumes: an optimized kernel AST (typed RANGEs, `REDUCE(value, *ranges)` nodes).
 Produces: a kernel without UPCAST/UNROLL ranges (their iterations side by side: a register tile),
-with one loop per remaining range, where each REDUCE is an accumulator: a REG BUFFER initialised with the
-op's identity inside the enclosing loops, updated `acc = acc op value` inside the reduce loops, and
-read after the loops close:
+with one loop per remaining range, where each REDUCE is an accumulator: a REG BUFFER initialised
+with the op's identity inside the enclosing loops, updated `acc = acc op value` inside the reduce
+loops, and read after the loops close:
   acc0 = AFTER(BUFFER(REG), *outer_ranges); init = STORE(INDEX(acc0, 0), identity)
   upd  = STORE(INDEX(AFTER(acc, init, *rngs), 0), INDEX(AFTER(acc, init, *rngs), 0) op value)
   REDUCE(...) -> INDEX(AFTER(acc, END(upd, *rngs)), 0)
@@ -73,11 +73,12 @@ def _unroll_one(ast: UOp, r: UOp) -> UOp:
     if u.op is Ops.REDUCE and r in u.src[1:]:
       body, rest = memo[u.src[0]], tuple(s for s in u.src[1:] if s is not r)
       vals = [body.substitute({r: c}) for c in lanes]
-      if r.arg.axis_type is AxisType.GROUP_REDUCE and rest:  # k partial accumulators, combined after
+      is_group = r.arg.axis_type is AxisType.GROUP_REDUCE
+      if is_group and rest:  # k partial accumulators, combined after
         vals = [u.replace(src=(v, *rest)) for v in vals]
       acc = vals[0]
       for v in vals[1:]: acc = acc.alu(u.arg.op, v)
-      memo[u] = u.replace(src=(acc, *rest)) if rest and r.arg.axis_type is not AxisType.GROUP_REDUCE else acc
+      memo[u] = u.replace(src=(acc, *rest)) if rest and not is_group else acc
       continue
     new_src = tuple(memo[s] for s in u.src)
     memo[u] = u if all(a is b for a, b in zip(new_src, u.src)) else u.replace(src=new_src)

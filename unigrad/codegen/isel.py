@@ -19,7 +19,8 @@ MEMORY = (Ops.PARAM, Ops.BUFFER, Ops.AFTER)
 
 def is_memory_ref(u: UOp) -> bool:
   """An INDEX into a buffer (as opposed to a loaded value)."""
-  return u.op is Ops.INDEX and u.src[0].op in MEMORY and u.src[0].addrspace in (AddrSpace.GLOBAL, AddrSpace.REG)
+  if u.op is not Ops.INDEX: return False
+  return u.src[0].op in MEMORY and u.src[0].addrspace in (AddrSpace.GLOBAL, AddrSpace.REG)
 
 
 def _is_invalid(u: UOp) -> bool: return u.op is Ops.CONST and isinstance(u.arg, InvalidType)
@@ -39,7 +40,8 @@ def add_loads(x: UOp) -> UOp | None:
   """Wrap every memory-reference source in value position in a LOAD."""
   start = 1 if x.op is Ops.STORE else 0
   stop = 2 if x.op is Ops.STORE else len(x.src)
-  new = tuple(_load(s) if start <= i < stop and is_memory_ref(s) else s for i, s in enumerate(x.src))
+  new = tuple(_load(s) if start <= i < stop and is_memory_ref(s) else s
+              for i, s in enumerate(x.src))
   return x.replace(src=new) if any(a is not b for a, b in zip(new, x.src)) else None
 
 
@@ -51,8 +53,10 @@ def gate_store(st: UOp, buf: UOp, g: UOp, i: UOp, val: UOp, ix: UOp, inv: UOp) -
 
 pm_add_loads = PatternMatcher([
   (UPat(GroupOp.Elementwise | {Ops.STORE}, name="x"), add_loads),  # value reads of memory -> LOAD
-  (UPat(Ops.STORE, name="st", src=(UPat(Ops.INDEX, name="ix", src=(UPat.var("buf"), UPat(Ops.WHERE, src=(
-    UPat.var("g"), UPat.var("i"), UPat(Ops.CONST, name="inv"))))), UPat.var("val"))), gate_store),
+  (UPat(Ops.STORE, name="st", src=(
+    UPat(Ops.INDEX, name="ix", src=(UPat.var("buf"), UPat(Ops.WHERE, src=(
+      UPat.var("g"), UPat.var("i"), UPat(Ops.CONST, name="inv"))))),
+    UPat.var("val"))), gate_store),
 ])
 
 
@@ -68,11 +72,13 @@ def mul_recip_to_div(a: UOp, r: UOp) -> UOp:
 
 
 pm_divmod_nonneg = PatternMatcher([
-  (UPat((Ops.IDIV, Ops.MOD), name="x", src=(UPat.var("a"), UPat.var("c"))), nonneg_divmod),  # x//c -> x/c
+  # x//c -> x/c
+  (UPat((Ops.IDIV, Ops.MOD), name="x", src=(UPat.var("a"), UPat.var("c"))), nonneg_divmod),
 ])
 
 pm_mul_recip = PatternMatcher([
-  (UPat(Ops.MUL, src=[UPat.var("a"), UPat(Ops.RECIP, name="r")]), mul_recip_to_div),  # a*(1/b) -> a/b
+  # a*(1/b) -> a/b
+  (UPat(Ops.MUL, src=[UPat.var("a"), UPat(Ops.RECIP, name="r")]), mul_recip_to_div),
 ])
 
 

@@ -10,6 +10,7 @@ Each loop's parent is the block its END lives in, so loops nest as the kernel's 
 """
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 
 from unigrad.dtype import dtypes
@@ -29,7 +30,8 @@ def _instructions(sink: UOp) -> list[UOp]:
       out[u] = None
       continue
     stack.append((u, True))
-    if u.op not in (Ops.PARAM, Ops.BUFFER): stack.extend((s, False) for s in reversed(u.src) if s not in out)
+    if u.op in (Ops.PARAM, Ops.BUFFER): continue
+    stack.extend((s, False) for s in reversed(u.src) if s not in out)
   return [u for u in out if u.op not in NOT_INSTRUCTIONS]
 
 
@@ -77,6 +79,7 @@ def _emit(block: UOp | None, members: dict[UOp | None, list[UOp]], tree: LoopTre
           pos: dict[UOp, int], out: list[UOp]) -> None:
   """Emit the nodes and child loops of `block` in dependency order."""
   items = list(members.get(block, []))
+  item_set = set(items)
   children = [r for r, p in tree.parent.items() if p is block]
   item_of: dict[UOp, UOp] = {u: u for u in items}
   for r in children:
@@ -84,24 +87,30 @@ def _emit(block: UOp | None, members: dict[UOp | None, list[UOp]], tree: LoopTre
   all_items = items + children
   deps = {it: set() for it in all_items}
   for it in all_items:
-    for u in ([it] if it in items else _loop_nodes(it, members, tree)):
+    for u in ([it] if it in item_set else _loop_nodes(it, members, tree)):
       for s in u.src:
         owner = item_of.get(s)
         if owner is not None and owner is not it: deps[it].add(owner)
-  done: set[UOp] = set()
-  order = sorted(all_items, key=lambda x: pos[x])
-  while order:
-    for it in order:
-      if deps[it] <= done: break
-    else: raise RuntimeError("linearize: dependency cycle between loops")
-    order.remove(it)
-    done.add(it)
-    if it in items:
-      out.append(it)
+  users: dict[UOp, list[UOp]] = {it: [] for it in all_items}
+  for it, ds in deps.items():
+    for d in ds: users[d].append(it)
+  indeg = {it: len(ds) for it, ds in deps.items()}
+  order_of = {it: i for i, it in enumerate(all_items)}  # tie-break: never compares UOps
+  ready = [(pos[it], i, it) for i, it in enumerate(all_items) if indeg[it] == 0]
+  heapq.heapify(ready)
+  emitted = 0
+  while ready:
+    _, _, it = heapq.heappop(ready)
+    emitted += 1
+    for u in users[it]:
+      indeg[u] -= 1
+      if indeg[u] == 0: heapq.heappush(ready, (pos[u], order_of[u], u))
+    out.append(it)
+    if it in item_set:
       continue
-    out.append(it)  # the RANGE
-    _emit(it, members, tree, pos, out)
+    _emit(it, members, tree, pos, out)  # `it` is a loop: its RANGE, its body, its END(s)
     out.extend(tree.ends.get(it, []))
+  if emitted != len(all_items): raise RuntimeError("linearize: dependency cycle between loops")
 
 
 def _loop_nodes(r: UOp, members: dict[UOp | None, list[UOp]], tree: LoopTree) -> list[UOp]:
@@ -122,7 +131,8 @@ def _add_ifs(nodes: list[UOp]) -> list[UOp]:
   out: list[UOp] = []
   for i, u in enumerate(nodes):
     if u.op is Ops.STORE and len(u.src) == 3:
-      cond = UOp(Ops.IF, dtypes.void, (u.src[2],), i)  # arg: its position, so each IF is its own node
+      # arg: its position, so each IF is its own node
+      cond = UOp(Ops.IF, dtypes.void, (u.src[2],), i)
       out.extend([cond, u.replace(src=u.src[:2]), UOp(Ops.ENDIF, dtypes.void, (cond,))])
     else: out.append(u)
   return out

@@ -54,8 +54,9 @@ def optimize(ast: UOp, ren: Renderer) -> UOp:
     for opt in info.opts_to_apply: k = k.apply(opt)
   elif not NOOPT:
     heuristic = hand_coded_optimizations(k, ren, ren_threads(ren))
-    k = heuristic if BEAM < 1 else beam_search(k, heuristic, int(BEAM), make_timer(ast, ren), ren_threads(ren),
-                                               kernel_key(ast, ren.device, int(BEAM)))
+    k = heuristic if BEAM < 1 else beam_search(
+      k, heuristic, int(BEAM), make_timer(ast, ren), ren_threads(ren),
+      kernel_key(ast, ren.device, int(BEAM)))
   if DEBUG >= 3: print(f"  opts {k.name()}: {list(k.applied)}")
   ast = k.finalize()
   return graph_rewrite(ast, pm_kernel_simplify, name="simplify opts") if k.applied else ast
@@ -92,7 +93,8 @@ def ren_threads(ren: Renderer) -> int:
 
 
 CODEGEN_STAGES: tuple[Stage, ...] = (
-  Stage("simplify", lambda ast, ren: graph_rewrite(ast, pm_kernel_simplify, name="simplify"), spec_kernel),
+  Stage("simplify", lambda ast, ren: graph_rewrite(ast, pm_kernel_simplify, name="simplify"),
+        spec_kernel),
   Stage("optimize", optimize, spec_kernel),
   Stage("expand", lambda ast, ren: expand(ast), spec_kernel),
   Stage("add loads", lambda ast, ren: graph_rewrite(ast, pm_add_loads, name="add loads")),
@@ -110,6 +112,7 @@ def full_rewrite(ast: UOp, renderer: Renderer) -> UOp:
     ast = stage.run(ast, renderer)
     if SPEC >= 1 and stage.spec is not None: stage.spec.verify(ast)
     if DEBUG >= 5: print(f"--- after {stage.name} ---\n{ast!r}")
-    if DEBUG >= 6 and ast.op is Ops.LINEAR: print("\n".join(f"{i:4d} {u.op.name}" for i, u in enumerate(ast.src)))
+    if DEBUG >= 6 and ast.op is Ops.LINEAR:
+      print("\n".join(f"{i:4d} {u.op.name}" for i, u in enumerate(ast.src)))
     if DEBUG >= 3: print(f"  codegen {stage.name:12s} {(time.perf_counter() - t0) * 1e3:7.2f} ms")
   return ast

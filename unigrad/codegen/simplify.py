@@ -15,7 +15,8 @@ Bound = tuple[UOp | None, UOp | None]  # (lowest allowed r, first disallowed r)
 
 
 def _atoms(cond: UOp) -> list[UOp]:
-  if cond.op is Ops.AND and cond.dtype == dtypes.bool: return _atoms(cond.src[0]) + _atoms(cond.src[1])
+  if cond.op is Ops.AND and cond.dtype == dtypes.bool:
+    return _atoms(cond.src[0]) + _atoms(cond.src[1])
   return [cond]
 
 
@@ -49,13 +50,23 @@ def _atom_bound(atom: UOp, r: UOp) -> Bound | None:
 
 def _equality(atom: UOp, r: UOp) -> UOp | None:
   """For `r + rest == e` (NOT(r+rest != e)) the value of r it selects, e - rest."""
-  if not (atom.op is Ops.CMPNE and atom.src[1].op is Ops.CONST and atom.src[1].arg is True): return None
+  negated = atom.op is Ops.CMPNE and atom.src[1].op is Ops.CONST and atom.src[1].arg is True
+  if not negated: return None
   ne = atom.src[0]
   if ne.op is not Ops.CMPNE: return None
   for a, b in (ne.src, ne.src[::-1]):
-    if r in a.toposort() and r not in b.toposort() and (side := _split(a, r)) is not None and side[0] == 1:
-      return b - side[1]
+    if r not in a.toposort() or r in b.toposort(): continue
+    side = _split(a, r)
+    if side is not None and side[0] == 1: return b - side[1]
   return None
+
+
+def _gate_loads(v: UOp, e: UOp, valid: UOp) -> UOp:
+  """Loads whose address uses `e` read only where `valid` holds (the value is gated anyway)."""
+  invalid = UOp.const(dtypes.index, Invalid)
+  sub = {u: u.replace(src=(u.src[0], valid.where(u.src[1], invalid), *u.src[2:]))
+         for u in v.toposort() if u.op is Ops.INDEX and len(u.src) > 1 and e in u.src[1].toposort()}
+  return v.substitute(sub) if sub else v
 
 
 def collapse_gather(r: UOp, cond: UOp, v: UOp) -> UOp | None:
@@ -69,13 +80,14 @@ def collapse_gather(r: UOp, cond: UOp, v: UOp) -> UOp | None:
     if any(r in a.toposort() for a in rest): return None
     e = e.cast(dtypes.index)
     valid = (e < 0).logical_not() & (e < r.src[0])
-    out = v.substitute({r: valid.where(e, UOp.const(dtypes.index, Invalid))})
+    out = _gate_loads(v.substitute({r: e}), e, valid)
     for a in (valid, *rest): out = a.where(out, UOp.const(out.dtype, 0))
     return out
   return None
 
 
-def _is_zero(u: UOp) -> bool: return u.op is Ops.CONST and u.arg == 0 and not isinstance(u.arg, bool)
+def _is_zero(u: UOp) -> bool:
+  return u.op is Ops.CONST and u.arg == 0 and not isinstance(u.arg, bool)
 
 
 def _masked_value(w: UOp) -> tuple[UOp | None, UOp]:
@@ -89,12 +101,13 @@ def _masked_value(w: UOp) -> tuple[UOp | None, UOp]:
 def collapse_reduce(red: UOp) -> UOp | None:
   """sum_r WHERE(lo <= r < hi, v, 0) -> clamp(min(hi,n) - max(lo,0), 0) * v, and the one-hot
   gather form (see collapse_gather)."""
-  if red.arg.op is not Ops.ADD or len(red.src) != 2: return None
+  if red.arg.op is not Ops.ADD or len(red.src) != 2 or red.src[1].op is not Ops.RANGE: return None
   val, r = red.src
   if val.op is not Ops.WHERE: return None
   cond, v = _masked_value(val)
   if cond is None: return None
-  if r in v.toposort(): return collapse_gather(r, cond, v)
+  if r in v.toposort() or any(_equality(a, r) is not None for a in _atoms(cond)):
+    return collapse_gather(r, cond, v)
   n = r.src[0]
   lo, hi = UOp.const(dtypes.index, 0), n
   rest: list[UOp] = []
@@ -125,13 +138,15 @@ pm_reduce_collapse = PatternMatcher([
 
 def distribute_cast(c: UOp, x: UOp) -> UOp | None:
   """(int)(a + b) -> (int)a + (int)b and (int)(a * b) likewise, when nothing can overflow."""
-  if not (dtypes.is_int(c.dtype) and dtypes.is_int(x.dtype)) or not all(_fits(u, c.dtype) for u in (x, *x.src)):
-    return None
+  if not (dtypes.is_int(c.dtype) and dtypes.is_int(x.dtype)): return None
+  if not all(_fits(u, c.dtype) for u in (x, *x.src)): return None
   return x.replace(dtype=c.dtype, src=tuple(s.cast(c.dtype) for s in x.src))
 
 
 pm_kernel_simplify = pm_simplify + pm_reduce_collapse + PatternMatcher([
-  (UPat(Ops.CAST, name="c", src=(UPat((Ops.ADD, Ops.MUL), name="x"),)), distribute_cast),  # cast(a+b)
-  (UPat(Ops.RANGE, src=(UPat.const(None, 1),)), lambda: UOp.const(dtypes.index, 0)),  # range(1) -> 0
+  # cast(a+b) -> cast(a)+cast(b)
+  (UPat(Ops.CAST, name="c", src=(UPat((Ops.ADD, Ops.MUL), name="x"),)), distribute_cast),
+  # range(1) -> 0
+  (UPat(Ops.RANGE, src=(UPat.const(None, 1),)), lambda: UOp.const(dtypes.index, 0)),
   (UPat((Ops.REDUCE, Ops.END), name="x"), drop_const_ranges),  # loops over folded ranges vanish
 ])

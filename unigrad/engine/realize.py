@@ -23,8 +23,8 @@ from unigrad.schedule.callify import buffer_base, callify, is_plain_buffer, new_
 from unigrad.schedule.schedule import create_schedule
 from unigrad.uop import Ops, UOp
 
-__all__ = ["realize", "schedule", "new_buffer", "buffer_of", "buffer_with_data", "copyout", "is_realized",
-           "is_buffer_view", "schedule_cache", "renderer_for"]
+__all__ = ["realize", "schedule", "new_buffer", "buffer_of", "buffer_with_data", "copyout",
+           "is_realized", "is_buffer_view", "schedule_cache", "renderer_for"]
 
 buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
 schedule_cache: dict[UOp, UOp] = {}
@@ -71,7 +71,9 @@ def _schedule_for(body: UOp, nargs: int, device: str) -> UOp:
     linear = create_schedule(body, nargs, device)
     if len(schedule_cache) >= SCHEDULE_CACHE_SIZE: schedule_cache.pop(next(iter(schedule_cache)))
     schedule_cache[body] = linear
-    if DEBUG >= 1: print(f"scheduled {len(linear.src)} kernels in {(time.perf_counter() - t0) * 1e3:.2f} ms (cache miss)")
+    if DEBUG >= 1:
+      ms = (time.perf_counter() - t0) * 1e3
+      print(f"scheduled {len(linear.src)} kernels in {ms:.2f} ms (cache miss)")
   elif DEBUG >= 1: print(f"scheduled {len(linear.src)} kernels (cache hit)")
   return linear
 
@@ -82,7 +84,9 @@ def schedule(uops: list[UOp], devices: list[str]) -> UOp:
   body, args = res.call.src[0], res.call.src[1:]
   linear = _schedule_for(body, len(args), devices[0])
   sub = {p: args[p.arg.slot] for c in linear.src for p in c.src[1:] if p.arg.slot < len(args)}
-  return UOp(Ops.LINEAR, linear.dtype, tuple(c.replace(src=(c.src[0], *(sub.get(p, p) for p in c.src[1:]))) for c in linear.src))
+  calls = tuple(c.replace(src=(c.src[0], *(sub.get(p, p) for p in c.src[1:])))
+                for c in linear.src)
+  return UOp(Ops.LINEAR, linear.dtype, calls)
 
 
 def realize(uops: list[UOp], devices: list[str]) -> dict[UOp, UOp]:
@@ -121,7 +125,8 @@ def get_runner(kernel: UOp, device: str) -> Runner:
   lib = dev.compiler.compile_cached(src) if dev.compiler is not None else src.encode()
   r = _runners[key] = Runner(name, dev.runtime(name, lib), estimate(linear), launch_size(linear))
   if DEBUG >= 1:
-    print(f"compiled {name} for {device}: codegen {(t1 - t0) * 1e3:.2f} ms, compile {(time.perf_counter() - t1) * 1e3:.2f} ms")
+    codegen_ms, compile_ms = (t1 - t0) * 1e3, (time.perf_counter() - t1) * 1e3
+    print(f"compiled {name} for {device}: codegen {codegen_ms:.2f} ms, compile {compile_ms:.2f} ms")
   return r
 
 
@@ -132,8 +137,10 @@ def _count(runner: Runner, device: str, t: float | None) -> None:
   GlobalCounters.global_mem += est.mem_bytes
   if t is not None: GlobalCounters.time_sum_s += t
   if DEBUG >= 2 and t is not None:
-    rate = f"{est.flops / t * 1e-9:8.2f} GFLOPS {est.mem_bytes / t * 1e-9:8.2f} GB/s" if t > 0 else ""
-    print(f"*** {device:8s} {GlobalCounters.kernel_count:4d} {runner.name:30s} {t * 1e6:10.2f} us {rate}")
+    rate = ""
+    if t > 0: rate = f"{est.flops / t * 1e-9:8.2f} GFLOPS {est.mem_bytes / t * 1e-9:8.2f} GB/s"
+    print(f"*** {device:8s} {GlobalCounters.kernel_count:4d} {runner.name:30s} "
+          f"{t * 1e6:10.2f} us {rate}")
 
 
 def _kernel_device(params: tuple[UOp, ...], fallback: str) -> str:
@@ -153,8 +160,9 @@ def run_linear(linear: UOp, args: tuple[UOp, ...]) -> None:
     device = Device.canonicalize(_kernel_device(params, fallback))
     bufs = []
     for p in params:
-      if p.arg.slot < nargs: bufs.append(buffer_of(args[p.arg.slot]).ensure_allocated())
-      else: bufs.append(inter.setdefault(p.arg.slot, Buffer(device, p.shape[0], p.dtype)).ensure_allocated())
+      if p.arg.slot < nargs: buf = buffer_of(args[p.arg.slot])
+      else: buf = inter.setdefault(p.arg.slot, Buffer(device, p.shape[0], p.dtype))
+      bufs.append(buf.ensure_allocated())
     if kernel.op is Ops.COPY:
       bufs[0].copyin(bufs[1].copyout())
       if DEBUG >= 2: print(f"*** COPY {bufs[1].device} -> {bufs[0].device} {bufs[0].nbytes} bytes")

@@ -21,7 +21,11 @@ def _shape(args: tuple) -> tuple[int, ...]:
 
 
 def _device(device: str | None) -> str:
-  return Device.canonicalize(device) if device is not None else Device.DEFAULT
+  """The canonical device name; an unknown device raises RuntimeError here, at the call, even for
+  constants that allocate no buffer."""
+  if device is None: return Device.DEFAULT
+  Device.device_class(device)
+  return Device.canonicalize(device)
 
 
 class CreationMixin:
@@ -70,6 +74,18 @@ class CreationMixin:
     index = _prefix_sum(cls.full((n,), 1, dtypes.int64, device)).sub(1)
     if is_float: index = index.cast(dtypes.float64)
     return index.mul(step).add(start).cast(dt)
+
+  @classmethod
+  def linspace(cls, start: float, stop: float, steps: int, dtype: Any = None,
+               device: str | None = None) -> Tensor:
+    """`steps` evenly spaced values from start to stop (both included), like torch.linspace."""
+    if not isinstance(steps, int) or steps < 0:
+      raise ValueError(f"linspace: steps must be a non-negative int, got {steps!r}")
+    dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+    if steps <= 1: return cls.full((steps,), start, dt, device)
+    step = (stop - start) / (steps - 1)
+    i = cls.arange(steps, dtype=dtypes.float64, device=device)
+    return (i * step + start).cast(dt)
 
   @classmethod
   def eye(cls, n: int, m: int | None = None, dtype: Any = None,

@@ -20,10 +20,37 @@ if TYPE_CHECKING:
 Operand = Any  # a Tensor or a Python number
 
 
-HALF_LIKE = (dtypes.float16, dtypes.bfloat16)
+# float // and % compute in a wider float, where floor(a/b)*b and a - q*b are exact, so they
+# round once like PyTorch's fmod-based kernels
+WIDER_FLOAT = {dtypes.float16: dtypes.float32, dtypes.bfloat16: dtypes.float32,
+               dtypes.float32: dtypes.float64}
 
 
 def _is_float(t: Tensor) -> bool: return dtypes.is_float(t.dtype)
+
+
+UINT_OF_SIZE = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
+
+
+def _split_words(bits: Tensor, dt: DType) -> Tensor:
+  """Unsigned words (..., n) -> (..., n*r) smaller words as `dt`, least significant first."""
+  r, width = bits.dtype.itemsize // dt.itemsize, 8 * dt.itemsize
+  small = UINT_OF_SIZE[dt.itemsize]
+  parts = [(bits >> (width * k)).cast(small).unsqueeze(-1) for k in range(r)]
+  pads = [[(0, 0)] * bits.ndim + [(k, r - 1 - k)] for k in range(r)]
+  out = parts[0].pad(pads[0])
+  for part, pad in zip(parts[1:], pads[1:]): out = out | part.pad(pad)
+  return out.reshape(*bits.shape[:-1], bits.shape[-1] * r).bitcast(dt)
+
+
+def _join_words(bits: Tensor, dt: DType) -> Tensor:
+  """Unsigned words (..., n) -> (..., n/r) words r times bigger as `dt` (little endian)."""
+  r, width = dt.itemsize // bits.dtype.itemsize, 8 * bits.dtype.itemsize
+  big = UINT_OF_SIZE[dt.itemsize]
+  x = bits.reshape(*bits.shape[:-1], bits.shape[-1] // r, r).cast(big)
+  out = x[..., 0]
+  for k in range(1, r): out = out | (x[..., k] << (width * k))
+  return out.bitcast(dt)
 
 
 def _operand_dtype(x: Operand) -> DType:
@@ -114,7 +141,7 @@ class ElementwiseMixin:
   def floordiv(self, x: Operand, reverse: bool = False) -> Tensor:
     """Floor division (Python's `//`): IDIV on integers, floor(a/b) on floats."""
     a, b = self._broadcasted(self, x, reverse=reverse)
-    if a.dtype in HALF_LIKE: return a.float().floordiv(b.float()).cast(a.dtype)
+    if a.dtype in WIDER_FLOAT: return a.cast(WIDER_FLOAT[a.dtype]).floordiv(b).cast(a.dtype)
     if _is_float(a): return a.mul(b.reciprocal()).floor()
     if a.dtype == dtypes.bool: raise TypeError("floor division of bool tensors is not supported")
     return a._wrap(UOp(Ops.IDIV, a.dtype, (a.uop, b.uop)))
@@ -122,8 +149,7 @@ class ElementwiseMixin:
   def floormod(self, x: Operand, reverse: bool = False) -> Tensor:
     """Python's `%` (the sign of the divisor): MOD on integers, a - floor(a/b)*b on floats."""
     a, b = self._broadcasted(self, x, reverse=reverse)
-    # like PyTorch, 16-bit floats compute in float32 and round once
-    if a.dtype in HALF_LIKE: return a.float().floormod(b.float()).cast(a.dtype)
+    if a.dtype in WIDER_FLOAT: return a.cast(WIDER_FLOAT[a.dtype]).floormod(b).cast(a.dtype)
     if _is_float(a): return a.sub(a.floordiv(b).mul(b))
     if a.dtype == dtypes.bool: raise TypeError("modulo of bool tensors is not supported")
     return a._wrap(UOp(Ops.MOD, a.dtype, (a.uop, b.uop)))
@@ -257,14 +283,17 @@ class ElementwiseMixin:
     return self._wrap(self.uop) if dt == self.dtype else self._wrap(UOp(Ops.CAST, dt, (self.uop,)))
 
   def bitcast(self, dtype: Any) -> Tensor:
-    """The same bytes read as `dtype` (the last axis rescales when the item sizes differ)."""
+    """The same bytes read as `dtype` (little endian; the last axis rescales when the item sizes
+    differ, like PyTorch's `view(dtype)`). `Tensor([1.0]).bitcast("int32")` is `[1065353216]`."""
     dt = to_dtype(dtype)
-    if dt.itemsize != self.dtype.itemsize:
-      if self.ndim == 0 or (self.shape[-1] * self.dtype.itemsize) % dt.itemsize:
-        raise ValueError(f"bitcast {self.dtype!r} -> {dt!r} needs a last axis whose bytes divide "
-                         f"evenly, got shape {self.shape}")
     if dt == self.dtype: return self._wrap(self.uop)
-    return self._wrap(UOp(Ops.BITCAST, dt, (self.uop,)))
+    if dt.itemsize == self.dtype.itemsize: return self._wrap(UOp(Ops.BITCAST, dt, (self.uop,)))
+    if self.ndim == 0 or (self.shape[-1] * self.dtype.itemsize) % dt.itemsize:
+      raise ValueError(f"bitcast {self.dtype!r} -> {dt!r} needs a last axis whose bytes divide "
+                       f"evenly, got shape {self.shape}")
+    bits = self.bitcast(UINT_OF_SIZE[self.dtype.itemsize])
+    if dt.itemsize < self.dtype.itemsize: return _split_words(bits, dt)
+    return _join_words(bits, dt)
 
   def threefry(self, key: Operand) -> Tensor:
     """Threefry-2x32 of uint64 counters with a uint64 key (the spec's PRNG primitive)."""

@@ -203,8 +203,9 @@ def _local_grads(u: UOp, g: UOp) -> Grads:
   if ret is None:
     raise GradientError(f"gradient: no rule for {u.op.name} (dtype {u.dtype!r}, shape {u.shape}) "
                         "on the path to a target: add one to pm_gradient or detach() the input")
-  if len(ret) != len(u.src): raise GradientError(f"gradient: the {u.op.name} rule gave {len(ret)} "
-                                                f"gradients for {len(u.src)} sources")
+  if len(ret) != len(u.src):
+    raise GradientError(f"gradient: the {u.op.name} rule gave {len(ret)} gradients for "
+                        f"{len(u.src)} sources")
   return ret
 
 
@@ -320,6 +321,7 @@ def _creator(name: str) -> classmethod:
     t = getattr(super(GradientMixin, cls), name)(*args, **kwargs)
     return t if requires_grad is None else t.requires_grad_(requires_grad)
   create.__name__ = create.__qualname__ = name
+  create.__doc__ = f"Tensor.{name}(...), also taking requires_grad= (PyTorch's keyword)."
   return classmethod(create)
 
 
@@ -329,6 +331,7 @@ def _like_creator(name: str) -> Callable[..., Tensor]:
     t = getattr(super(GradientMixin, self), name)(*args, **kwargs)
     return t if requires_grad is None else t.requires_grad_(requires_grad)
   create.__name__ = create.__qualname__ = name
+  create.__doc__ = f"t.{name}(...), also taking requires_grad= (PyTorch's keyword)."
   return create
 
 
@@ -366,7 +369,7 @@ class GradientMixin:
     if value:
       self.uop = own_identity(self.uop, self.device)
       _leaves[id(self)] = self  # type: ignore[assignment]
-    else: _leaves.pop(id(self), None)
+    elif self.requires_grad: _leaves.pop(id(self), None)
     self.__dict__["_requires_grad"] = value
 
   def requires_grad_(self, requires_grad: bool = True) -> Tensor:

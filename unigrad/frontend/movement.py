@@ -70,7 +70,7 @@ class MovementMixin:
     """Reorder the axes. `x.permute(1, 0)` transposes a matrix."""
     perm = tuple(canonical_axis(a, self.ndim) for a in _shape_arg(order))
     if sorted(perm) != list(range(self.ndim)):
-      raise ValueError(f"permute{perm} is not a permutation of the {self.ndim} axes of {self.shape}")
+      raise ValueError(f"permute{perm} is not a permutation of the axes of {self.shape}")
     if perm == tuple(range(self.ndim)): return self._wrap(self.uop)
     return self._wrap(UOp(Ops.PERMUTE, self.uop.dtype, (self.uop,), perm))
 
@@ -148,6 +148,16 @@ class MovementMixin:
 
   @property
   def T(self) -> Tensor: return self.permute(tuple(reversed(range(self.ndim))))  # noqa: N802
+
+  def unflatten(self, dim: int, sizes: Sequence[int]) -> Tensor:
+    """Split axis `dim` into `sizes` (one may be -1). `x.unflatten(1, (2, 3))`"""
+    d = canonical_axis(dim, self.ndim)
+    return self.reshape(*self.shape[:d], *sizes, *self.shape[d + 1:])
+
+  def rearrange(self, formula: str, **sizes: int) -> Tensor:
+    """einops-style axis rearrangement: `x.rearrange("b c h w -> b (h w) c")`, with named sizes
+    for split groups (`"b (h w) -> b h w", h=4`)."""
+    return rearrange(self, formula, **sizes)
 
   def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
     if self.ndim == 0: return self.reshape(1)
@@ -234,3 +244,41 @@ def _strided(x: Tensor, steps: list[int]) -> Tensor:
   x = x.reshape(*[d for p, k in zip(padded_shape, steps) for d in (p // k, k)])
   x = x.shrink(tuple(b for p, k in zip(padded_shape, steps) for b in ((0, p // k), (0, 1))))
   return x.reshape(*[p // k for p, k in zip(padded_shape, steps)])
+
+
+def _parse_side(side: str) -> list[list[str]]:
+  """'b (h w) c' -> [['b'], ['h', 'w'], ['c']]."""
+  groups: list[list[str]] = []
+  cur: list[str] | None = None
+  for tok in side.replace("(", " ( ").replace(")", " ) ").split():
+    if tok == "(":
+      if cur is not None: raise ValueError("rearrange: nested parentheses are not supported")
+      cur = []
+    elif tok == ")":
+      if cur is None: raise ValueError("rearrange: unbalanced ')'")
+      groups.append(cur)
+      cur = None
+    elif cur is not None: cur.append(tok)
+    else: groups.append([tok])
+  if cur is not None: raise ValueError("rearrange: unbalanced '('")
+  return groups
+
+
+def rearrange(t: Tensor, formula: str, **sizes: int) -> Tensor:
+  if formula.count("->") != 1: raise ValueError(f"rearrange: expected one '->' in {formula!r}")
+  lhs, rhs = (_parse_side(s) for s in formula.split("->"))
+  if len(lhs) != t.ndim:
+    raise ValueError(f"rearrange: {formula!r} names {len(lhs)} axes, the tensor has {t.ndim}")
+  names = [n for g in lhs for n in g]
+  if sorted(names) != sorted(n for g in rhs for n in g) or len(set(names)) != len(names):
+    raise ValueError(f"rearrange: both sides of {formula!r} must name the same axes once")
+  dims: dict[str, int] = dict(sizes)
+  for g, s in zip(lhs, t.shape):
+    unknown = [n for n in g if n not in dims]
+    known = math.prod(dims[n] for n in g if n in dims)
+    if len(unknown) > 1: raise ValueError(f"rearrange: give the sizes of all but one of {g}")
+    if unknown: dims[unknown[0]] = s // known if known else 0
+    if math.prod(dims[n] for n in g) != s:
+      raise ValueError(f"rearrange: group {g} does not match size {s}")
+  x = t.reshape(*[dims[n] for n in names]).permute(*[names.index(n) for g in rhs for n in g])
+  return x.reshape(*[math.prod(dims[n] for n in g) for g in rhs])

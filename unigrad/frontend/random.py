@@ -70,7 +70,8 @@ def _iota(cls: type[Tensor], n: int, device: str) -> Tensor:
   acc: Tensor | None = None
   for b in range(k):
     half = 1 << b
-    bit = cls.full((half,), half, dtypes.uint64, device).pad(((half, 0),))  # [0]*half + [half]*half
+    # `half` zeros, then `half` copies of `half`
+    bit = cls.full((half,), 0, dtypes.uint64, device).pad(((0, half),), value=half)
     bit = bit.reshape(1, 2 * half).expand(1 << (k - 1 - b), 2 * half).reshape(1 << k)
     acc = bit if acc is None else acc + bit
   assert acc is not None
@@ -99,7 +100,7 @@ def _unit64(bits: Tensor) -> Tensor:
 
 def _uniform01(cls: type[Tensor], dims: tuple[int, ...], dtype: DType, device: str) -> Tensor:
   n = math.prod(dims)
-  if n == 0: return cls.full(dims, 0, dtype, device)
+  if n == 0: return cls.empty(*dims, dtype=dtype, device=device)
   bits = _random_bits(cls, n, device)
   u = _unit64(bits) if dtype == dtypes.float64 else _unit32(bits >> 32, dtype)
   return u.reshape(*dims)
@@ -108,7 +109,7 @@ def _uniform01(cls: type[Tensor], dims: tuple[int, ...], dtype: DType, device: s
 def _standard_normal(cls: type[Tensor], dims: tuple[int, ...], dtype: DType, device: str) -> Tensor:
   """Box-Muller: sqrt(-2 ln(1 - u1)) * cos(2 pi u2); one word per value below float64."""
   n = math.prod(dims)
-  if n == 0: return cls.full(dims, 0, dtype, device)
+  if n == 0: return cls.empty(*dims, dtype=dtype, device=device)
   if dtype == dtypes.float64:
     u = _unit64(_random_bits(cls, 2 * n, device))
     u1, u2 = u.shrink(((0, n),)), u.shrink(((n, 2 * n),))
@@ -128,7 +129,9 @@ def _compare_exchange(x: Tensor, half: int, mirror: bool) -> Tensor:
   if mirror: hi = hi.flip(3)
   small, big = lo.minimum(hi), lo.maximum(hi)
   if mirror: big = big.flip(3)
-  out = small.pad(((0, 0), (0, 0), (0, 1), (0, 0))) + big.pad(((0, 0), (0, 0), (1, 0), (0, 0)))
+  # interleave as min(small padded after, big padded before), padding with the largest key
+  pad_small, pad_big = ((0, 0), (0, 0), (0, 1), (0, 0)), ((0, 0), (0, 0), (1, 0), (0, 0))
+  out = small.pad(pad_small, value=MASK64).minimum(big.pad(pad_big, value=MASK64))
   return out.reshape(b, n).contiguous()
 
 
@@ -137,7 +140,9 @@ def _sort_unique(keys: Tensor) -> Tensor:
   A bitonic network: n padded to 2**k, k(k+1)/2 passes (one kernel each), O(n log^2 n) work."""
   b, n = keys.shape
   k = max(0, (n - 1).bit_length())
-  x = keys.pad(((0, 0), (0, (1 << k) - n)), value=MASK64) if (1 << k) != n else keys
+  # materialized first: computed once, not per read, and no pad nests inside the first pass's pads
+  x = keys.contiguous()
+  if (1 << k) != n: x = x.pad(((0, 0), (0, (1 << k) - n)), value=MASK64).contiguous()
   for p in range(k):
     x = _compare_exchange(x, 1 << p, mirror=True)
     for q in range(p - 1, -1, -1): x = _compare_exchange(x, 1 << q, mirror=False)
@@ -145,7 +150,7 @@ def _sort_unique(keys: Tensor) -> Tensor:
 
 
 def _with_index(cls: type[Tensor], high: Tensor, n: int, device: str) -> tuple[Tensor, int]:
-  """Distinct sort keys: the top bits of `high` (uint64, (..., n)) with the index in the low bits."""
+  """Distinct sort keys: the top bits of `high` (uint64, (..., n)), the index in the low bits."""
   k = max(1, (n - 1).bit_length())
   return ((high >> k) << k) | _iota(cls, n, device), (1 << k) - 1
 
@@ -193,7 +198,7 @@ class RandomMixin:
     dims, dev = _dims((shape,) if isinstance(shape, int) else (tuple(shape),)), _device(device)
     dt = to_dtype(dtype) if dtype is not None else dtypes.default_int
     n = math.prod(dims)
-    if n == 0: return cls.full(dims, 0, dt, dev)
+    if n == 0: return cls.empty(*dims, dtype=dt, device=dev)
     r = (_random_bits(cls, n, dev) % (high - low)).cast(dtypes.int64) + low
     return r.cast(dt).reshape(*dims)
 
@@ -226,7 +231,8 @@ class RandomMixin:
   @classmethod
   def glorot_uniform(cls, *shape: Any, dtype: Any = None, device: str | None = None,
                      requires_grad: bool | None = None) -> Tensor:
-    """Xavier/Glorot: uniform in +-sqrt(6 / (fan_out + fan_in)), fans = shape[0], prod(shape[1:])."""
+    """Xavier/Glorot: uniform in +-sqrt(6 / (fan_out + fan_in)); fan_out = shape[0],
+    fan_in = prod(shape[1:])."""
     dims = _dims(shape)
     bound = math.sqrt(6 / max(1, dims[0] + math.prod(dims[1:]))) if dims else 1.0
     return cls.uniform(-bound, bound, dims, dtype, device, requires_grad)
@@ -234,7 +240,8 @@ class RandomMixin:
   @classmethod
   def kaiming_uniform(cls, *shape: Any, a: float = math.sqrt(5), dtype: Any = None,
                       device: str | None = None, requires_grad: bool | None = None) -> Tensor:
-    """He uniform: +-sqrt(3) * gain / sqrt(fan_in), gain = sqrt(2 / (1 + a^2)) (PyTorch's Linear)."""
+    """He uniform: +-sqrt(3) * gain / sqrt(fan_in), gain = sqrt(2 / (1 + a^2)); the default a is
+    PyTorch's Linear/Conv init."""
     dims = _dims(shape)
     bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a * a)) / math.sqrt(max(1, math.prod(dims[1:])))
     return cls.uniform(-bound, bound, dims, dtype, device, requires_grad)
@@ -253,7 +260,7 @@ class RandomMixin:
     (about log2(n)^2 / 2 kernels). `Tensor.randperm(5)`"""
     if n < 0: raise ValueError(f"randperm: n must be non-negative, got {n}")
     dt, dev = to_dtype(dtype) if dtype is not None else dtypes.default_int, _device(device)
-    if n <= 1: return cls.full((n,), 0, dt, dev)
+    if n <= 1: return cls.empty(0, dtype=dt, device=dev) if n == 0 else cls.full((1,), 0, dt, dev)
     keys, mask = _with_index(cls, _random_bits(cls, n, dev), n, dev)
     return (_sort_unique(keys.reshape(1, n)).reshape(n) & mask).cast(dt)
 
@@ -261,12 +268,15 @@ class RandomMixin:
     """Sample category indices with probability proportional to the (1-D or 2-D) weights.
     With replacement: inverse CDF (O(K^2) prefix sum over K categories); without: the exponential
     race (smallest E/w, E ~ Exp(1)) sorted bitonically. `Tensor([1, 3]).multinomial(4, True)`"""
-    if self.ndim not in (1, 2): raise ValueError(f"multinomial needs 1-D or 2-D weights, got {self.shape}")
-    if num_samples < 1: raise ValueError(f"multinomial: num_samples must be positive, got {num_samples}")
+    if self.ndim not in (1, 2):
+      raise ValueError(f"multinomial needs 1-D or 2-D weights, got shape {self.shape}")
+    if num_samples < 1:
+      raise ValueError(f"multinomial: num_samples must be positive, got {num_samples}")
     w = self.float().reshape(-1, self.shape[-1])
     k = w.shape[1]
     if not replacement and num_samples > k:
-      raise ValueError(f"multinomial: cannot draw {num_samples} samples from {k} categories without replacement")
+      raise ValueError(f"multinomial: cannot draw {num_samples} samples from {k} categories "
+                       "without replacement (pass replacement=True)")
     out = _sample_replacement(w, num_samples) if replacement else _sample_race(w, num_samples)
     return out.cast(dtypes.default_int).reshape(*self.shape[:-1], num_samples)
 

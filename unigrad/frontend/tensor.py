@@ -12,12 +12,15 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from unigrad.dtype import DType, dtypes, from_bytes, from_numpy_name, to_bytes, to_dtype, to_numpy_name
+from unigrad.dtype import (DType, dtypes, from_bytes, from_numpy_name, to_bytes, to_dtype,
+                           to_numpy_name)
 from unigrad.engine import realize as engine
+from unigrad.frontend.activations import ActivationsMixin
 from unigrad.frontend.composite import CompositeMixin
 from unigrad.frontend.creation import CreationMixin
 from unigrad.frontend.elementwise import ElementwiseMixin
 from unigrad.frontend.gradient import GradientMixin, TensorMeta, detach_if_no_grad
+from unigrad.frontend.indexing import IndexingMixin
 from unigrad.frontend.movement import MovementMixin
 from unigrad.frontend.nnops import NNOpsMixin
 from unigrad.frontend.random import RandomMixin
@@ -29,8 +32,9 @@ all_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
 _storage_ids = itertools.count()  # tags that give CONTIGUOUS nodes their own storage
 
 
-class Tensor(CompositeMixin, NNOpsMixin, MovementMixin, ElementwiseMixin, ReduceMixin, GradientMixin,
-             CreationMixin, RandomMixin, metaclass=TensorMeta):
+class Tensor(ActivationsMixin, IndexingMixin, CompositeMixin, NNOpsMixin, MovementMixin,
+             ElementwiseMixin, ReduceMixin, GradientMixin, CreationMixin, RandomMixin,
+             metaclass=TensorMeta):
   """A lazy n-dimensional array. `Tensor([[1, 2], [3, 4]]) @ Tensor.ones(2, 2)`"""
 
   def __init__(self, data: Any, device: str | None = None, dtype: Any = None,
@@ -81,10 +85,12 @@ class Tensor(CompositeMixin, NNOpsMixin, MovementMixin, ElementwiseMixin, Reduce
     return self.shape[0]
 
   def __repr__(self) -> str:
-    return f"<Tensor {self.uop.op.name} shape={self.shape} dtype={self.dtype!r} device={self.device}>"
+    op, dt = self.uop.op.name, self.dtype
+    return f"<Tensor {op} shape={self.shape} dtype={dt!r} device={self.device}>"
 
   def __bool__(self) -> bool:
-    if self.numel() != 1: raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
+    if self.numel() != 1:
+      raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
     return bool(self.item())
 
   # ---- realization ----
@@ -110,6 +116,13 @@ class Tensor(CompositeMixin, NNOpsMixin, MovementMixin, ElementwiseMixin, Reduce
     never one buffer that an in-place write to one would change for the other."""
     return self._wrap(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,), tag=next(_storage_ids)))
 
+  def replace(self, x: Tensor) -> Tensor:
+    """Make this tensor refer to `x`'s value (same shape and dtype); no data is copied."""
+    if x.shape != self.shape or x.dtype != self.dtype:
+      raise ValueError(f"replace: {x.shape} {x.dtype!r} does not match {self.shape} {self.dtype!r}")
+    self.uop, self._device = x.uop, x.device
+    return self
+
   def to(self, device: str) -> Tensor:
     """This tensor on `device` (a lazy COPY; the same tensor if it is already there)."""
     dev = Device.canonicalize(device)
@@ -129,10 +142,13 @@ class Tensor(CompositeMixin, NNOpsMixin, MovementMixin, ElementwiseMixin, Reduce
 
   def assign(self, x: Any) -> Tensor:
     """Write `x` into this tensor's buffer (STORE then AFTER); later reads see the new values."""
-    if not isinstance(x, Tensor): x = Tensor.full(self.shape, x, dtype=self.dtype, device=self.device)
-    if x.shape != self.shape: raise ValueError(f"assign: shape {x.shape} does not match {self.shape}")
-    if x.dtype != self.dtype: raise TypeError(f"assign: dtype {x.dtype!r} does not match {self.dtype!r}")
-    if x.device != self.device: raise RuntimeError(f"assign: device {x.device} does not match {self.device}")
+    if not isinstance(x, Tensor): x = Tensor.full(self.shape, x, self.dtype, self.device)
+    if x.shape != self.shape:
+      raise ValueError(f"assign: shape {x.shape} does not match {self.shape}")
+    if x.dtype != self.dtype:
+      raise TypeError(f"assign: dtype {x.dtype!r} does not match {self.dtype!r}")
+    if x.device != self.device:
+      raise RuntimeError(f"assign: device {x.device} does not match {self.device}")
     if not engine.is_buffer_view(self.uop):  # give this tensor storage of its own, then write it
       self.uop = UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,), tag=next(_storage_ids))
       self.realize()
@@ -148,7 +164,8 @@ class Tensor(CompositeMixin, NNOpsMixin, MovementMixin, ElementwiseMixin, Reduce
   def numpy(self) -> Any:
     """The values as a numpy array (a copy). bfloat16 is returned as float32."""
     import numpy as np  # noqa: PLC0415 (numpy is optional: only needed here)
-    if self.dtype == dtypes.bfloat16: return np.array(self.tolist(), dtype=np.float32).reshape(self.shape)
+    if self.dtype == dtypes.bfloat16:
+      return np.array(self.tolist(), dtype=np.float32).reshape(self.shape)
     arr = np.frombuffer(self._bytes(), dtype=to_numpy_name(self.dtype))
     return arr.reshape(self.shape).copy()
 
@@ -161,7 +178,8 @@ class Tensor(CompositeMixin, NNOpsMixin, MovementMixin, ElementwiseMixin, Reduce
   def item(self) -> Any:
     """The single value of a one-element tensor as a Python number."""
     if self.numel() != 1:
-      raise RuntimeError(f"a Tensor with {self.numel()} elements cannot be converted to a Python scalar")
+      n = self.numel()
+      raise RuntimeError(f"a Tensor with {n} elements cannot be converted to a Python scalar")
     v = self.tolist()
     while isinstance(v, list): v = v[0]
     return v
@@ -196,8 +214,10 @@ def _infer_shape(data: Any) -> tuple[int, ...]:
 
 def _flatten(data: Any, shape: tuple[int, ...], depth: int = 0) -> list:
   if depth == len(shape):
-    if isinstance(data, (list, tuple)): raise ValueError("ragged nested sequence: every row must have the same length")
-    if not isinstance(data, (bool, int, float)): raise TypeError(f"cannot make a Tensor from {type(data).__name__}")
+    if isinstance(data, (list, tuple)):
+      raise ValueError("ragged nested sequence: every row must have the same length")
+    if not isinstance(data, (bool, int, float)):
+      raise TypeError(f"cannot make a Tensor from {type(data).__name__}")
     return [data]
   if not isinstance(data, (list, tuple)) or len(data) != shape[depth]:
     raise ValueError(f"ragged nested sequence: expected length {shape[depth]} at depth {depth}")

@@ -26,7 +26,8 @@ class Linear:
 
   def __init__(self, in_features: int, out_features: int, bias: bool = True) -> None:
     bound = 1 / math.sqrt(in_features) if in_features else 0.0
-    self.weight = Tensor.kaiming_uniform(out_features, in_features, a=math.sqrt(5), requires_grad=True)
+    self.weight = Tensor.kaiming_uniform(out_features, in_features, a=math.sqrt(5),
+                                         requires_grad=True)
     self.bias = _uniform(bound, out_features) if bias else None
 
   def __call__(self, x: Tensor) -> Tensor: return x.linear(self.weight.T, self.bias)
@@ -37,11 +38,13 @@ class Conv2d:
 
   def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int],
                stride: int | Sequence[int] = 1, padding: int | Sequence[int] | str = 0,
-               dilation: int | Sequence[int] = 1, groups: int = 1, bias: bool = True, dims: int = 2) -> None:
+               dilation: int | Sequence[int] = 1, groups: int = 1, bias: bool = True,
+               dims: int = 2) -> None:
     self.kernel_size = make_tuple(kernel_size, dims)
     self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
     if in_channels % groups or out_channels % groups:
-      raise ValueError(f"in_channels {in_channels} and out_channels {out_channels} must be divisible by groups {groups}")
+      raise ValueError(f"in_channels {in_channels} and out_channels {out_channels} "
+                       f"must be divisible by groups {groups}")
     shape = (out_channels, in_channels // groups, *self.kernel_size)
     self.weight = Tensor.kaiming_uniform(*shape, a=math.sqrt(5), requires_grad=True)
     self.bias = _uniform(1 / math.sqrt(prod(shape[1:])), out_channels) if bias else None
@@ -50,10 +53,11 @@ class Conv2d:
     return x.conv2d(self.weight, self.bias, self.groups, self.stride, self.dilation, self.padding)
 
 
-def Conv1d(in_channels: int, out_channels: int, kernel_size: int, stride: int = 1, padding: int | str = 0,  # noqa: N802
-           dilation: int = 1, groups: int = 1, bias: bool = True) -> Conv2d:
+def Conv1d(in_channels: int, out_channels: int, kernel_size: int, stride: int = 1,  # noqa: N802
+           padding: int | str = 0, dilation: int = 1, groups: int = 1, bias: bool = True) -> Conv2d:
   """A 1-D convolution (a Conv2d with one spatial axis)."""
-  return Conv2d(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias, dims=1)
+  return Conv2d(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
+                dims=1)
 
 
 class ConvTranspose2d:
@@ -86,8 +90,8 @@ class BatchNorm:
   """Batch normalization over axis 1 (N, C, ...): batch statistics when training (updating the
   running estimates), the running estimates otherwise."""
 
-  def __init__(self, sz: int, eps: float = 1e-5, affine: bool = True, track_running_stats: bool = True,
-               momentum: float = 0.1) -> None:
+  def __init__(self, sz: int, eps: float = 1e-5, affine: bool = True,
+               track_running_stats: bool = True, momentum: float = 0.1) -> None:
     self.eps, self.momentum, self.track_running_stats = eps, momentum, track_running_stats
     self.weight = _param(Tensor.ones(sz)) if affine else None
     self.bias = _param(Tensor.zeros(sz)) if affine else None
@@ -100,7 +104,8 @@ class BatchNorm:
     if Tensor.training or not self.track_running_stats:
       mean = x.mean(axes)
       var = ((x - mean.reshape(1, -1, *[1] * (x.ndim - 2))) ** 2).mean(axes)
-      if Tensor.training and self.track_running_stats: self._update(mean, var, prod(x.shape) // x.shape[1])
+      if Tensor.training and self.track_running_stats:
+        self._update(mean, var, prod(x.shape) // x.shape[1])
     else: mean, var = self.running_mean, self.running_var
     return x.batchnorm(self.weight, self.bias, mean, (var + self.eps).rsqrt())
 
@@ -118,8 +123,10 @@ BatchNorm2d = BatchNorm
 class GroupNorm:
   """Normalize over groups of channels (and the spatial axes), then a per-channel affine."""
 
-  def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True) -> None:
-    if num_channels % num_groups: raise ValueError(f"num_channels {num_channels} must be divisible by num_groups {num_groups}")
+  def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5,
+               affine: bool = True) -> None:
+    if num_channels % num_groups:
+      raise ValueError(f"num_channels {num_channels} must be divisible by num_groups {num_groups}")
     self.num_groups, self.eps = num_groups, eps
     self.weight = _param(Tensor.ones(num_channels)) if affine else None
     self.bias = _param(Tensor.zeros(num_channels)) if affine else None
@@ -151,7 +158,8 @@ def _channel_affine(y: Tensor, w: Tensor | None, b: Tensor | None) -> Tensor:
 class LayerNorm:
   """Normalize over the last len(normalized_shape) axes, then an elementwise affine."""
 
-  def __init__(self, normalized_shape: int | Sequence[int], eps: float = 1e-5, elementwise_affine: bool = True) -> None:
+  def __init__(self, normalized_shape: int | Sequence[int], eps: float = 1e-5,
+               elementwise_affine: bool = True) -> None:
     self.normalized_shape = make_tuple(normalized_shape, 1)
     self.eps = eps
     self.weight = _param(Tensor.ones(*self.normalized_shape)) if elementwise_affine else None
@@ -169,7 +177,8 @@ class LayerNorm:
 class LayerNorm2d(LayerNorm):
   """LayerNorm over the channel axis of (N, C, H, W)."""
 
-  def __call__(self, x: Tensor) -> Tensor: return super().__call__(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+  def __call__(self, x: Tensor) -> Tensor:
+    return super().__call__(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
 
 
 class RMSNorm:

@@ -28,6 +28,12 @@ def _state_dtype(dt: DType) -> DType:
   return least_upper_dtype(dt, dtypes.float32) if dtypes.is_float(dt) else dtypes.float32
 
 
+def _zeros_buffer(shape: tuple, dtype: DType, device: str) -> Tensor:
+  """Zeros in a new buffer of its own (`zeros().contiguous()` of equal shapes would be one node)."""
+  zeros = Tensor.zeros(*shape, dtype=dtype, device=device)
+  return Tensor.empty(*shape, dtype=dtype, device=device).assign(zeros)
+
+
 class Optimizer:
   """Base class: holds the parameters (tensors with `requires_grad` not False) and the buffers
   (the others, realized with every step), and turns `_step` into in-place updates."""
@@ -35,7 +41,7 @@ class Optimizer:
   def __init__(self, params: list[Tensor], lr: float) -> None:
     params = list(params)
     for x in params:
-      if x.requires_grad is None: x.requires_grad = True
+      if x.requires_grad is None and dtypes.is_float(x.dtype): x.requires_grad = True
     self.params: list[Tensor] = _dedup([x for x in params if x.requires_grad])
     if not self.params: raise ValueError("optimizer got an empty parameter list")
     self.buffers: list[Tensor] = _dedup([x for x in params if not x.requires_grad])
@@ -43,9 +49,8 @@ class Optimizer:
     self.lr = Tensor(float(lr), self.device, dtypes.float32)
 
   def _new_state(self) -> list[Tensor]:
-    """One zero tensor per parameter (the moments), already in its own buffer."""
-    out = [Tensor.zeros(*p.shape, dtype=_state_dtype(p.dtype), device=p.device).contiguous()
-           for p in self.params]
+    """One zero tensor per parameter (the moments), each in its own buffer."""
+    out = [_zeros_buffer(p.shape, _state_dtype(p.dtype), p.device) for p in self.params]
     Tensor.realize_all(*out)
     return out
 
@@ -60,9 +65,9 @@ class Optimizer:
   def schedule_step(self) -> list[Tensor]:
     """Assign the new values lazily; returns the tensors whose realization performs the step."""
     live = [i for i, p in enumerate(self.params) if p.grad is not None]
-    grads = [self._grad(i) for i in live]
-    new_values, state = self._step(live, grads)
-    for i, v in zip(live, new_values): self.params[i].assign(v)
+    with Tensor.no_grad():
+      new_values, state = self._step(live, [self._grad(i) for i in live])
+      for i, v in zip(live, new_values): self.params[i].assign(v)
     return [*state, *self.params, *self.buffers]
 
   def _grad(self, i: int) -> Tensor:
@@ -116,7 +121,7 @@ def _newton_schulz(g: Tensor, steps: int, coeffs: tuple[float, ...], eps: float 
     gram = x @ x.T
     terms = [x]
     for _c in coeffs[1:]: terms.append(gram @ terms[-1])
-    x = sum((c * t for c, t in zip(coeffs[1:], terms[1:])), coeffs[0] * x)
+    x = sum((c * t for c, t in zip(coeffs[1:], terms[1:])), coeffs[0] * x).contiguous()
   return x
 
 
@@ -190,9 +195,8 @@ class LAMB(Optimizer):
     super().__init__(params, lr)
     self.b1, self.b2, self.eps, self.wd, self.adam = b1, b2, eps, weight_decay, adam
     self.decoupled = decoupled
-    self.b1_t, self.b2_t = (Tensor.ones((), device=self.device).contiguous() for _ in range(2))
+    self.b1_t, self.b2_t = (Tensor(1.0, self.device, dtypes.float32) for _ in range(2))
     self.m, self.v = self._new_state(), self._new_state()
-    Tensor.realize_all(self.b1_t, self.b2_t)
 
   def _step(self, idx: list[int], grads: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
     self.b1_t.assign(self.b1_t * self.b1)

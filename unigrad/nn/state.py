@@ -118,7 +118,8 @@ def load_state_dict(model: Any, state_dict: dict[str, Any], strict: bool = True,
   missing = [k for k in model_sd if k not in state_dict_t]
   unexpected = [k for k in state_dict_t if k not in model_sd]
   errors = _mismatch_errors(model_sd, state_dict_t)
-  if strict and unexpected: errors.insert(0, f"Unexpected key(s) in state_dict: {_key_list(unexpected)}.")
+  if strict and unexpected:
+    errors.insert(0, f"Unexpected key(s) in state_dict: {_key_list(unexpected)}.")
   if strict and missing: errors.insert(0, f"Missing key(s) in state_dict: {_key_list(missing)}.")
   if errors:
     raise StateDictError(f"Error(s) in loading state_dict for {type(model).__name__}:\n\t"
@@ -139,7 +140,7 @@ class SafetensorsError(ValueError):
   """A safetensors file is malformed: truncated, corrupted or inconsistent."""
 
 
-# in the `safetensors` library's dtype order: it writes tensors by this order (last first), then name
+# in the `safetensors` library's dtype order: it writes tensors by it (last first), then by name
 SAFE_DTYPES: dict[str, DType] = {
   "BOOL": dtypes.bool, "U8": dtypes.uint8, "I8": dtypes.int8, "I16": dtypes.int16,
   "U16": dtypes.uint16, "F16": dtypes.float16, "BF16": dtypes.bfloat16, "I32": dtypes.int32,
@@ -198,57 +199,84 @@ def _check_layout(entries: list[SafeEntry], data_size: int) -> None:
 
 def _parse_header(head: bytes) -> tuple[list[SafeEntry], dict[str, str]]:
   try: header = json.loads(head.decode("utf-8"))
-  except (UnicodeDecodeError, json.JSONDecodeError) as e: raise _bad(f"header is not JSON: {e}") from e
-  if not isinstance(header, dict): raise _bad(f"header must be a JSON object, got {type(header).__name__}")
+  except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    raise _bad(f"header is not JSON: {e}") from e
+  if not isinstance(header, dict):
+    raise _bad(f"header must be a JSON object, got {type(header).__name__}")
   meta = header.pop("__metadata__", {})
   if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
     raise _bad(f"__metadata__ must map strings to strings, got {meta!r}")
   return [_parse_entry(k, v) for k, v in header.items()], meta
 
 
-def _split_file(data: memoryview) -> tuple[list[SafeEntry], dict[str, str], memoryview]:
-  """Validate a whole safetensors file: its entries, metadata and data section."""
-  if len(data) < 8: raise _bad(f"file of {len(data)} bytes is too short for the 8-byte header size")
-  n = int.from_bytes(data[:8], "little")
+def _header(size_field: bytes, read: Callable[[int], bytes],
+            file_size: int) -> tuple[list[SafeEntry], dict[str, str], int]:
+  """Parse and validate a safetensors header against the file size; `read(n)` gives the n header
+  bytes after the size field. Returns the entries, the metadata and where the data starts."""
+  if file_size < 8: raise _bad(f"file of {file_size} bytes is too short for the 8-byte header size")
+  n = int.from_bytes(size_field, "little")
   if n > MAX_HEADER_SIZE: raise _bad(f"header size {n} exceeds the limit of {MAX_HEADER_SIZE}")
-  if n > len(data) - 8:
-    raise _bad(f"header size {n} exceeds the {len(data) - 8} bytes after it (truncated file?)")
-  entries, meta = _parse_header(bytes(data[8:8 + n]))
-  _check_layout(entries, len(data) - 8 - n)
-  return entries, meta, data[8 + n:]
+  if n > file_size - 8:
+    raise _bad(f"header size {n} exceeds the {file_size - 8} bytes after it (truncated file?)")
+  entries, meta = _parse_header(read(n))
+  _check_layout(entries, file_size - 8 - n)
+  return entries, meta, 8 + n
+
+
+def _open_safetensors(fn: FileLike,
+                      with_data: bool) -> tuple[list[SafeEntry], dict[str, str], memoryview]:
+  """The validated header of a file (a path, or its bytes) and, if `with_data`, its data section."""
+  if isinstance(fn, (bytes, bytearray, memoryview)):
+    data = memoryview(fn).cast("B")
+    entries, meta, start = _header(bytes(data[:8]), lambda n: bytes(data[8:8 + n]), len(data))
+    return entries, meta, data[start:]
+  with open(fn, "rb") as f:
+    entries, meta, _ = _header(f.read(8), f.read, os.fstat(f.fileno()).st_size)
+    return entries, meta, memoryview(f.read() if with_data else b"")
 
 
 def safe_load(fn: FileLike, device: str | None = None) -> dict[str, Tensor]:
   """Read a safetensors file (a path, or its bytes) into Tensors, in file order.
   Raises SafetensorsError (a ValueError) on any malformed or truncated file."""
-  entries, _, body = _split_file(_read_bytes(fn))
+  entries, _, body = _open_safetensors(fn, with_data=True)
   return {e.name: Tensor(body[e.begin:e.end], device, e.dtype).reshape(e.shape) for e in entries}
 
 
 def safe_load_metadata(fn: FileLike) -> dict[str, str]:
-  """The `__metadata__` strings of a safetensors file ({} when absent), after full validation."""
-  return _split_file(_read_bytes(fn))[1]
+  """The `__metadata__` strings of a safetensors file ({} when absent), after validating its
+  header (the data itself is not read)."""
+  return _open_safetensors(fn, with_data=False)[1]
 
 
-def _safe_header(tensors: dict[str, Tensor], metadata: dict[str, str] | None) -> tuple[bytes, list[str]]:
+def _check_save_args(tensors: dict[str, Tensor], metadata: dict[str, str] | None) -> None:
   for k, t in tensors.items():
-    if not isinstance(k, str) or k == "__metadata__": raise ValueError(f"safe_save: invalid tensor name {k!r}")
-    if t.dtype not in SAFE_NAMES: raise TypeError(f"safe_save: {k!r} has dtype {t.dtype!r}, not in safetensors")
-  if metadata is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+    if not isinstance(k, str) or k == "__metadata__":
+      raise ValueError(f"safe_save: invalid tensor name {k!r}")
+    if t.dtype not in SAFE_NAMES:
+      raise TypeError(f"safe_save: {k!r} has dtype {t.dtype!r}, which safetensors lacks")
+  if metadata is None: return
+  if not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
     raise TypeError("safe_save: metadata must map strings to strings")
+
+
+def _safe_header(tensors: dict[str, Tensor],
+                 metadata: dict[str, str] | None) -> tuple[bytes, list[str]]:
+  _check_save_args(tensors, metadata)
   order = sorted(tensors, key=lambda k: (-SAFE_ORDER[SAFE_NAMES[tensors[k].dtype]], k))
   header: dict[str, Any] = {} if metadata is None else {"__metadata__": metadata}
   pos = 0
   for k in order:
     t = tensors[k]
     size = math.prod(t.shape) * t.dtype.itemsize
-    header[k] = {"dtype": SAFE_NAMES[t.dtype], "shape": list(t.shape), "data_offsets": [pos, pos + size]}
+    header[k] = {"dtype": SAFE_NAMES[t.dtype], "shape": list(t.shape),
+                 "data_offsets": [pos, pos + size]}
     pos += size
   text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
   return text + b" " * (-len(text) % 8), order
 
 
-def safe_save(tensors: dict[str, Tensor], fn: str | os.PathLike, metadata: dict[str, str] | None = None) -> None:
+def safe_save(tensors: dict[str, Tensor], fn: str | os.PathLike,
+              metadata: dict[str, str] | None = None) -> None:
   """Write tensors as a safetensors file, byte-identical to `safetensors.*.save_file` (header JSON
   without spaces, padded with spaces to 8 bytes, tensors ordered by dtype then name)."""
   header, order = _safe_header(tensors, metadata)
@@ -294,7 +322,7 @@ class Storage:
 def _byteswapped(data: memoryview, itemsize: int) -> memoryview:
   out = bytearray(len(data))
   for j in range(itemsize): out[j::itemsize] = data[itemsize - 1 - j::itemsize]
-  return memoryview(out)
+  return memoryview(bytes(out))
 
 
 def _gather(data: memoryview, itemsize: int, offset: int, size: tuple, stride: tuple) -> bytes:
@@ -318,7 +346,8 @@ def _strided_view(flat: Tensor, offset: int, size: tuple, stride: tuple) -> Tens
   """A torch view (size, stride, storage offset) of a 1-D tensor as movement ops: slice the span,
   reshape it into nested blocks, shrink each block, permute, expand the stride-0 axes. None when
   the strides do not nest (an overlapping or irregular view)."""
-  axes = sorted((i for i, s in enumerate(size) if s > 1 and stride[i] != 0), key=lambda i: -stride[i])
+  axes = [i for i, s in enumerate(size) if s > 1 and stride[i] != 0]
+  axes.sort(key=lambda i: -stride[i])
   if not axes: return flat.shrink(((offset, offset + 1),)).reshape([1] * len(size)).expand(size)
   sizes, strides = [size[i] for i in axes], [stride[i] for i in axes]
   block = _block_shape(sizes, strides)
@@ -332,7 +361,7 @@ def _strided_view(flat: Tensor, offset: int, size: tuple, stride: tuple) -> Tens
 
 
 def _check_view(n: int, offset: int, size: tuple, stride: tuple) -> None:
-  if not (len(size) == len(stride) and all(_is_int(v) and v >= 0 for v in (offset, *size, *stride))):
+  if len(size) != len(stride) or not all(_is_int(v) and v >= 0 for v in (offset, *size, *stride)):
     raise ValueError(f"torch_load: invalid tensor view size={size} stride={stride} offset={offset}")
   last = offset + sum((s - 1) * t for s, t in zip(size, stride))
   if 0 not in size and last >= n:
@@ -340,7 +369,8 @@ def _check_view(n: int, offset: int, size: tuple, stride: tuple) -> None:
                      f"past its storage of {n} elements (corrupted file?)")
 
 
-def _rebuild(st: Storage, offset: int, size: tuple, stride: tuple, dtype: DType, device: str | None) -> Tensor:
+def _rebuild(st: Storage, offset: int, size: tuple, stride: tuple, dtype: DType,
+             device: str | None) -> Tensor:
   if st.data is None: return Tensor([])  # the first pass over a legacy file: no data yet
   n = len(st.data) // dtype.itemsize
   _check_view(n, offset, tuple(size), tuple(stride))
@@ -359,6 +389,11 @@ def _rebuild_parameter(data: Tensor, requires_grad: bool = True, *_: Any) -> Ten
 def _rebuild_from_type(fn: Callable, _cls: Any, args: tuple, _state: Any) -> Any: return fn(*args)
 
 
+def _tensor_class(*_: Any) -> Any:
+  """What torch.Tensor and nn.Parameter unpickle to: only an argument of _rebuild_from_type_v2."""
+  raise ValueError("torch_load: a tensor class is called directly: unsupported pickle")
+
+
 class _TorchUnpickler(pickle.Unpickler):
   """Unpickles torch.save data: tensors, storages, dtypes and plain containers, nothing else."""
 
@@ -373,7 +408,7 @@ class _TorchUnpickler(pickle.Unpickler):
       ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
       ("torch._utils", "_rebuild_parameter_with_state"): _rebuild_parameter,
       ("torch._tensor", "_rebuild_from_type_v2"): _rebuild_from_type,
-      ("torch", "Tensor"): Tensor, ("torch.nn.parameter", "Parameter"): Tensor,
+      ("torch", "Tensor"): _tensor_class, ("torch.nn.parameter", "Parameter"): _tensor_class,
       ("torch", "Size"): tuple, ("collections", "OrderedDict"): OrderedDict,
       ("builtins", "set"): set, ("builtins", "frozenset"): frozenset,
       ("builtins", "slice"): slice, ("builtins", "complex"): complex,
@@ -390,6 +425,7 @@ class _TorchUnpickler(pickle.Unpickler):
     return _rebuild_parameter(t, True) if requires_grad else t
 
   def find_class(self, module: str, name: str) -> Any:
+    if module == "__builtin__": module = "builtins"  # protocol 2 spells Python 2's name
     if module in ("torch", "torch.storage") and name in TORCH_STORAGES:
       return StorageType(TORCH_STORAGES[name])
     if module == "torch" and name in TORCH_DTYPES: return TORCH_DTYPES[name]
@@ -405,6 +441,7 @@ class _TorchUnpickler(pickle.Unpickler):
 
 
 def _storage_type(pid: tuple) -> DType:
+  if len(pid) < 5: raise ValueError(f"torch_load: malformed storage id {str(pid)[:80]}")
   kind = pid[1]
   if not isinstance(kind, StorageType): raise ValueError(f"torch_load: bad storage type {kind!r}")
   return kind.dtype or dtypes.uint8
@@ -433,14 +470,15 @@ def _legacy_storages(f: io.BytesIO, pids: dict[str, tuple], little: bool) -> dic
   int64 element count, then the elements."""
   out: dict[str, Storage] = {}
   for key in _plain_load(f):
-    if str(key) not in pids: raise ValueError(f"torch_load: storage {key!r} is not used by the data")
+    if str(key) not in pids: raise ValueError(f"torch_load: unknown storage {key!r}")
     dt = _storage_type(pids[str(key)])
     head = f.read(8)
     if len(head) != 8: raise ValueError("torch_load: legacy file truncated in the storage section")
     numel = int.from_bytes(head, "little" if little else "big")
     raw = f.read(numel * dt.itemsize)
-    if len(raw) != numel * dt.itemsize: raise ValueError(f"torch_load: storage {key!r} is truncated")
-    out[str(key)] = Storage(memoryview(raw) if little else _byteswapped(memoryview(raw), dt.itemsize), dt, {})
+    if len(raw) != numel * dt.itemsize: raise ValueError(f"torch_load: storage {key!r} truncated")
+    data = memoryview(raw) if little else _byteswapped(memoryview(raw), dt.itemsize)
+    out[str(key)] = Storage(data, dt, {})
   return out
 
 
@@ -461,9 +499,9 @@ def _load_legacy(data: memoryview, device: str | None) -> Any:
   f = io.BytesIO(data)
   try: magic = _plain_load(f)
   except (pickle.UnpicklingError, EOFError, ValueError) as e:
-    raise ValueError("torch_load: not a PyTorch file (neither a zip archive nor the legacy format)") from e
+    raise ValueError("torch_load: not a PyTorch file (neither zip nor legacy format)") from e
   if magic != LEGACY_MAGIC: raise ValueError("torch_load: invalid magic number: not a PyTorch file")
-  if _plain_load(f) != LEGACY_PROTOCOL: raise ValueError("torch_load: unsupported legacy protocol version")
+  if _plain_load(f) != LEGACY_PROTOCOL: raise ValueError("torch_load: unknown legacy protocol")
   sys_info = _plain_load(f)
   start, pids = f.tell(), {}
 
@@ -486,5 +524,9 @@ def torch_load(fn: FileLike, device: str | None = None) -> Any:
   of one buffer per storage, keeping strides and offsets), containers stay containers.
   `load_state_dict(model, torch_load("model.pth"))`"""
   data = _read_bytes(fn)
-  if zipfile.is_zipfile(io.BytesIO(data)): return _load_zip(data, device)
-  return _load_legacy(data, device)
+  try:
+    if zipfile.is_zipfile(io.BytesIO(data)): return _load_zip(data, device)
+    return _load_legacy(data, device)
+  except (pickle.UnpicklingError, EOFError, zipfile.BadZipFile, KeyError, IndexError, TypeError,
+          AttributeError, OverflowError, MemoryError, NotImplementedError) as e:
+    raise ValueError(f"torch_load: corrupted or unsupported file ({type(e).__name__}: {e})") from e

@@ -4,6 +4,9 @@ ABI (runtime/ops_cpu.py): `void name(T* restrict data0, ..., int var0, ..., int 
 float16 and bfloat16 live in memory as 16-bit integers and in registers as float; every op on
 them rounds its float result back to 16 bits, so results match PyTorch's per-op rounding.
 Single-use pure expressions are inlined; LOADs and multi-use values get local variables.
+Integers wrap like the PYTHON device: int and long long rely on `-fwrapv` (ops_cpu.CFLAGS),
+narrower types (which C computes as int) are cast back after each op that can leave their range,
+shifts by an amount outside [0, bits) and division by 0 or -1 go through guards (no C UB).
 """
 from __future__ import annotations
 
@@ -263,6 +266,8 @@ class CRenderer(Renderer):
 
   def _bitcast(self, st: _State, src: DType, dst: DType, v: str) -> str:
     sv = self._to_storage(src, v)
+    # a byte other than 0 or 1 is no valid _Bool: read it as true, as the PYTHON device does
+    if dst == dtypes.bool: return f"((_Bool){sv})"
     src_ct, dst_ct = STORAGE[src], STORAGE[dst]
     copy = f"{dst_ct} __d; __builtin_memcpy(&__d, &__s, sizeof(__d)); __d;"
     raw = f"(__extension__({{{src_ct} __s = {sv}; {copy}}}))"

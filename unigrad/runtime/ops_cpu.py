@@ -34,7 +34,7 @@ __all__ = ["CPUDevice", "CPUAllocator", "ClangCompiler", "CPUProgram", "ChunkPoo
 
 # compile flags, both accepted by clang 14 and gcc 12; the source is read from stdin
 CFLAGS: tuple[str, ...] = ("-shared", "-fPIC", "-O2", "-march=native", "-fno-math-errno", "-fwrapv",
-                           "-ffp-contract=fast")
+                           "-mprefer-vector-width=512", "-ffp-contract=off")
 LIBS: tuple[str, ...] = ("-lm",)
 ALIGN = 64  # bytes: one cache line, one AVX-512 register
 _MMAP_MIN = 1 << 16  # buffers this big come from mmap (page aligned, zeroed lazily by the OS)

@@ -27,7 +27,8 @@ class PythonAllocator(LRUAllocator):
 
   def copyout(self, dst: memoryview, handle: Any) -> None: dst[:] = memoryview(handle)[:len(dst)]
 
-  def as_memoryview(self, handle: Any, nbytes: int) -> memoryview: return memoryview(handle)[:nbytes]
+  def as_memoryview(self, handle: Any, nbytes: int) -> memoryview:
+    return memoryview(handle)[:nbytes]
 
   def offset(self, handle: Any, byte_offset: int, nbytes: int) -> Any:
     return memoryview(handle)[byte_offset:byte_offset + nbytes]
@@ -47,12 +48,14 @@ class _Memory:
     self.size = len(mv) // dt.itemsize
 
   def load(self, i: int) -> Any:
-    if not 0 <= i < self.size: raise IndexError(f"PYTHON device: load at {i} outside a buffer of {self.size}")
+    if not 0 <= i < self.size:
+      raise IndexError(f"PYTHON device: load at {i} outside a buffer of {self.size}")
     it = self.dt.itemsize
     return from_bytes(self.dt, self.mv[i * it:(i + 1) * it])[0]
 
   def store(self, i: int, v: Any) -> None:
-    if not 0 <= i < self.size: raise IndexError(f"PYTHON device: store at {i} outside a buffer of {self.size}")
+    if not 0 <= i < self.size:
+      raise IndexError(f"PYTHON device: store at {i} outside a buffer of {self.size}")
     it = self.dt.itemsize
     self.mv[i * it:(i + 1) * it] = to_bytes(self.dt, [v])
 
@@ -65,8 +68,9 @@ class PythonProgram:
     self.linear: UOp = eval(lib.decode(), vars(uop_module))  # noqa: S307 (our own printer's output)
     self.jumps = _jump_table(self.linear.src)
 
-  def __call__(self, *bufs: Any, global_size: Sequence[int] = (1,), local_size: Sequence[int] | None = None,
-               vals: Sequence[int] = (), wait: bool = False) -> float | None:
+  def __call__(self, *bufs: Any, global_size: Sequence[int] = (1,),
+               local_size: Sequence[int] | None = None, vals: Sequence[int] = (),
+               wait: bool = False) -> float | None:
     for core_id in range(global_size[0]): self._run(bufs, vals, core_id)
     return 0.0 if wait else None
 
@@ -79,8 +83,10 @@ class PythonProgram:
       u = prog[pc]
       op = u.op
       if op is Ops.PARAM:
-        env[u] = next(variables) if u.arg.name is not None else _Memory(_mv(bufs[u.arg.slot]), u.dtype)
-      elif op is Ops.BUFFER: env[u] = _Memory(memoryview(bytearray(u.dtype.itemsize * u.shape[0])), u.dtype)
+        if u.arg.name is not None: env[u] = next(variables)
+        else: env[u] = _Memory(_mv(bufs[u.arg.slot]), u.dtype)
+      elif op is Ops.BUFFER:
+        env[u] = _Memory(memoryview(bytearray(u.dtype.itemsize * u.shape[0])), u.dtype)
       elif op is Ops.RANGE:
         env[u] = 0
         if env[u.src[0]] <= 0:

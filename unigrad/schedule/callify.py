@@ -24,7 +24,8 @@ def new_buffer(device: str, dtype: DType, shape: tuple[int, ...]) -> UOp:
   """A fresh BUFFER (unique slot: never merged with another) viewed with `shape`."""
   numel = 1
   for s in shape: numel *= s
-  buf = UOp(Ops.BUFFER, dtype, (shape_uop((numel,)),), ParamArg(next(_slots), dtype, device, AddrSpace.GLOBAL))
+  arg = ParamArg(next(_slots), dtype, device, AddrSpace.GLOBAL)
+  buf = UOp(Ops.BUFFER, dtype, (shape_uop((numel,)),), arg)
   return buf if tuple(shape) == (numel,) else UOp(Ops.RESHAPE, dtype, (buf, shape_uop(shape)))
 
 
@@ -84,6 +85,7 @@ def callify(targets: list[UOp], devices: list[str]) -> CallifyResult:
     becomes[u] = buf
   sink = _materialize_contiguous(UOp(Ops.SINK, dtypes.void, tuple(stores)), devices[0], becomes)
   for u in sink.toposort():
-    if u.op is Ops.AFTER and u.src[0].op in (Ops.BUFFER, Ops.RESHAPE): becomes.setdefault(u, u.src[0])
+    if u.op is Ops.AFTER and u.src[0].op in (Ops.BUFFER, Ops.RESHAPE):
+      becomes.setdefault(u, u.src[0])
   body, bufs = _to_params(sink)
   return CallifyResult(UOp(Ops.CALL, dtypes.void, (body, *bufs)), becomes)

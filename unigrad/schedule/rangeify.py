@@ -18,8 +18,8 @@ import math
 from dataclasses import dataclass, field
 
 from unigrad.dtype import dtypes
-from unigrad.uop import AxisType, GroupOp, Invalid, Ops, ParamArg, PatternMatcher, ReduceArg, UOp, UPat
-from unigrad.uop import graph_rewrite, shape_uop
+from unigrad.uop import AxisType, GroupOp, Invalid, Ops, ParamArg, PatternMatcher, ReduceArg, UOp
+from unigrad.uop import UPat, graph_rewrite, shape_uop
 from unigrad.codegen.expand import identity_element
 from unigrad.codegen.simplify import pm_kernel_simplify
 from unigrad.uop.properties import as_shape
@@ -75,6 +75,24 @@ def _is_expensive(u: UOp, realized: set[UOp]) -> bool:
   return False
 
 
+def _collapses(red: UOp) -> bool:
+  """The REDUCE's indexed form (loads allowed) simplifies to no loop: a gather, an arange."""
+  nested = [u for u in red.src[0].toposort() if u.op is Ops.REDUCE]
+  if not all(_has_closed_form(u) for u in nested): return False  # never inline a reduction of data
+  return _probe_simplified(red)
+
+
+def _probe_simplified(red: UOp) -> bool:
+  ctx = RangeifyCtx(0, "NULL", realize=set())
+  ctx.current = Kernel(ast=red, key=red, writes=red)
+  rngs = tuple(ctx.new_range(s, AxisType.LOOP) for s in red.shape)
+  try:
+    value = graph_rewrite(_index(red, rngs), pm_rangeify, ctx=ctx, bottom_up=True,
+                          name="collapse probe")
+  except NotImplementedError: return False
+  return not graph_rewrite(value, pm_kernel_simplify).op_in_backward_slice_with_self(Ops.REDUCE)
+
+
 def _has_closed_form(red: UOp) -> bool:
   """A REDUCE whose indexed form simplifies to no loop at all (arange, cumsum windows): recomputing
   it where it is read costs less than a buffer. Only reductions of constants qualify, so the probe
@@ -83,7 +101,9 @@ def _has_closed_form(red: UOp) -> bool:
   ctx = RangeifyCtx(0, "NULL", realize=set())
   ctx.current = Kernel(ast=red, key=red, writes=red)
   rngs = tuple(ctx.new_range(s, AxisType.LOOP) for s in red.shape)
-  try: value = graph_rewrite(_index(red, rngs), pm_rangeify, ctx=ctx, bottom_up=True, name="closed form?")
+  try:
+    value = graph_rewrite(_index(red, rngs), pm_rangeify, ctx=ctx, bottom_up=True,
+                          name="closed form?")
   except NotImplementedError: return False
   return not graph_rewrite(value, pm_kernel_simplify).op_in_backward_slice_with_self(Ops.REDUCE)
 
@@ -108,8 +128,9 @@ def find_realizes(body: UOp) -> set[UOp]:
     if (u, expanded, reduced) in seen: continue
     seen.add((u, expanded, reduced))
     if u.op in (Ops.CONTIGUOUS, Ops.COPY): realize.add(u)
-    if u not in realize and ((expanded or reduced) and u.op is Ops.REDUCE and not _has_closed_form(u) or
-                             expanded and u.op in GroupOp.ALU and _is_expensive(u, realize)):
+    if u not in realize and (
+        ((expanded or reduced) and u.op is Ops.REDUCE and not _has_closed_form(u))
+        or (expanded and u.op in GroupOp.ALU and _is_expensive(u, realize))):
       realize.add(u)
     if u in realize: expanded, reduced = False, False
     if u.op in (Ops.PARAM, Ops.AFTER): continue
@@ -127,6 +148,7 @@ def split_reduce(red: UOp) -> UOp | None:
   in_shape, out_shape = red.src[0].shape, red.shape
   if red.tag == "split" or not all(isinstance(d, int) for d in (*in_shape, *out_shape)): return None
   if math.prod(in_shape) < SPLIT_REDUCE_RATIO * max(1, math.prod(out_shape)): return None
+  if _collapses(red): return None  # a gather or arange: no loop left to split
   for a in red.arg.axes:
     n = in_shape[a]
     s = next((s for s in (256, 128, 64, 32, 16, 8) if n % s == 0 and n // s >= 8), None)
@@ -150,7 +172,8 @@ def fix_store_hazards(body: UOp) -> UOp:
   def fix(st: UOp) -> UOp:
     target, value = st.src[0], st.src[1]
     base = target.src[0] if target.op is Ops.RESHAPE else target
-    reads = [u for u in value.toposort() if u.op in VIEW_OPS and (base in u.src or target in u.src) and u is not target]
+    reads = [u for u in value.toposort()
+             if u.op in VIEW_OPS and (base in u.src or target in u.src) and u is not target]
     if not reads: return st
     return st.replace(src=(target, UOp(Ops.CONTIGUOUS, value.dtype, (value,)), *st.src[2:]))
   return body.substitute({s: fix(s) for s in body.toposort() if s.op is Ops.STORE})
@@ -233,14 +256,16 @@ def _broadcast_idx(src: UOp, out_shape: tuple, idx: tuple[UOp, ...]) -> tuple[UO
   ss = tuple(src.shape)
   tail = idx[len(idx) - len(ss):] if ss else ()
   zero = UOp.const(dtypes.index, 0)
-  return tuple(zero if s == 1 and o != 1 else i for i, s, o in zip(tail, ss, out_shape[len(out_shape) - len(ss):]))
+  out_tail = out_shape[len(out_shape) - len(ss):]
+  return tuple(zero if s == 1 and o != 1 else i for i, s, o in zip(tail, ss, out_tail))
 
 
 def push_index(ctx: RangeifyCtx, ix: UOp) -> UOp | None:
   """INDEX(x, *idx) -> x's value at idx, one step closer to buffers and constants."""
   x, idx = ix.src[0], ix.src[1:]
   if x.op in (Ops.PARAM, Ops.BUFFER) or len(idx) != len(x.shape): return None
-  if x in ctx.realize and (ctx.current is None or x is not ctx.current.key): return _read_realized(ctx, x, idx)
+  if x in ctx.realize and (ctx.current is None or x is not ctx.current.key):
+    return _read_realized(ctx, x, idx)
   if x.op is Ops.CONST: return x
   if x.op is Ops.AFTER: return _read_after(ctx, x, idx)
   if x.op in VIEW_OPS:
@@ -280,7 +305,8 @@ def _read_realized(ctx: RangeifyCtx, x: UOp, idx: tuple[UOp, ...]) -> UOp:
 
 
 def _view(buf: UOp, shape: tuple) -> UOp:
-  return buf if tuple(buf.shape) == tuple(shape) else UOp(Ops.RESHAPE, buf.dtype, (buf, shape_uop(shape)))
+  if tuple(buf.shape) == tuple(shape): return buf
+  return UOp(Ops.RESHAPE, buf.dtype, (buf, shape_uop(shape)))
 
 
 def _intermediate(ctx: RangeifyCtx, x: UOp) -> UOp:
@@ -314,7 +340,8 @@ def _build_copy(ctx: RangeifyCtx, target: UOp, copy: UOp, key: UOp) -> None:
   """A COPY to another device is a copy call in the command buffer, not a kernel."""
   src, dep = _source_buffer(ctx, copy.src[0])
   dst = _base_param(target)
-  kernel = Kernel(ast=UOp(Ops.COPY, copy.dtype, (dst, src), copy.arg), key=key, writes=dst, reads={src})
+  ast = UOp(Ops.COPY, copy.dtype, (dst, src), copy.arg)
+  kernel = Kernel(ast=ast, key=key, writes=dst, reads={src})
   if dep is not None: kernel.deps.add(dep)
   ctx.producer[key] = len(ctx.kernels)
   ctx.kernels.append(kernel)
@@ -332,11 +359,13 @@ def _build_kernel(ctx: RangeifyCtx, store: UOp, key: UOp) -> None:
   rngs = tuple(ctx.new_range(s, AxisType.LOOP) for s in target.shape)
   st = UOp(Ops.STORE, dtypes.void, (_index(target, rngs), _index(value, rngs)))
   for r in reversed(rngs): st = UOp(Ops.END, dtypes.void, (st, r))
-  ast = graph_rewrite(UOp(Ops.SINK, dtypes.void, (st,)), pm_rangeify, ctx=ctx, bottom_up=True, name="rangeify")
+  sink = UOp(Ops.SINK, dtypes.void, (st,))
+  ast = graph_rewrite(sink, pm_rangeify, ctx=ctx, bottom_up=True, name="rangeify")
   kernel.ast = ast
   topo = ast.toposort()
   addrs = {u.src[0] for u in topo if u.op is Ops.STORE}
-  kernel.reads = {u.src[0] for u in topo if u.op is Ops.INDEX and u.src[0].op is Ops.PARAM and u not in addrs}
+  kernel.reads = {u.src[0] for u in topo
+                  if u.op is Ops.INDEX and u.src[0].op is Ops.PARAM and u not in addrs}
   ctx.current = saved
 
 

@@ -2,11 +2,12 @@
 
 Consumes: the function body from callify (a SINK of STOREs over PARAMs 0..nargs-1).
 Produces: `LINEAR(CALL(kernel, *params)...)` (kernels writing zero elements are left out; an
-empty reduction is its identity, so no kernel has a zero-trip loop): each kernel's AST has its own PARAMs numbered from
-0 in discovery order and RANGE ids renumbered, so identical kernels on other buffers have identical
-ASTs; the CALL's sources are the body's PARAMs (slots >= nargs are intermediates, allocated per
-run). Order: a kernel runs after the kernels whose results it reads (read-after-write) and before
-any kernel that overwrites a buffer state it reads (write-after-read).
+empty reduction is its identity, so no kernel has a zero-trip loop): each kernel's AST has its own
+PARAMs numbered from 0 in discovery order and RANGE ids renumbered, so identical kernels on other
+buffers have identical ASTs; the CALL's sources are the body's PARAMs (slots >= nargs are
+intermediates, allocated per run). Order: a kernel runs after the kernels whose results it reads
+(read-after-write) and before any kernel that overwrites a buffer state it reads
+(write-after-read).
 """
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ def _ancestors(kernels: list[Kernel]) -> list[set[int]]:
 def order_kernels(kernels: list[Kernel]) -> list[int]:
   """Kernel indices in an order that respects RAW and WAR dependencies."""
   anc = _ancestors(kernels)
-  edges: dict[int, set[int]] = {i: set(k.deps) for i, k in enumerate(kernels)}  # i runs after edges[i]
+  # i runs after edges[i]
+  edges: dict[int, set[int]] = {i: set(k.deps) for i, k in enumerate(kernels)}
   writers: dict[UOp, list[int]] = {}
   for i, k in enumerate(kernels): writers.setdefault(k.writes, []).append(i)
   for i, k in enumerate(kernels):
@@ -62,7 +64,9 @@ def order_kernels(kernels: list[Kernel]) -> list[int]:
     for u in users[i]:
       indeg[u] -= 1
       if indeg[u] == 0: heapq.heappush(ready, u)
-  if len(order) != len(kernels): raise ScheduleError("cycle detected in the assign graph: a buffer is both read and written out of order")
+  if len(order) != len(kernels):
+    raise ScheduleError("cycle detected in the assign graph: "
+                        "a buffer is both read and written out of order")
   return order
 
 
@@ -82,7 +86,8 @@ def finalize_kernel(ast: UOp) -> tuple[UOp, tuple[UOp, ...]]:
 
 
 def _substitute_nodes(root: UOp, sub: dict[UOp, UOp]) -> UOp:
-  """Substitute leaves (PARAM) and RANGEs, rebuilding RANGEs whose bounds may contain other nodes."""
+  """Substitute leaves (PARAM) and RANGEs, rebuilding RANGEs whose bounds may contain other
+  nodes."""
   memo: dict[UOp, UOp] = {}
   for u in root.toposort():
     new_src = tuple(memo[s] for s in u.src)
@@ -94,7 +99,8 @@ def _substitute_nodes(root: UOp, sub: dict[UOp, UOp]) -> UOp:
 def kernel_name(ast: UOp) -> str:
   """`r_` for kernels with a reduction, `E_` otherwise, then each loop size by axis type."""
   ranges = sorted((u for u in ast.toposort() if u.op is Ops.RANGE), key=lambda r: r.arg.id)
-  prefix = "r" if any(r.arg.axis_type.name in ("REDUCE", "GROUP_REDUCE", "UNROLL") for r in ranges) else "E"
+  is_reduce = any(r.arg.axis_type.name in ("REDUCE", "GROUP_REDUCE", "UNROLL") for r in ranges)
+  prefix = "r" if is_reduce else "E"
   sizes = [f"{r.src[0].arg if r.src[0].op is Ops.CONST else 'n'}" for r in ranges]
   return "_".join([prefix, *sizes]) if sizes else prefix
 

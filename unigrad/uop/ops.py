@@ -53,6 +53,7 @@ class Ops(Enum):
 
   def __repr__(self) -> str: return f"Ops.{self.name}"
   def __lt__(self, other: Ops) -> bool: return self.value < other.value
+  __hash__ = object.__hash__  # members are singletons: identity hashing is exact and fast
 
 
 class GroupOp:

@@ -30,7 +30,8 @@ def _index_ok(u: UOp) -> str | None:
 
 
 def _range_bound(u: UOp) -> str | None:
-  return None if dtypes.is_int(u.src[0].dtype) else f"RANGE bound must be an integer, got {u.src[0].dtype!r}"
+  if dtypes.is_int(u.src[0].dtype): return None
+  return f"RANGE bound must be an integer, got {u.src[0].dtype!r}"
 
 
 def _closes_ranges(u: UOp) -> str | None:
@@ -49,7 +50,8 @@ def _reduce_arg(u: UOp) -> str | None:
 
 
 def _sink_arg(u: UOp) -> str | None:
-  return None if u.arg is None or isinstance(u.arg, KernelInfo) else f"arg must be KernelInfo, got {u.arg!r}"
+  if u.arg is None or isinstance(u.arg, KernelInfo): return None
+  return f"arg must be KernelInfo, got {u.arg!r}"
 
 
 _ALU: tuple[tuple[str, Check], ...] = (("scalar", _scalar),)
@@ -60,8 +62,10 @@ _kernel_checks: dict[Ops, tuple[tuple[str, Check], ...]] = {
   Ops.INDEX: (("sources", min_src(2)), ("addresses memory", _index_ok)),
   Ops.PARAM: (("ParamArg", arg_is(ParamArg, "a ParamArg")),),
   Ops.BUFFER: (("ParamArg", arg_is(ParamArg, "a ParamArg")),),
-  Ops.RANGE: (("sources", nsrc(1)), ("RangeArg", arg_is(RangeArg, "a RangeArg")), ("bound", _range_bound)),
-  Ops.REDUCE: (("sources", min_src(1)), ("ReduceArg", _reduce_arg), ("closes RANGEs", _closes_ranges)),
+  Ops.RANGE: (("sources", nsrc(1)), ("RangeArg", arg_is(RangeArg, "a RangeArg")),
+              ("bound", _range_bound)),
+  Ops.REDUCE: (("sources", min_src(1)), ("ReduceArg", _reduce_arg),
+               ("closes RANGEs", _closes_ranges)),
   Ops.CONST: (("sources", nsrc(0)),),
   Ops.VCONST: (("sources", nsrc(0)),),
   Ops.RESHAPE: (("sources", nsrc(2)),),
@@ -76,21 +80,25 @@ spec_kernel = Spec("kernel", _kernel_checks)
 # ---- LINEAR ----
 
 def _no_index_dtype(u: UOp) -> str | None:
-  if u.dtype == dtypes.index: return "index dtype must be lowered to int32/int64 before linearize"
-  if u.op is Ops.CONST and isinstance(u.arg, InvalidType): return "Invalid must be gone (gated) after isel"
+  if u.dtype == dtypes.index:
+    return "index dtype must be lowered to int32/int64 before linearize"
+  if u.op is Ops.CONST and isinstance(u.arg, InvalidType):
+    return "Invalid must be gone (gated) after isel"
   return None
 
 
 def _load_form(u: UOp) -> str | None:
-  if len(u.src) not in (1, 3): return f"LOAD takes (index) or (index, alt, gate), got {len(u.src)} sources"
+  if len(u.src) not in (1, 3):
+    return f"LOAD takes (index) or (index, alt, gate), got {len(u.src)} sources"
   if u.src[0].op is not Ops.INDEX: return f"LOAD reads an INDEX, got {u.src[0].op.name}"
   return None
 
 
 _L = (("lowered dtypes", _no_index_dtype),)
 _linear_checks: dict[Ops, tuple[tuple[str, Check], ...]] = {
-  op: _L for op in (GroupOp.Elementwise | {Ops.PARAM, Ops.BUFFER, Ops.CONST, Ops.RANGE, Ops.END, Ops.IF,
-                                           Ops.ENDIF, Ops.INDEX, Ops.AFTER, Ops.SPECIAL, Ops.STORE})}
+  op: _L for op in (GroupOp.Elementwise | {Ops.PARAM, Ops.BUFFER, Ops.CONST, Ops.RANGE, Ops.END,
+                                           Ops.IF, Ops.ENDIF, Ops.INDEX, Ops.AFTER, Ops.SPECIAL,
+                                           Ops.STORE})}
 _linear_checks[Ops.LOAD] = _L + (("gated form", _load_form),)
 
 
@@ -99,13 +107,15 @@ def _order(linear: UOp) -> None:
   loops: list[UOp] = []
   for u in linear.src:
     for s in u.src:
-      if s.op in (Ops.VCONST,) or u.op in (Ops.PARAM, Ops.BUFFER, Ops.END, Ops.AFTER, Ops.ENDIF): continue
+      if s.op in (Ops.VCONST,): continue
+      if u.op in (Ops.PARAM, Ops.BUFFER, Ops.END, Ops.AFTER, Ops.ENDIF): continue
       if s not in seen and s.op is not Ops.CONST:
         raise SpecError("linear", u, "order", f"source {s.op.name} is used before it is computed")
     if u.op in (Ops.RANGE, Ops.IF): loops.append(u)
     if u.op in (Ops.END, Ops.ENDIF):
       opener = u.src[1] if u.op is Ops.END else u.src[0]
-      if not loops or loops[-1] is not opener: raise SpecError("linear", u, "nesting", "closes a block that is not the innermost open one")
+      if not loops or loops[-1] is not opener:
+        raise SpecError("linear", u, "nesting", "closes a block that is not the innermost open one")
       loops.pop()
     seen.add(u)
   if loops: raise SpecError("linear", loops[-1], "nesting", "block is never closed")

@@ -79,18 +79,25 @@ def sort_commutative(x: UOp) -> UOp | None:
 # ---- linear normal form of integer sums ----
 
 def linear_terms(u: UOp) -> tuple[dict[UOp, int], int]:
-  """u as sum(coeff * term) + const, looking through ADD and MUL-by-constant."""
+  """u as sum(coeff * term) + const, looking through ADD and MUL-by-constant (cached per node;
+  the caller owns the returned dict)."""
+  if (got := u.__dict__.get("_linear_terms")) is not None: return dict(got[0]), got[1]
   terms: dict[UOp, int] = {}
   const = 0
   stack = [(u, 1)]
   while stack:
     x, c = stack.pop()
     if (v := int_const(x)) is not None: const += c * v
+    elif (sub := x.__dict__.get("_linear_terms")) is not None:
+      for t, a in sub[0].items(): terms[t] = terms.get(t, 0) + c * a
+      const += c * sub[1]
     elif x.op is Ops.ADD: stack.extend((s, c) for s in x.src)
     elif x.op is Ops.MUL and (v := int_const(x.src[1])) is not None: stack.append((x.src[0], c * v))
     elif x.op is Ops.MUL and (v := int_const(x.src[0])) is not None: stack.append((x.src[1], c * v))
     else: terms[x] = terms.get(x, 0) + c
-  return _recombine_divmod(terms, const)
+  terms, const = _recombine_divmod(terms, const)
+  if u.op is Ops.ADD or u.op is Ops.MUL: u.__dict__["_linear_terms"] = (terms, const)
+  return dict(terms), const
 
 
 def _recombine_divmod(terms: dict[UOp, int], const: int) -> tuple[dict[UOp, int], int]:
@@ -115,13 +122,19 @@ def _divmod_pair(terms: dict[UOp, int]) -> tuple[UOp, UOp, int] | None:
 
 
 def build_linear(like: UOp, terms: dict[UOp, int], const: int) -> UOp:
-  """sum(coeff * term) + const in canonical order, with `like`'s dtype."""
+  """sum(coeff * term) + const in canonical order, with `like`'s dtype. Every ADD it builds is
+  marked canonical (each prefix of a canonical sum is one), so canonical_sum skips it in O(1)."""
   out: UOp | None = None
   for t, c in _sorted_terms(terms):
     e = t if c == 1 else t.alu(Ops.MUL, c)
-    out = e if out is None else out.alu(Ops.ADD, e)
+    out = e if out is None else _mark_canonical(out.alu(Ops.ADD, e))
   if out is None: return like.const_like(const)
-  return out if const == 0 else out.alu(Ops.ADD, const)
+  return out if const == 0 else _mark_canonical(out.alu(Ops.ADD, const))
+
+
+def _mark_canonical(u: UOp) -> UOp:
+  u.__dict__["_canonical_sum"] = True
+  return u
 
 
 def _sorted_terms(terms: dict[UOp, int]) -> list[tuple[UOp, int]]:
@@ -143,6 +156,7 @@ def is_built_linear(x: UOp, items: list[tuple[UOp, int]], const: int) -> bool:
 
 
 def canonical_sum(x: UOp) -> UOp | None:
+  if "_canonical_sum" in x.__dict__: return None
   terms, const = linear_terms(x)
   if is_built_linear(x, _sorted_terms(terms), const): return None
   return build_linear(x, terms, const)
@@ -187,7 +201,7 @@ def _split_div(x: UOp, terms: dict[UOp, int], k: int, c: int) -> UOp | None:
   r = build_linear(x, rem, rk)
   if not no_overflow(r): return None
   if r.vmin // c == r.vmax // c: rdiv = x.const_like(r.vmin // c)
-  elif g > 1: rdiv = build_linear(x, {t: a // g for t, a in rem.items()}, rk // g).alu(Ops.IDIV, c // g)
+  elif g > 1: rdiv = build_linear(x, {t: a // g for t, a in rem.items()}, rk // g) // (c // g)
   elif not quot and not qk: return None
   else: rdiv = r.alu(Ops.IDIV, c)
   return build_linear(x, quot, qk).alu(Ops.ADD, rdiv)
@@ -203,7 +217,9 @@ def fold_mod(x: UOp, d: UOp) -> UOp | None:
   if c > 0: return _split_mod(x, terms, k, c)
   if not negatable(x): return None
   r = _split_mod(x, {t: -a for t, a in terms.items()}, -k, -c)
-  return None if r is None or r.op in (Ops.MOD, Ops.MUL) else r.alu(Ops.MUL, -1)
+  if r is None or r.op in (Ops.MOD, Ops.MUL): return None
+  rterms, rk = linear_terms(r)
+  return build_linear(x, {t: -a for t, a in rterms.items()}, -rk)
 
 
 def _split_mod(x: UOp, terms: dict[UOp, int], k: int, c: int) -> UOp | None:
@@ -296,45 +312,60 @@ def where_pick(c: UOp, a: UOp, b: UOp) -> UOp | None:
   return a if c.arg else b
 
 
+_cond = UPat.var("c")
+
 pm_fold_constants = PatternMatcher([
   (UPat(GroupOp.ALU, src=UPat(Ops.CONST), name="a"), fold_alu),  # op(c0, c1) -> c
   (UPat(Ops.CAST, src=(UPat(Ops.CONST, name="x"),), name="c"), fold_cast),  # cast(c) -> c'
   (UPat(Ops.BITCAST, src=(UPat(Ops.CONST, name="x"),), name="c"), fold_bitcast),  # bitcast(c) -> c'
-  (UPat(Ops.WHERE, src=(UPat.var("c"), UPat.var("a"), UPat.var("b"))), where_pick),  # where(True,a,b) -> a
+  (UPat(Ops.WHERE, src=(_cond, UPat.var("a"), UPat.var("b"))), where_pick),  # where(T,a,b) -> a
 ])
 
 _x, _y, _c = UPat.var("x"), UPat.var("y"), UPat.cvar("c")
 _a, _b, _d, _m = UPat.cvar("a"), UPat.cvar("b"), UPat.cvar("d"), UPat.cvar("m")
 _int = INT_LIKE
+_int_bool = (*INT_LIKE, dtypes.bool)
+_xi, _xib, _xb = UPat.var("x", _int), UPat.var("x", _int_bool), UPat.var("x", dtypes.bool)
+_zero, _one, _minus_one = UPat.const(None, 0), UPat.const(None, 1), UPat.const(None, -1)
+_true, _false = UPat.const(dtypes.bool, True), UPat.const(dtypes.bool, False)
+_not_x, _not_c = UPat(Ops.CMPNE, src=(_x, _true)), UPat(Ops.CMPNE, src=(_cond, _true))
+
+
+def false_like(x: UOp) -> UOp: return type(x).const(dtypes.bool, False)
+def add_zero(x: UOp) -> UOp | None: return None if dtypes.is_float(x.dtype) else x  # -0.0+0 is 0.0
+
+
+def swap_not_where(c: UOp, x: UOp, y: UOp) -> UOp | None:
+  """where(!c, x, y) -> where(c, y, x), unless y is Invalid (the gate form stays as it is)."""
+  return None if is_invalid(y) else c.where(y, x)
+
+
+def drop_same_cast(c: UOp, x: UOp) -> UOp | None: return x if c.dtype == x.dtype else None
+
 
 pm_identities = PatternMatcher([
-  (UPat(Ops.ADD, src=[_x, UPat.const(None, 0)]), lambda x: x if not dtypes.is_float(x.dtype) else None),  # x+0 -> x
-  (UPat(Ops.MUL, src=[_x, UPat.const(None, 1)]), lambda x: x),  # x*1 -> x
-  (UPat(Ops.MUL, src=[UPat.var("x", _int), UPat.const(None, 0).named("z")]), lambda x, z: z),  # x*0 -> 0
-  (UPat(Ops.IDIV, src=(UPat.var("x", _int), UPat.const(None, 1))), lambda x: x),  # x//1 -> x
-  (UPat(Ops.IDIV, src=(UPat.var("x", _int), UPat.const(None, -1))), lambda x: x.alu(Ops.MUL, -1)),  # x//-1 -> -x
-  (UPat(Ops.MOD, src=(UPat.var("x", _int), UPat.const(None, 1))), lambda x: x.const_like(0)),  # x%1 -> 0
-  (UPat((Ops.OR, Ops.XOR), src=[UPat.var("x", (*_int, dtypes.bool)), UPat.const(None, 0)]), lambda x: x),  # x|0 -> x
-  (UPat(Ops.AND, src=[UPat.var("x", (*_int, dtypes.bool)), UPat.const(None, 0).named("z")]), lambda x, z: z),  # x&0 -> 0
-  (UPat(Ops.AND, src=[UPat.var("x", dtypes.bool), UPat.const(dtypes.bool, True)]), lambda x: x),  # x&True -> x
-  (UPat(Ops.OR, src=[UPat.var("x", dtypes.bool), UPat.const(dtypes.bool, True).named("t")]), lambda x, t: t),  # x|True -> True
+  (UPat(Ops.ADD, src=[_x, _zero]), add_zero),  # x+0 -> x (integers)
+  (UPat(Ops.MUL, src=[_x, _one]), lambda x: x),  # x*1 -> x
+  (UPat(Ops.MUL, src=[_xi, _zero.named("z")]), lambda x, z: z),  # x*0 -> 0 (integers)
+  (UPat(Ops.IDIV, src=(_xi, _one)), lambda x: x),  # x//1 -> x
+  (UPat(Ops.IDIV, src=(_xi, _minus_one)), lambda x: x.alu(Ops.MUL, -1)),  # x//-1 -> -x
+  (UPat(Ops.MOD, src=(_xi, _one)), lambda x: x.const_like(0)),  # x%1 -> 0
+  (UPat((Ops.OR, Ops.XOR), src=[_xib, _zero]), lambda x: x),  # x|0, x^0 -> x
+  (UPat(Ops.AND, src=[_xib, _zero.named("z")]), lambda x, z: z),  # x&0 -> 0
+  (UPat(Ops.AND, src=[_xb, _true]), lambda x: x),  # x&True -> x
+  (UPat(Ops.OR, src=[_xb, _true.named("t")]), lambda x, t: t),  # x|True -> True
   (UPat((Ops.MAX, Ops.AND, Ops.OR), src=(_x, _x)), lambda x: x),  # max(x,x), x&x, x|x -> x
-  (UPat(Ops.XOR, src=(UPat.var("x", (*_int, dtypes.bool)), UPat.var("x"))), lambda x: x.const_like(0)),  # x^x -> 0
-  (UPat(Ops.CMPLT, src=(UPat.var("x", (*_int, dtypes.bool)), UPat.var("x"))),
-   lambda x: type(x).const(dtypes.bool, False)),  # x<x -> False
-  (UPat(Ops.CMPNE, src=(UPat.var("x", (*_int, dtypes.bool)), UPat.var("x"))),
-   lambda x: type(x).const(dtypes.bool, False)),  # x!=x -> False
-  (UPat(Ops.CMPNE, src=(UPat(Ops.CMPNE, src=(_x, UPat.const(dtypes.bool, True))), UPat.const(dtypes.bool, True))),
-   lambda x: x),  # not(not(x)) -> x
-  (UPat(Ops.CMPNE, src=(UPat.var("x", dtypes.bool), UPat.const(dtypes.bool, False))), lambda x: x),  # x!=False -> x
+  (UPat(Ops.XOR, src=(_xib, _x)), lambda x: x.const_like(0)),  # x^x -> 0
+  (UPat(Ops.CMPLT, src=(_xib, _x)), false_like),  # x<x -> False
+  (UPat(Ops.CMPNE, src=(_xib, _x)), false_like),  # x!=x -> False
+  (UPat(Ops.CMPNE, src=(_not_x, _true)), lambda x: x),  # not(not(x)) -> x
+  (UPat(Ops.CMPNE, src=(_xb, _false)), lambda x: x),  # x!=False -> x
   (UPat(Ops.WHERE, src=(UPat.var(), _x, _x)), lambda x: x),  # where(c,x,x) -> x
-  (UPat(Ops.WHERE, src=(UPat(Ops.CMPNE, src=(UPat.var("c"), UPat.const(dtypes.bool, True))), _x, _y)),
-   lambda c, x, y: None if is_invalid(y) else c.where(y, x)),  # where(!c,x,y) -> where(c,y,x)
-  (UPat(Ops.WHERE, dtypes.bool, src=(UPat.var("c"), UPat.const(dtypes.bool, True), UPat.const(dtypes.bool, False))),
-   lambda c: c),  # where(c,True,False) -> c
-  (UPat(Ops.CAST, name="c", src=(_x,)), lambda c, x: x if c.dtype == x.dtype else None),  # cast to own dtype -> x
-  (UPat(Ops.TRUNC, src=(UPat.var("x", (*_int, dtypes.bool)),)), lambda x: x),  # trunc(int) -> x
-  (UPat(Ops.MUL, src=(UPat(Ops.MUL, src=(_x, UPat.const(None, -1))), UPat.const(None, -1))), lambda x: x),  # -(-x) -> x
+  (UPat(Ops.WHERE, src=(_not_c, _x, _y)), swap_not_where),  # where(!c,x,y) -> where(c,y,x)
+  (UPat(Ops.WHERE, dtypes.bool, src=(_cond, _true, _false)), lambda c: c),  # where(c,T,F) -> c
+  (UPat(Ops.CAST, name="c", src=(_x,)), drop_same_cast),  # cast to its own dtype -> x
+  (UPat(Ops.TRUNC, src=(_xib,)), lambda x: x),  # trunc(int) -> x
+  (UPat(Ops.MUL, src=(UPat(Ops.MUL, src=(_x, _minus_one)), _minus_one)), lambda x: x),  # -(-x) -> x
 ])
 
 pm_min_max = PatternMatcher([
@@ -342,24 +373,26 @@ pm_min_max = PatternMatcher([
   (UPat(Ops.MAX, name="m", src=(UPat.var("a"), UPat.var("b"))), fold_max),  # max by intervals
 ])
 
+_pair = (UPat.var(), UPat.var())
+
 pm_canonical = PatternMatcher([
-  (UPat(Ops.ADD, dtype=_int, name="x"), canonical_sum),  # integer sums in linear normal form
-  (UPat(Ops.MUL, dtype=_int, src=[UPat(Ops.ADD, name="x"), UPat.cvar("c")]), distribute_mul),  # (a+b)*c
-  (UPat(Ops.MUL, dtype=_int, src=(UPat(Ops.MUL, name="x"), UPat.cvar("c"))), distribute_mul),  # (a*c1)*c2
-  (UPat(GroupOp.Commutative - {Ops.ADD}, name="x", src=(UPat.var(), UPat.var())), sort_commutative),
-  (UPat(Ops.ADD, dtype=tuple(FLOATS), name="x", src=(UPat.var(), UPat.var())), sort_commutative),  # a+b
+  (UPat(Ops.ADD, _int, name="x"), canonical_sum),  # integer sums in linear normal form
+  (UPat(Ops.MUL, _int, src=[UPat(Ops.ADD, name="x"), _c]), distribute_mul),  # (a+b)*c -> a*c+b*c
+  (UPat(Ops.MUL, _int, src=(UPat(Ops.MUL, name="x"), _c)), distribute_mul),  # (a*c1)*c2 -> a*c3
+  (UPat(GroupOp.Commutative - {Ops.ADD}, name="x", src=_pair), sort_commutative),  # y*x -> x*y
+  (UPat(Ops.ADD, tuple(FLOATS), name="x", src=_pair), sort_commutative),  # y+x -> x+y (floats)
 ])
 
 pm_divmod = PatternMatcher([
-  (UPat(Ops.IDIV, _int, src=(UPat(Ops.IDIV, src=(_x, _a)), _b)), fold_nested_div),  # (x//a)//b -> x//(a*b)
-  (UPat(Ops.IDIV, _int, src=(UPat(Ops.MOD, src=(_x, _m)), _d)), fold_div_of_mod),  # (x%(k*c))//c -> (x//c)%k
-  (UPat(Ops.MOD, _int, src=(UPat(Ops.MOD, src=(_x, _m)), _d)), fold_mod_of_mod),  # (x%(k*c))%c -> x%c
-  (UPat(Ops.IDIV, dtype=_int, src=(_x, UPat.cvar("d"))), fold_idiv),  # (x*c+y)//c -> x + y//c
-  (UPat(Ops.MOD, dtype=_int, src=(_x, UPat.cvar("d"))), fold_mod),  # (x*c+y)%c -> y%c
+  (UPat(Ops.IDIV, _int, src=(UPat(Ops.IDIV, src=(_x, _a)), _b)), fold_nested_div),  # (x//a)//b
+  (UPat(Ops.IDIV, _int, src=(UPat(Ops.MOD, src=(_x, _m)), _d)), fold_div_of_mod),  # (x%kc)//c
+  (UPat(Ops.MOD, _int, src=(UPat(Ops.MOD, src=(_x, _m)), _d)), fold_mod_of_mod),  # (x%kc)%c -> x%c
+  (UPat(Ops.IDIV, _int, src=(_x, _d)), fold_idiv),  # (x*c+y)//c -> x + y//c
+  (UPat(Ops.MOD, _int, src=(_x, _d)), fold_mod),  # (x*c+y)%c -> y%c
 ])
 
 pm_compare = PatternMatcher([
-  (UPat(Ops.CMPLT, src=(UPat.var("x", _int), UPat.cvar("d"))), fold_cmplt),  # x+k < c -> x < c-k
+  (UPat(Ops.CMPLT, src=(_xi, _d)), fold_cmplt),  # a*x+k < c -> x < ceil((c-k)/a)
 ])
 
 
@@ -369,7 +402,9 @@ def push_into_gate(alu: UOp, w: UOp, v: UOp, x: UOp) -> UOp:
   return v.where(inner, inner.const_like(w.src[2].arg))
 
 
-_gated = UPat(Ops.WHERE, name="w", src=(UPat.var("v"), UPat.var("x"), UPat(Ops.CONST, arg=None, name="inv")))
+_gated = UPat(Ops.WHERE, name="w", src=(UPat.var("v"), _x, UPat(Ops.CONST, name="inv")))
+_gated2 = UPat(Ops.WHERE, src=(UPat.var("w"), _x, UPat(Ops.CONST, name="inv2")))
+_inv = UPat(Ops.CONST, name="inv")
 
 
 def _push_checked(alu: UOp, w: UOp, v: UOp, x: UOp, inv: UOp) -> UOp | None:
@@ -383,9 +418,8 @@ def merge_gates(v: UOp, w: UOp, x: UOp, inv: UOp, inv2: UOp) -> UOp | None:
 
 
 pm_invalid = PatternMatcher([
-  (UPat(GroupOp.Binary, name="alu", src=[_gated, UPat.var()]), _push_checked),  # op(gated, y) -> gated
-  (UPat(Ops.WHERE, src=(UPat.var("v"), UPat(Ops.WHERE, src=(UPat.var("w"), _x, UPat(Ops.CONST, name="inv2"))),
-                        UPat(Ops.CONST, name="inv"))), merge_gates),
+  (UPat(GroupOp.Binary, name="alu", src=[_gated, UPat.var()]), _push_checked),  # op(gated,y) inside
+  (UPat(Ops.WHERE, src=(UPat.var("v"), _gated2, _inv)), merge_gates),  # nested gates -> v&w gate
 ])
 
 pm_simplify = (pm_fold_constants + pm_invalid + pm_identities + pm_min_max + pm_divmod +

@@ -3,8 +3,14 @@
 A UPat constrains op, dtype, arg and sources; `src` is a tuple (positional), a list (any
 permutation: commutative matching) or a single UPat (repeated for every source). A name binds
 the matched node; a name used twice must bind the same node. A PatternMatcher dispatches on the
-node's op and rejects early when a pattern's required source ops are missing; a callback gets the
-bindings as keyword arguments (plus `ctx` if it takes one) and returns a replacement or None.
+node's op; a callback gets the bindings as keyword arguments (plus `ctx` if it takes one) and
+returns a replacement or None.
+
+Speed: `UPat.match` is the reference interpreter. On first use for an op, each rule is compiled
+into a small Python function (nested `if`s over op, dtype, arg, source count and name identity,
+one block per permutation or alternative, ending in the callback call) that enumerates the same
+bindings in the same order, so a compiled table returns exactly what the interpreter would.
+Patterns whose code would be too large, or that repeat a named sub-pattern, stay interpreted.
 """
 from __future__ import annotations
 
@@ -250,15 +256,16 @@ def _predicate(p: UPat) -> Callable[[UOp], bool]:
 
 
 def compile_rule(pat: UPat, fxn: Callable, takes_ctx: bool, reject: frozenset[Ops] | None,
-                 location: str = "?") -> Matcher:
+                 location: str = "?", dispatched: bool = False) -> Matcher:
   """`(u, ctx) -> replacement or None` for one rule: compiled Python when possible, else a
-  closure over the interpreter. `reject`: the custom early-reject set, checked first."""
+  closure over the interpreter. `reject`: the custom early-reject set, checked first.
+  `dispatched`: the caller only passes nodes whose op the root pattern allows."""
   if pat._repeat is not None and _has_names_or_forks(pat._repeat):
     return _interpreted(pat, fxn, takes_ctx, reject)
   g = _Codegen(fxn, takes_ctx)
   g.emit(0, "def rule(u, ctx):")
   if reject: g.emit(1, f"if not {g.const(reject)} <= {{s.op for s in u.src}}: return None")
-  try: g.pat(pat, "u", {}, 1, g.call, root=True)
+  try: g.pat(pat, "u", {}, 1, g.call, root=dispatched)
   except _TooBig: return _interpreted(pat, fxn, takes_ctx, reject)
   g.emit(1, "return None")
   exec(compile("\n".join(g.lines), f"<upat {location}>", "exec"), g.env)  # noqa: S102
@@ -348,7 +355,7 @@ class PatternMatcher:
 @functools.lru_cache(maxsize=8192)
 def _compiled_rule(rule: Rule) -> Matcher:
   custom = rule.pat.custom_reject
-  return compile_rule(rule.pat, rule.fxn, rule.takes_ctx, custom, rule.location)
+  return compile_rule(rule.pat, rule.fxn, rule.takes_ctx, custom, rule.location, dispatched=True)
 
 
 def _root_ops(p: UPat) -> Iterable[Ops]:

@@ -28,7 +28,8 @@ def run(kernel: UOp, opts: tuple[Opt, ...] | None, inputs: list[np.ndarray]) -> 
   info = KernelInfo(opts_to_apply=opts if opts is not None else ())
   linear = full_rewrite(kernel.replace(arg=info), PythonRenderer())
   prog = PythonProgram("k", PythonRenderer().render("k", linear).encode())
-  bufs = [Buffer("PYTHON", len(x), kernel_param_dtype(kernel, i)).copyin(x.tobytes()) for i, x in enumerate(inputs)]
+  bufs = [Buffer("PYTHON", len(x), kernel_param_dtype(kernel, i)).copyin(x.tobytes())
+          for i, x in enumerate(inputs)]
   specials = [u for u in linear.src if u.op is Ops.SPECIAL]
   prog(*bufs, global_size=(specials[0].src[0].arg,) if specials else (1,))
   return np.frombuffer(bufs[0].copyout(), dtype=np.float32).copy()
@@ -64,23 +65,26 @@ def test_every_opt_pair_matches_the_unoptimized_kernel(name):
       for o in pair: k = k.apply(o)
     except KernelOptError: continue
     tried += 1
-    np.testing.assert_allclose(run(kernel, pair, inputs), want, rtol=1e-5, atol=1e-5, err_msg=str(pair))
+    got = run(kernel, pair, inputs)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=str(pair))
   assert tried >= 3
 
 
 def test_illegal_opts_raise_typed_errors():
   k = OptKernel(kernel_and_inputs(KERNELS["reduce"]())[0])
   with pytest.raises(KernelOptError, match="divisible|cannot be split"): k.apply(Opt.upcast(0, 4))
-  with pytest.raises(KernelOptError, match="REDUCE"): k.apply(Opt.upcast(1, 2))  # can't upcast a reduce axis
+  with pytest.raises(KernelOptError, match="REDUCE"):  # can't upcast a reduce axis
+    k.apply(Opt.upcast(1, 2))
   with pytest.raises(KernelOptError, match="out of range"): k.apply(Opt.upcast(7, 2))
   with pytest.raises(KernelOptError, match="tensor cores"): k.apply(Opt(OptOps.TC, 0, None))
   k6 = OptKernel(kernel_and_inputs(x(6, 8).sum(1))[0])
-  with pytest.raises(KernelOptError, match="at most one THREAD"): k6.apply(Opt.thread(0, 2)).apply(Opt.thread(1, 3))
+  with pytest.raises(KernelOptError, match="at most one THREAD"):
+    k6.apply(Opt.thread(0, 2)).apply(Opt.thread(1, 3))
 
 
 def test_opts_compose_left_to_right_and_names_show_axis_types():
   k = OptKernel(kernel_and_inputs(KERNELS["matmul"]())[0])
   k2 = k.apply(Opt.thread(0, 2)).apply(Opt.upcast(2, 4)).apply(Opt.unroll(3, 2))
   assert k2.name() == "r_t2_L2_L2_R3_u4_r2"
-  assert [t for t in k2.axis_types()] == [AxisType.THREAD, AxisType.LOOP, AxisType.LOOP, AxisType.REDUCE,
-                                          AxisType.UPCAST, AxisType.UNROLL]
+  assert [t for t in k2.axis_types()] == [AxisType.THREAD, AxisType.LOOP, AxisType.LOOP,
+                                          AxisType.REDUCE, AxisType.UPCAST, AxisType.UNROLL]

@@ -24,9 +24,11 @@ def _try(k: OptKernel, opt: Opt) -> OptKernel:
 
 
 def add_threads(k: OptKernel, threads: int) -> OptKernel:
-  if threads <= 1 or math.prod(s for s in k.sizes if s > 0) < MIN_WORK_PER_THREAD * threads: return k
+  if threads <= 1: return k
+  if math.prod(s for s in k.sizes if s > 0) < MIN_WORK_PER_THREAD * threads: return k
   for i, (t, s) in enumerate(zip(k.axis_types(), k.sizes)):
-    if t is AxisType.LOOP and s >= threads and s % threads == 0: return _try(k, Opt.thread(i, threads))
+    if t is AxisType.LOOP and s >= threads and s % threads == 0:
+      return _try(k, Opt.thread(i, threads))
   return k
 
 

@@ -81,7 +81,8 @@ class OptKernel:
   def name(self) -> str:
     """`r_` (reduce) or `E_`, then each loop as its axis-type letter and size."""
     types = self.axis_types()
-    prefix = "r" if any(t in (AxisType.REDUCE, AxisType.UNROLL, AxisType.GROUP_REDUCE) for t in types) else "E"
+    is_reduce = any(t in (AxisType.REDUCE, AxisType.UNROLL, AxisType.GROUP_REDUCE) for t in types)
+    prefix = "r" if is_reduce else "E"
     return "_".join([prefix, *(f"{t.letter}{s}" for t, s in zip(types, self.sizes))])
 
   def finalize(self) -> UOp:
@@ -101,7 +102,8 @@ class OptKernel:
     elif opt.op is OptOps.PADTO: ast = self._padto(opt)
     elif opt.op is OptOps.SWAP: ast = self._swap(opt)
     elif opt.op is OptOps.NOLOCALS:
-      if any(t is AxisType.LOCAL for t in self.axis_types()): raise KernelOptError("NOLOCALS after LOCAL")
+      if any(t is AxisType.LOCAL for t in self.axis_types()):
+        raise KernelOptError("NOLOCALS after LOCAL")
       return replace(self, applied=self.applied + (opt,), dont_use_locals=True)
     else: raise KernelOptError(f"{opt.op.name}: this target has no tensor cores")
     return OptKernel(ast, self.applied + (opt,), self.dont_use_locals)
@@ -113,7 +115,8 @@ class OptKernel:
     src_type = r.arg.axis_type
     if target not in SPLIT_FROM or src_type not in SPLIT_FROM[target]:
       raise KernelOptError(f"cannot split a {target.name} axis out of a {src_type.name} axis")
-    if target is AxisType.LOCAL and self.dont_use_locals: raise KernelOptError("LOCAL after NOLOCALS")
+    if target is AxisType.LOCAL and self.dont_use_locals:
+      raise KernelOptError("LOCAL after NOLOCALS")
     if target is AxisType.THREAD and any(t is AxisType.THREAD for t in self.axis_types()):
       raise KernelOptError("a kernel has at most one THREAD axis")
     if n is None: raise KernelOptError(f"axis {opt.axis} has a symbolic size")
@@ -129,11 +132,13 @@ class OptKernel:
     r = self._axis(opt.axis)
     m = opt.arg
     n = r.src[0].arg if r.src[0].op is Ops.CONST else None
-    if n is None or not isinstance(m, int) or m <= 1: raise KernelOptError(f"PADTO {m} on axis {opt.axis}")
+    if n is None or not isinstance(m, int) or m <= 1:
+      raise KernelOptError(f"PADTO {m} on axis {opt.axis}")
     if r.arg.axis_type in (AxisType.UPCAST, AxisType.UNROLL, AxisType.THREAD):
       raise KernelOptError(f"cannot pad a {r.arg.axis_type.name} axis")
     padded = math.ceil(n / m) * m
-    if padded == n: raise KernelOptError(f"axis {opt.axis} of size {n} is already a multiple of {m}")
+    if padded == n:
+      raise KernelOptError(f"axis {opt.axis} of size {n} is already a multiple of {m}")
     if padded > 4 * n: raise KernelOptError(f"PADTO {m} would more than quadruple axis {opt.axis}")
     new = UOp.range(padded, r.arg.id, r.arg.axis_type)
     ast = replace_range(self.ast, r, new, (new,))
@@ -141,9 +146,11 @@ class OptKernel:
 
   def _swap(self, opt: Opt) -> UOp:
     a, b = self._axis(opt.axis), self._axis(opt.arg)
-    if a is b or a.arg.axis_type != b.arg.axis_type or a.arg.axis_type not in (AxisType.LOOP, AxisType.GLOBAL):
+    if (a is b or a.arg.axis_type != b.arg.axis_type
+        or a.arg.axis_type not in (AxisType.LOOP, AxisType.GLOBAL)):
       raise KernelOptError("SWAP needs two different LOOP/GLOBAL axes")
-    a2, b2 = a.replace(arg=RangeArg(b.arg.id, a.arg.axis_type)), b.replace(arg=RangeArg(a.arg.id, b.arg.axis_type))
+    a2 = a.replace(arg=RangeArg(b.arg.id, a.arg.axis_type))
+    b2 = b.replace(arg=RangeArg(a.arg.id, b.arg.axis_type))
     memo: dict[UOp, UOp] = {}
     for u in self.ast.toposort():
       if u is a or u is b:

@@ -94,7 +94,8 @@ def beam_search(k: OptKernel, heuristic: OptKernel, width: int, timer: Timer, th
 
 
 def _progress(k: OptKernel, rnd: int, n: int, best: float, elapsed: float) -> None:
-  sys.stderr.write(f"\rBEAM {k.name()}: round {rnd}, {n} candidates, best {best * 1e6:9.2f} us, {elapsed:5.1f} s")
+  sys.stderr.write(f"\rBEAM {k.name()}: round {rnd}, {n} candidates, "
+                   f"best {best * 1e6:9.2f} us, {elapsed:5.1f} s")
   if DEBUG >= 1: sys.stderr.write("\n")
   sys.stderr.flush()
 

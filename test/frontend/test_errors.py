@@ -1,0 +1,128 @@
+"""Bad input: typed errors (ValueError, TypeError, IndexError, RuntimeError) that name the shapes
+or dtypes involved, raised at the user's call, before anything compiles or runs."""
+import numpy as np
+import pytest
+
+from unigrad import Tensor
+from unigrad.dtype import dtypes
+
+
+@pytest.fixture
+def a(): return Tensor.ones(2, 3, device="PYTHON")
+
+
+@pytest.fixture
+def b(): return Tensor.ones(4, 3, device="PYTHON")
+
+
+SHAPE_ERRORS = [
+  ("add", lambda a, b: a + b, ValueError, r"\(2, 3\).*\(4, 3\)"),
+  ("where", lambda a, b: (a < 1).where(a, b), ValueError, r"\(2, 3\).*\(4, 3\)"),
+  ("maximum", lambda a, b: a.maximum(b), ValueError, r"\(2, 3\).*\(4, 3\)"),
+  ("reshape", lambda a, b: a.reshape(4, 2), ValueError, r"\(4, 2\).*6"),
+  ("reshape -1", lambda a, b: a.reshape(4, -1), ValueError, r"\(4, -1\).*6"),
+  ("reshape two -1", lambda a, b: a.reshape(-1, -1), ValueError, r"\(-1, -1\)"),
+  ("reshape negative", lambda a, b: a.reshape(-2, -3), ValueError, r"\(-2, -3\)"),
+  ("reshape float", lambda a, b: a.reshape(2, 3.0), ValueError, r"\(2, 3.0\)"),
+  ("expand", lambda a, b: a.expand(3, 3), ValueError, r"\(2, 3\).*\(3, 3\)"),
+  ("expand fewer dims", lambda a, b: a.expand(3), ValueError, r"\(3,\).*\(2, 3\)"),
+  ("permute repeat", lambda a, b: a.permute(0, 0), ValueError, r"\(0, 0\).*\(2, 3\)"),
+  ("permute short", lambda a, b: a.permute(0), ValueError, r"\(0,\).*\(2, 3\)"),
+  ("pad pairs", lambda a, b: a.pad(((1, 1),)), ValueError, "2"),
+  ("pad flat odd", lambda a, b: a.pad((1,)), ValueError, r"\(1,\)"),
+  ("shrink bounds", lambda a, b: a.shrink(((0, 3), None)), ValueError, r"\(0, 3\).*\(2, 3\)"),
+  ("shrink arity", lambda a, b: a.shrink(((0, 1),)), ValueError, r"\(2, 3\)"),
+  ("shrink_to arity", lambda a, b: a.shrink_to(1), ValueError, r"\(2, 3\)"),
+  ("matmul", lambda a, b: a @ b, RuntimeError, "2x3 and 4x3"),
+  ("matmul 0-d", lambda a, b: a @ Tensor(1.0, device="PYTHON"), RuntimeError, r"\(2, 3\).*\(\)"),
+  ("matmul batch", lambda a, b: Tensor.ones(2, 3, 4, device="PYTHON") @ Tensor.ones(3, 4, 5,
+                                                                                  device="PYTHON"),
+   ValueError, r"\(2,\).*\(3,\)|do not broadcast"),
+  ("bitcast size", lambda a, b: a.bitcast(dtypes.int64), ValueError, r"\(2, 3\)"),
+  ("bitcast 0-d", lambda a, b: Tensor(1.0, device="PYTHON").bitcast(dtypes.int16), ValueError,
+   r"\(\)"),
+]
+
+AXIS_ERRORS = [
+  ("sum axis", lambda a, b: a.sum(2), IndexError, r"\[-2, 1\].*2"),
+  ("sum negative axis", lambda a, b: a.sum(-3), IndexError, "-3"),
+  ("max axis", lambda a, b: a.max(5), IndexError, "5"),
+  ("mean axis", lambda a, b: a.mean((0, 7)), IndexError, "7"),
+  ("sum repeated axis", lambda a, b: a.sum((0, -2)), ValueError, "multiple times"),
+  ("sum float axis", lambda a, b: a.sum(1.5), TypeError, "float"),
+  ("sum bool axis", lambda a, b: a.sum(True), TypeError, "bool"),
+  ("flip axis", lambda a, b: a.flip(2), IndexError, "2"),
+  ("permute axis", lambda a, b: a.permute(0, 2), IndexError, "2"),
+  ("transpose axis", lambda a, b: a.transpose(0, 5), IndexError, "5"),
+  ("unsqueeze axis", lambda a, b: a.unsqueeze(4), IndexError, "4"),
+  ("squeeze axis", lambda a, b: a.squeeze(3), IndexError, "3"),
+  ("max of empty axis", lambda a, b: Tensor.ones(2, 0, device="PYTHON").max(1), RuntimeError,
+   r"\(2, 0\)"),
+  ("min of empty", lambda a, b: Tensor.ones(0, device="PYTHON").min(), RuntimeError, r"\(0,\)"),
+]
+
+INDEX_ERRORS = [
+  ("index bounds", lambda a, b: a[2], IndexError, "2.*size 2"),
+  ("index negative bounds", lambda a, b: a[:, -4], IndexError, "-4.*size 3"),
+  ("too many indices", lambda a, b: a[0, 0, 0], IndexError, "too many indices.*2"),
+  ("two ellipsis", lambda a, b: a[..., ...], IndexError, "ellipsis"),
+  ("str index", lambda a, b: a["x"], IndexError, "str"),
+  ("float index", lambda a, b: a[1.0], IndexError, "float"),
+  ("zero step", lambda a, b: a[::0], ValueError, "zero"),
+]
+
+DTYPE_ERRORS = [
+  ("and float", lambda a, b: a & 1, TypeError, "float"),
+  ("or float", lambda a, b: a.int() | a, TypeError, "float"),
+  ("xor float", lambda a, b: 1 ^ a, TypeError, "float"),
+  ("shl float", lambda a, b: a << 1, TypeError, "float"),
+  ("invert float", lambda a, b: ~a, TypeError, "float"),
+  ("shift bool", lambda a, b: a.bool() >> a.bool(), TypeError, "bool"),
+  ("sub bool", lambda a, b: a.bool() - a.bool(), TypeError, "bool"),
+  ("sub bool scalar", lambda a, b: a - True, TypeError, "bool"),
+  ("rsub bool tensor", lambda a, b: 1 - a.bool(), TypeError, "bool"),
+  ("neg bool", lambda a, b: -a.bool(), TypeError, "bool"),
+  ("floordiv bool", lambda a, b: a.bool() // a.bool(), TypeError, "bool"),
+  ("mod bool", lambda a, b: a.bool() % a.bool(), TypeError, "bool"),
+  ("pow bool", lambda a, b: a.bool() ** a.bool(), TypeError, "bool"),
+  ("matmul bool", lambda a, b: a.bool() @ a.bool().T, TypeError, "bool"),
+  ("int pow negative", lambda a, b: a.int() ** -2, ValueError, "-2"),
+  ("mean int", lambda a, b: a.int().mean(), RuntimeError, "int"),
+  ("barebones uint", lambda a, b: a.cast(dtypes.uint32) + a.int(), TypeError, "uint"),
+  ("unknown dtype", lambda a, b: a.cast("float13"), ValueError, "float13"),
+  ("string operand", lambda a, b: a + "x", TypeError, "str"),
+  ("list operand", lambda a, b: a * [1, 2], TypeError, "list"),
+  ("div rounding", lambda a, b: a.div(a, rounding_mode="round"), ValueError, "round"),
+]
+
+CREATION_ERRORS = [
+  ("unknown device", lambda a, b: Tensor([1.0], device="FOO"), RuntimeError, "FOO"),
+  ("unknown device zeros", lambda a, b: Tensor.zeros(2, device="NOPE"), RuntimeError, "NOPE"),
+  ("mixed devices", lambda a, b: a + Tensor.ones(2, 3, device="CPU"), RuntimeError, "PYTHON.*CPU"),
+  ("mixed devices where", lambda a, b: (a < 1).where(a, Tensor.ones(2, 3, device="CPU")),
+   RuntimeError, "CPU"),
+  ("negative shape", lambda a, b: Tensor.zeros(2, -1, device="PYTHON"), ValueError, r"\(2, -1\)"),
+  ("ragged", lambda a, b: Tensor([[1.0], [2.0, 3.0]], device="PYTHON"), ValueError, "ragged"),
+  ("bad element", lambda a, b: Tensor([None], device="PYTHON"), TypeError, "NoneType"),
+  ("numpy unsupported", lambda a, b: Tensor(np.array(["a"]), device="PYTHON"), TypeError,
+   "<U1|str"),
+  ("item of many", lambda a, b: a.item(), RuntimeError, "6 elements"),
+  ("bool of many", lambda a, b: bool(a), RuntimeError, "ambiguous"),
+  ("len of 0-d", lambda a, b: len(Tensor(1.0, device="PYTHON")), TypeError, "0-d"),
+]
+
+
+ALL_ERRORS = SHAPE_ERRORS + AXIS_ERRORS + INDEX_ERRORS + DTYPE_ERRORS + CREATION_ERRORS
+
+
+@pytest.mark.parametrize("name,f,exc,match", ALL_ERRORS, ids=[e[0] for e in ALL_ERRORS])
+def test_bad_input_raises_before_any_kernel(name, f, exc, match, a, b, no_kernels):
+  with pytest.raises(exc, match=match): f(a, b)
+
+
+def test_errors_in_a_lazy_graph_come_at_the_call(no_kernels):
+  """The error comes from the op that is wrong, not later when the graph is realized."""
+  x = Tensor.ones(2, 3, device="PYTHON") * 2
+  y = x.sum(1)  # (2,)
+  with pytest.raises(ValueError, match=r"\(2,\).*\(3,\)|\(3,\).*\(2,\)"):
+    y + Tensor.ones(3, device="PYTHON")
