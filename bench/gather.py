@@ -11,38 +11,12 @@ graph, the range check of the realized index on the host, the schedule-cache loo
 from __future__ import annotations
 
 import argparse
-import os
-import time
-from collections.abc import Callable
 
 import numpy as np
 
+from common import best_of, row, try_torch
+
 from unigrad import Tensor
-
-
-def best_of(fn: Callable[[], object], repeat: int) -> float:
-  fn()
-  times = []
-  for _ in range(repeat):
-    t0 = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - t0)
-  return min(times)
-
-
-def try_torch():
-  try:
-    import torch  # noqa: PLC0415 (optional: compared only when installed)
-    torch.set_num_threads(os.cpu_count() or 1)
-    return torch
-  except ImportError:
-    return None
-
-
-def row(name: str, ours: float, theirs: dict[str, float]) -> None:
-  parts = [f"{name:28s} unigrad {ours * 1e3:8.3f} ms"]
-  for lib, t in theirs.items(): parts.append(f"{lib} {t * 1e3:8.3f} ms (x{t / ours:5.2f})")
-  print("  ".join(parts))
 
 
 def bench_table(x_np: np.ndarray, idx_np: np.ndarray, repeat: int, torch) -> None:

@@ -15,40 +15,15 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 
 import numpy as np
+
+from common import best_of, row, try_torch
 
 from unigrad import Tensor
 from unigrad.codegen.pipeline import full_rewrite
 from unigrad.engine import realize as engine
 from unigrad.renderer.cstyle import CRenderer
-
-
-def best_of(fn: Callable[[], object], repeat: int) -> float:
-  fn()
-  times = []
-  for _ in range(repeat):
-    t0 = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - t0)
-  return min(times)
-
-
-def try_torch():
-  try:
-    import torch  # noqa: PLC0415 - optional dependency
-    torch.set_num_threads(os.cpu_count() or 1)
-    return torch
-  except ImportError:
-    return None
-
-
-def row(name: str, ours: float, theirs: dict[str, float]) -> None:
-  parts = [f"{name:28s} unigrad {ours * 1e3:9.3f} ms"]
-  for lib, t in theirs.items(): parts.append(f"{lib} {t * 1e3:9.3f} ms (x{t / ours:5.2f})")
-  print("  ".join(parts))
 
 
 def bench_elementwise(n: int, repeat: int) -> None:

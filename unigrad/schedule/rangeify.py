@@ -83,6 +83,7 @@ def _collapses(red: UOp) -> bool:
 
 
 def _probe_simplified(red: UOp) -> bool:
+  """Rangeify `red` alone at fresh ranges and simplify: True when no REDUCE is left."""
   ctx = RangeifyCtx(0, "NULL", realize=set())
   ctx.current = Kernel(ast=red, key=red, writes=red)
   rngs = tuple(ctx.new_range(s, AxisType.LOOP) for s in red.shape)
@@ -98,14 +99,7 @@ def _has_closed_form(red: UOp) -> bool:
   it where it is read costs less than a buffer. Only reductions of constants qualify, so the probe
   never inlines a nested reduction over data."""
   if red.op_in_backward_slice_with_self(Ops.PARAM, Ops.AFTER, Ops.BUFFER): return False
-  ctx = RangeifyCtx(0, "NULL", realize=set())
-  ctx.current = Kernel(ast=red, key=red, writes=red)
-  rngs = tuple(ctx.new_range(s, AxisType.LOOP) for s in red.shape)
-  try:
-    value = graph_rewrite(_index(red, rngs), pm_rangeify, ctx=ctx, bottom_up=True,
-                          name="closed form?")
-  except NotImplementedError: return False
-  return not graph_rewrite(value, pm_kernel_simplify).op_in_backward_slice_with_self(Ops.REDUCE)
+  return _probe_simplified(red)
 
 
 def _shared_reduces(roots: list[UOp]) -> set[UOp]:
