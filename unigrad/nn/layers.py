@@ -97,7 +97,8 @@ class BatchNorm:
     self.bias = _param(Tensor.zeros(sz)) if affine else None
     self.running_mean = Tensor.zeros(sz).contiguous()
     self.running_var = Tensor.ones(sz).contiguous()
-    self.num_batches_tracked = Tensor.zeros(1, dtype=dtypes.int64).contiguous()
+    # 0-d like PyTorch's, so its checkpoints load (a shape (1,) counter failed the size check)
+    self.num_batches_tracked = Tensor.zeros((), dtype=dtypes.int64).contiguous()
 
   def __call__(self, x: Tensor) -> Tensor:
     axes = tuple(i for i in range(x.ndim) if i != 1)
