@@ -42,8 +42,23 @@ def group_reduce(k: OptKernel, lanes: int) -> OptKernel:
   return k
 
 
+def register_tile(k: OptKernel) -> OptKernel:
+  """Matmul-like kernels (a reduce with two or more output loops): upcast the innermost output
+  axis by up to 16 (one vector of float32) and the one before it by up to 8, so every loaded
+  value is reused across the tile."""
+  loops = [i for i, t in enumerate(k.axis_types()) if t is AxisType.LOOP]
+  reduces = [i for i, t in enumerate(k.axis_types()) if t is AxisType.REDUCE]
+  if len(loops) < 2 or not reduces or k.sizes[reduces[-1]] < 16: return k
+  for axis, amounts in ((loops[-1], (16, 8, 4)), (loops[-2], (8, 4, 2))):
+    for amt in amounts:
+      if k.sizes[axis] % amt == 0 and k.sizes[axis] > amt:
+        k = _try(k, Opt.upcast(axis, amt))
+        break
+  return k
+
+
 def hand_coded_optimizations(k: OptKernel, ren: Renderer, threads: int) -> OptKernel:
   """The heuristics' choice of opts for `k` on `ren` (see the module docstring)."""
   if ren.has_threads: k = add_threads(k, threads)
-  k = group_reduce(k, 16)
-  return k
+  tiled = register_tile(k)
+  return tiled if tiled.applied != k.applied else group_reduce(k, 16)
