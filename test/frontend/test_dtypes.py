@@ -35,13 +35,7 @@ def to_np(t):
 
 def pack(results):
   """One 1-D tensor with every (same-dtype) result flattened in order: one kernel."""
-  flat = [r.reshape(-1) for r in results]
-  total, start, out = sum(f.shape[0] for f in flat), 0, None
-  for f in flat:
-    part = f.pad(((start, total - start - f.shape[0]),))
-    out = part if out is None else out + part
-    start += f.shape[0]
-  return out
+  return Tensor.cat(*[r.reshape(-1) for r in results])
 
 
 def assert_same(got, want, what):
