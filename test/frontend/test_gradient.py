@@ -456,3 +456,36 @@ def test_pm_gradient_rules():
   dcopy, = pm_gradient.rewrite(UOp(Ops.COPY, dtypes.float32, (a,), "PYTHON"), g)
   assert dcopy.op is Ops.COPY and dcopy.arg == a.device and dcopy.src == (g,)
   assert pm_gradient.rewrite(UOp(Ops.STACK, dtypes.float32, (a, b)), g) is None  # no rule
+
+
+def test_backward_after_reading_the_loss():
+  w = Tensor([1.0, 2.0, 3.0], requires_grad=True)
+  loss = (w * w).sum()
+  assert loss.item() == 14.0
+  loss.backward()
+  assert w.grad.tolist() == [2.0, 4.0, 6.0]
+
+
+def test_backward_through_a_realized_intermediate():
+  w = Tensor([1.0, 2.0, 3.0], requires_grad=True)
+  y = (w * w).realize()
+  z = (y * 2).sum()
+  assert z.item() == 28.0
+  z.backward()
+  assert w.grad.tolist() == [4.0, 8.0, 12.0]
+
+
+def test_parameters_stay_leaves_across_optimizer_steps_with_item_before_backward():
+  from unigrad import nn
+  from unigrad.nn.state import get_parameters
+  lin = nn.Linear(2, 1)
+  opt = nn.optim.SGD(get_parameters(lin), lr=0.1)
+  x, y = Tensor([[1.0, 2.0]]), Tensor([[1.0]])
+  losses = []
+  for _ in range(3):
+    opt.zero_grad()
+    loss = ((lin(x) - y) ** 2).mean()
+    losses.append(loss.item())
+    loss.backward()
+    opt.step()
+  assert losses[2] < losses[1] < losses[0]

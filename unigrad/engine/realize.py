@@ -27,6 +27,17 @@ __all__ = ["realize", "schedule", "new_buffer", "buffer_of", "buffer_with_data",
            "is_realized", "is_buffer_view", "schedule_cache", "renderer_for"]
 
 buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
+# realized buffer view -> the graph that computed it (kept while the buffer node lives), so
+# autograd can differentiate through a tensor that was realized before backward()
+history: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+
+
+def with_history(root: UOp) -> UOp:
+  """`root` with each realized buffer it reads replaced by the graph that computed it, through
+  any number of realizations (histories are older than what they explain: no cycles)."""
+  while sub := {u: history[u] for u in root.toposort() if u in history}:
+    root = root.substitute(sub)
+  return root
 schedule_cache: dict[UOp, UOp] = {}
 SCHEDULE_CACHE_SIZE = 256
 

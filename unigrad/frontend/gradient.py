@@ -399,7 +399,8 @@ class GradientMixin:
     for t in targets:
       if not dtypes.is_float(t.dtype):
         raise RuntimeError(f"gradient: only floating point tensors have gradients, got {t.dtype!r}")
-    grads = compute_gradient(self.uop, self._root_grad(gradient), [t.uop for t in targets])
+    root = engine.with_history(self.uop)
+    grads = compute_gradient(root, self._root_grad(gradient), [t.uop for t in targets])
     out = []
     for i, t in enumerate(targets):
       g = grads.get(t.uop)
@@ -413,9 +414,10 @@ class GradientMixin:
     """Accumulate d(self)/d(leaf) into `.grad` of every live tensor with requires_grad=True that
     self depends on (a lazy sum, like PyTorch's accumulation). Returns self.
     `loss.backward(); w.grad.numpy()`"""
-    nodes = self.uop.toposort()
+    root = engine.with_history(self.uop)
+    nodes = root.toposort()
     leaves = [t for t in list(_leaves.values()) if t.uop in nodes]
-    grads = compute_gradient(self.uop, self._root_grad(gradient), [t.uop for t in leaves])
+    grads = compute_gradient(root, self._root_grad(gradient), [t.uop for t in leaves])
     if not grads:
       raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn: "
                          "no tensor with requires_grad=True is reached by a differentiable path")

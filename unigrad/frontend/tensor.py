@@ -189,10 +189,17 @@ class Tensor(ActivationsMixin, IndexingMixin, CompositeMixin, NNOpsMixin, Moveme
 
 
 def _apply_map(mapping: dict[UOp, UOp]) -> None:
-  """Point every live tensor that uses a realized node at the buffer now holding it."""
+  """Point every live tensor that uses a realized node at the buffer now holding it, and remember
+  what computed each buffer (not for writes, and never behind a requires_grad leaf)."""
+  leaves: set[UOp] = set()
   for t in list(all_tensors):
     if t.uop in mapping: t.uop = mapping[t.uop]
     elif t.uop.op not in (Ops.BUFFER, Ops.CONST): t.uop = t.uop.substitute(mapping)
+    if t.requires_grad: leaves.add(t.uop)
+  for old, new in mapping.items():
+    if old.op in (Ops.AFTER, Ops.CONTIGUOUS) or new in leaves: continue
+    inner = old.substitute({k: v for k, v in mapping.items() if k is not old})
+    engine.history[new] = inner
 
 
 def _nest(flat: list, shape: Sequence[int]) -> Any:
