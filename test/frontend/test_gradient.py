@@ -6,6 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from unigrad import nn
+from unigrad.nn.state import get_parameters
 from unigrad import Tensor, dtypes
 from unigrad.frontend.gradient import GradientError, compute_gradient, pm_gradient
 from unigrad.uop import Ops, UOp
@@ -476,8 +478,6 @@ def test_backward_through_a_realized_intermediate():
 
 
 def test_parameters_stay_leaves_across_optimizer_steps_with_item_before_backward():
-  from unigrad import nn
-  from unigrad.nn.state import get_parameters
   lin = nn.Linear(2, 1)
   opt = nn.optim.SGD(get_parameters(lin), lr=0.1)
   x, y = Tensor([[1.0, 2.0]]), Tensor([[1.0]])
