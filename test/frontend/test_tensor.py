@@ -70,3 +70,11 @@ def test_rearrange_unflatten_linspace_replace():
   assert a.replace(Tensor([3.0, 4.0])).tolist() == [3.0, 4.0]
   with pytest.raises(ValueError, match="does not match"):
     a.replace(Tensor([1.0]))
+
+
+def test_relu_keeps_nan_like_pytorch():
+  out = Tensor([float("nan"), -1.0, 0.0, 2.0]).relu().tolist()
+  assert np.isnan(out[0]) and out[1:] == [0.0, 0.0, 2.0]
+  x = Tensor([-1.0, 0.0, 3.0], requires_grad=True)
+  x.relu().sum().backward()
+  assert x.grad.tolist() == [0.0, 0.0, 1.0]

@@ -210,7 +210,9 @@ class ElementwiseMixin:
   def exp(self) -> Tensor: return self._float().mul(1 / math.log(2)).exp2()
   def log(self) -> Tensor: return self._float().log2().mul(math.log(2))
   def cos(self) -> Tensor: return self._float().mul(-1).add(math.pi / 2).sin()
-  def relu(self) -> Tensor: return (self > 0).where(self, self._const(0, self.dtype))
+  def relu(self) -> Tensor:
+    """max(x, 0), with NaN kept (PyTorch) and a zero gradient at 0."""
+    return (self <= 0).where(self._const(0, self.dtype), self)
   def abs(self) -> Tensor:
     if dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool: return self._wrap(self.uop)
     return (self < 0).where(self.neg(), self)
