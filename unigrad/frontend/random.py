@@ -155,6 +155,12 @@ def _with_index(cls: type[Tensor], high: Tensor, n: int, device: str) -> tuple[T
   return ((high >> k) << k) | _iota(cls, n, device), (1 << k) - 1
 
 
+def _like(t: Tensor, ctor: Any, dtype: Any, device: str | None) -> Tensor:
+  """`ctor` with t's shape, t's float dtype and t's device unless given."""
+  dt = dtype or (t.dtype if dtypes.is_float(t.dtype) else None)
+  return ctor(t.shape, dtype=dt, device=device or t.device)
+
+
 class RandomMixin:
   """manual_seed, rand/randn/randint/randperm, distributions, initializers, multinomial, dropout."""
 
@@ -173,8 +179,7 @@ class RandomMixin:
 
   def rand_like(self, dtype: Any = None, device: str | None = None) -> Tensor:
     """Uniform [0, 1) with this tensor's shape (and float dtype and device by default)."""
-    dt = dtype or (self.dtype if dtypes.is_float(self.dtype) else None)
-    return type(self).rand(self.shape, dtype=dt, device=device or self.device)
+    return _like(self, type(self).rand, dtype, device)
 
   @classmethod
   def randn(cls, *shape: Any, dtype: Any = None, device: str | None = None,
@@ -186,8 +191,7 @@ class RandomMixin:
 
   def randn_like(self, dtype: Any = None, device: str | None = None) -> Tensor:
     """Standard normal with this tensor's shape (and float dtype and device by default)."""
-    dt = dtype or (self.dtype if dtypes.is_float(self.dtype) else None)
-    return type(self).randn(self.shape, dtype=dt, device=device or self.device)
+    return _like(self, type(self).randn, dtype, device)
 
   @classmethod
   def randint(cls, low: int, high: int | None = None, shape: Any = (), dtype: Any = None,

@@ -5,7 +5,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from unigrad.dtype import DType, dtypes, least_upper_float, sum_acc_dtype, to_dtype
+from unigrad.dtype import DType, dtypes, sum_acc_dtype, to_dtype
 from unigrad.frontend.dtypes import result_type
 from unigrad.frontend.movement import canonical_axis
 from unigrad.uop import Ops, ReduceArg, UOp
@@ -118,4 +118,3 @@ class ReduceMixin:
   def __matmul__(self, w: Tensor) -> Tensor: return self.matmul(w)
   def __rmatmul__(self, w: Tensor) -> Tensor: return w.matmul(self)
 
-  def _float_out(self) -> Tensor: return self.cast(least_upper_float(self.dtype))
