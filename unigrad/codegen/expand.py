@@ -17,6 +17,7 @@ import itertools
 from dataclasses import dataclass, field
 
 from unigrad.dtype import AddrSpace, DType, dtypes
+from unigrad.codegen.vectorize import pick_vector_range
 from unigrad.uop import AxisType, Ops, ParamArg, PatternMatcher, UOp, UPat, graph_rewrite, shape_uop
 
 ACC_SLOTS_START = 1 << 20  # accumulator BUFFER slots, apart from the kernel's PARAM slots
@@ -85,12 +86,32 @@ def _unroll_one(ast: UOp, r: UOp) -> UOp:
   return memo[ast]
 
 
-def unroll_ranges(ast: UOp) -> UOp:
-  """Unroll every UPCAST, UNROLL and GROUP_REDUCE range (innermost first). On the CPU a
-  GROUP_REDUCE axis means k partial accumulators, combined after their loop."""
-  targets = [u for u in ast.toposort() if u.op is Ops.RANGE and u.arg.axis_type in UNROLLED]
+def unroll_ranges(ast: UOp, keep: UOp | None = None) -> UOp:
+  """Unroll every UPCAST, UNROLL and GROUP_REDUCE range but `keep` (innermost first). On the CPU
+  a GROUP_REDUCE axis means k partial accumulators, combined after their loop."""
+  targets = [u for u in ast.toposort()
+             if u.op is Ops.RANGE and u.arg.axis_type in UNROLLED and u is not keep]
   for r in sorted(targets, key=lambda x: -x.arg.id): ast = _unroll_one(ast, r)
   return ast
+
+
+def split_lane_reduce(red: UOp, r: UOp) -> UOp:
+  """A REDUCE over vector range r (and others): a per-lane REDUCE over the others (a vector
+  accumulator once vectorized), then its lanes combined: GEP(x, 0) op GEP(x, 1) op ..."""
+  rest = tuple(s for s in red.src[1:] if s is not r)
+  per_lane = red.replace(src=(red.src[0], *rest)) if rest else red.src[0]
+  lanes = [UOp(Ops.GEP, red.dtype, (per_lane, r), (i,)) for i in range(r.src[0].arg)]
+  while len(lanes) > 1:  # a balanced tree: log2(k) dependent ops
+    pairs = zip(lanes[0::2], lanes[1::2])
+    lanes = [a.alu(red.arg.op, b) for a, b in pairs] + lanes[len(lanes) & ~1:]
+  return lanes[0]
+
+
+def keep_vector_range(ast: UOp, r: UOp) -> UOp:
+  """Leave range r for the vectorize stage: reductions over it become per-lane accumulators."""
+  reds = {u: split_lane_reduce(u, r) for u in ast.toposort()
+          if u.op is Ops.REDUCE and r in u.src[1:]}
+  return ast.substitute(reds) if reds else ast
 
 
 def thread_to_core_id(ast: UOp) -> UOp:
@@ -136,8 +157,11 @@ def merge_ends(ast: UOp) -> UOp:
   return build(ast)
 
 
-def expand(ast: UOp) -> UOp:
-  """The expand stage: unroll UPCAST/UNROLL ranges, lower reductions, bind THREAD ranges."""
-  ast = unroll_ranges(ast)
+def expand(ast: UOp, vector_bytes: int = 0) -> UOp:
+  """The expand stage: keep the range that pays most as vector lanes (targets with vectors of
+  `vector_bytes`), unroll the other UPCAST/UNROLL ranges, lower reductions, bind THREAD ranges."""
+  keep = pick_vector_range(ast, vector_bytes)
+  ast = unroll_ranges(ast, keep)
+  if keep is not None: ast = keep_vector_range(ast, keep)
   ast = graph_rewrite(ast, pm_expand_reduce, ctx=ExpandCtx(), name="expand reduce")
   return thread_to_core_id(merge_ends(ast))

@@ -175,7 +175,7 @@ def estimate(linear: UOp) -> Estimates:
         mem += trips[-1] * (u.dtype if u.op is Ops.LOAD else u.src[1].dtype).itemsize
     elif u.op in GroupOp.ALU and any(s in data for s in u.src):
       data.add(u)
-      flops += trips[-1] * (2 if u.op is Ops.MULACC else 1)
+      flops += trips[-1] * u.dtype.count * (2 if u.op is Ops.MULACC else 1)
     elif u.op in (Ops.CAST, Ops.BITCAST) and u.src[0] in data: data.add(u)
   return Estimates(flops, mem)
 

@@ -19,6 +19,7 @@ from unigrad.codegen.linearize import launch_size, linearize
 from unigrad.codegen.opt import KernelOptError
 from unigrad.codegen.opt.search import TIMED_RUNS, beam_search, kernel_key, scratch_params
 from unigrad.codegen.simplify import pm_kernel_simplify
+from unigrad.codegen.vectorize import vectorize
 from unigrad.knobs import BEAM, DEBUG, NOOPT, SPEC
 from unigrad.runtime.device import Buffer, CompileError, Device
 from unigrad.runtime.ops_cpu import cpu_threads
@@ -96,10 +97,11 @@ CODEGEN_STAGES: tuple[Stage, ...] = (
   Stage("simplify", lambda ast, ren: graph_rewrite(ast, pm_kernel_simplify, name="simplify"),
         spec_kernel),
   Stage("optimize", optimize, spec_kernel),
-  Stage("expand", lambda ast, ren: expand(ast), spec_kernel),
+  Stage("expand", lambda ast, ren: expand(ast, ren.vector_bytes), spec_kernel),
   Stage("add loads", lambda ast, ren: graph_rewrite(ast, pm_add_loads, name="add loads")),
   Stage("decompose", _decompose),
   Stage("index dtype", lambda ast, ren: lower_index_dtype(graph_rewrite(ast, pm_simplify))),
+  Stage("vectorize", lambda ast, ren: vectorize(ast)),
   Stage("linearize", lambda ast, ren: linearize(ast), spec_linear),
 )
 

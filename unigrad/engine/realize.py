@@ -19,6 +19,7 @@ from unigrad.knobs import DEBUG
 from unigrad.renderer import PythonRenderer, Renderer
 from unigrad.renderer.cstyle import CRenderer
 from unigrad.runtime.device import Buffer, Device
+from unigrad.runtime.ops_cpu import native_vector_bytes
 from unigrad.schedule.callify import buffer_base, callify, is_plain_buffer, new_buffer
 from unigrad.schedule.schedule import create_schedule
 from unigrad.uop import Ops, UOp
@@ -45,7 +46,7 @@ SCHEDULE_CACHE_SIZE = 256
 def renderer_for(device: str) -> Renderer:
   base = device.split(":")[0]
   if base == "PYTHON": return PythonRenderer()
-  return CRenderer(base)
+  return CRenderer(base, native_vector_bytes() if base == "CPU" else 0)
 
 
 def buffer_of(u: UOp) -> Buffer:

@@ -18,6 +18,7 @@ class Renderer:
   supported_ops: frozenset[Ops] = frozenset()
   has_threads: bool = False
   emulated_dtypes: frozenset = frozenset()
+  vector_bytes: int = 0  # width of the target's vector registers (0: no vector values)
 
   def render(self, name: str, linear: UOp) -> str: raise NotImplementedError
 

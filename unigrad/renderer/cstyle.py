@@ -137,6 +137,30 @@ def c_const(v: object, dt: DType) -> str:
   return f"{iv}{suffix}"
 
 
+NATIVE_VECTOR_INFIX = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.DIV, Ops.XOR, Ops.OR, Ops.AND})
+
+
+def _is_vector(u: UOp) -> bool: return u.dtype.count > 1 or u.op is Ops.STACK
+
+
+def _vdt(u: UOp) -> DType:
+  """A value's vector dtype (a STACK of scalars may carry its lanes' dtype)."""
+  if u.op is Ops.STACK and u.dtype.count == 1: return u.src[0].dtype.vec(len(u.src))
+  return u.dtype
+
+
+def _lane_value(dt: DType, expr: str) -> str:
+  """A scalar as a vector lane: bools become mask lanes (-1 for true)."""
+  return f"(-(int)({expr}))" if dt == dtypes.bool else expr
+
+
+def _stack(u: UOp, vt: str, s: list[str]) -> str:
+  """A STACK of scalars: k copies of one value broadcast, else a vector literal."""
+  lanes = [_lane_value(x.dtype, n) for x, n in zip(u.src, s)]
+  if all(x is u.src[0] for x in u.src): return f"(({vt}){{}} + {lanes[0]})"
+  return f"(({vt}){{{', '.join(lanes)}}})"
+
+
 @dataclass
 class _State:
   names: dict[UOp, str] = field(default_factory=dict)
@@ -152,12 +176,59 @@ class _State:
     return f"{prefix}{self.counter}"
 
 
+def _ctype(st: _State, dt: DType) -> str:
+  """The C type of a value: a scalar's, or a vector typedef declared once per source (with an
+  unaligned twin `<name>_u` for loads and stores at element alignment)."""
+  if dt.count == 1: return C_TYPES[dt]
+  sct = "int" if dt.scalar() == dtypes.bool else C_TYPES[dt.scalar()]
+  size = 4 if dt.scalar() == dtypes.bool else dt.scalar().itemsize
+  name = f"{sct.replace(' ', '_')}_v{dt.count}"
+  attr = f"vector_size({size * dt.count})"
+  st.helpers.setdefault(name, f"typedef {sct} {name} __attribute__(({attr}));\n"
+                              f"typedef {sct} {name}_u __attribute__(({attr}, aligned({size})));")
+  return name
+
+
+def _vector_address(st: _State, ix: UOp, dt: DType) -> str:
+  """The address of a vector access: a vector register as is, global memory through a cast to
+  the unaligned vector type."""
+  if ix.dtype.count > 1: return st.names[ix]
+  return f"(({_ctype(st, dt)}_u*){st.names[ix]})"
+
+
+def _mask(st: _State, operand: UOp, cmp: str) -> str:
+  """A vector comparison's result as a bool vector (int lanes): C gives lanes as wide as the
+  operands', so 8-byte operands are narrowed."""
+  dt = _vdt(operand)
+  if dt.scalar() == dtypes.bool or dt.scalar().itemsize == 4: return cmp
+  return f"__builtin_convertvector({cmp}, {_ctype(st, dtypes.bool.vec(dt.count))})"
+
+
+def _select(st: _State, dt: DType, cond: str, a: str, b: str) -> str:
+  """WHERE on vectors: lanes of a where the mask is set, else of b (as bits)."""
+  k, size = dt.count, (4 if dt.scalar() == dtypes.bool else dt.scalar().itemsize)
+  it = _ctype(st, (dtypes.int32 if size == 4 else dtypes.int64).vec(k))
+  m = cond if size == 4 else f"__builtin_convertvector({cond}, {it})"
+  vt = _ctype(st, dt)
+  return f"(({vt})(({m}&({it}){a})|(~{m}&({it}){b})))"
+
+
+def _convert(st: _State, src: UOp, dt: DType, x: str) -> str:
+  """CAST of a vector: bool masks convert as 1/0, a cast to bool is a `!= 0` mask."""
+  sdt = _vdt(src)
+  if dt.scalar() == dtypes.bool: return _mask(st, src, f"({x}!=0)")
+  if sdt.scalar() == dtypes.bool: x = f"(-{x})"
+  return f"__builtin_convertvector({x}, {_ctype(st, dt)})"
+
+
 class CRenderer(Renderer):
   """C99 (GNU extensions) for clang and gcc."""
 
-  def __init__(self, device: str = "CPU") -> None:
-    ops = frozenset(GroupOp.Primitive | {Ops.CDIV, Ops.CMOD, Ops.SQRT, Ops.DIV, Ops.SUB, Ops.NEG})
-    super().__init__(device, ops, has_threads=True, emulated_dtypes=frozenset(HALF_LIKE))
+  def __init__(self, device: str = "CPU", vector_bytes: int = 0) -> None:
+    ops = frozenset(GroupOp.Primitive | {Ops.CDIV, Ops.CMOD, Ops.SQRT, Ops.DIV, Ops.SUB, Ops.NEG,
+                                         Ops.MULACC})
+    super().__init__(device, ops, has_threads=True, emulated_dtypes=frozenset(HALF_LIKE),
+                     vector_bytes=vector_bytes)
 
   def render(self, name: str, linear: UOp) -> str:
     st = _State()
@@ -182,7 +253,8 @@ class CRenderer(Renderer):
       st.names[u] = u.arg.name if u.arg.name is not None else f"data{u.arg.slot}"
     elif op is Ops.BUFFER:
       st.names[u] = st.fresh("acc")
-      st.emit(f"{STORAGE[u.dtype]} {st.names[u]}[{u.shape[0]}];")
+      ct = _ctype(st, u.dtype) if u.dtype.count > 1 else STORAGE[u.dtype]
+      st.emit(f"{ct} {st.names[u]}[{u.shape[0]}];")
     elif op is Ops.CONST: st.names[u] = c_const(u.arg, u.dtype)
     elif op is Ops.AFTER: st.names[u] = st.names[u.src[0]]
     elif op is Ops.SPECIAL: st.names[u] = "core_id"  # the chunk index of a THREAD launch
@@ -201,7 +273,13 @@ class CRenderer(Renderer):
     elif op is Ops.INDEX: st.names[u] = f"({st.names[u.src[0]]}+{st.names[u.src[1]]})"
     elif op is Ops.LOAD: self._load(st, u)
     elif op is Ops.STORE:
-      st.emit(f"*{st.names[u.src[0]]} = {self._to_storage(u.src[1].dtype, st.names[u.src[1]])};")
+      val = st.names[u.src[1]]
+      if _is_vector(u.src[1]): st.emit(f"*{_vector_address(st, u.src[0], _vdt(u.src[1]))} = {val};")
+      else: st.emit(f"*{st.names[u.src[0]]} = {self._to_storage(u.src[1].dtype, val)};")
+    elif op is Ops.GEP:
+      lane = f"{st.names[u.src[0]]}[{u.arg[0]}]"
+      st.names[u] = f"({lane}!=0)" if u.dtype == dtypes.bool else lane
+    elif _is_vector(u): self._value(st, u, self._vector_expr(st, u), uses)
     else: self._value(st, u, self._expr(st, u), uses)
 
   def _to_storage(self, dt: DType, v: str) -> str:
@@ -211,22 +289,54 @@ class CRenderer(Renderer):
     return f"__h2f({v})" if dt == dtypes.float16 else f"__bf2f({v})" if dt == dtypes.bfloat16 else v
 
   def _load(self, st: _State, u: UOp) -> None:
-    val = self._from_storage(u.dtype, f"*{st.names[u.src[0]]}")
+    if _is_vector(u): val = f"*{_vector_address(st, u.src[0], u.dtype)}"
+    else: val = self._from_storage(u.dtype, f"*{st.names[u.src[0]]}")
     if len(u.src) == 3: val = f"({st.names[u.src[2]]} ? {val} : {st.names[u.src[1]]})"
     name = st.fresh("val")
-    st.emit(f"{C_TYPES[u.dtype]} {name} = {val};")
+    st.emit(f"{_ctype(st, u.dtype)} {name} = {val};")
     st.names[u] = name
 
   def _value(self, st: _State, u: UOp, expr: str, uses: dict[UOp, int]) -> None:
     if u.dtype in HALF_LIKE and u.op is not Ops.BITCAST:
       expr = f"__rh({expr})" if u.dtype == dtypes.float16 else f"__rbf({expr})"
-    if uses.get(u, 0) <= 1 and u.op is not Ops.WHERE:
+    # vectors always get a variable: lane-wise ops read their operands once per lane
+    if uses.get(u, 0) <= 1 and u.op is not Ops.WHERE and not _is_vector(u):
       st.names[u] = expr
       return
     name = st.fresh("alu")
-    st.emit(f"{C_TYPES[u.dtype]} {name} = {expr};")
+    st.emit(f"{_ctype(st, _vdt(u))} {name} = {expr};")
     st.names[u] = name
 
+  # ---- vectors (GCC/clang vector extensions; a bool vector is an int mask of 0 / -1 lanes) ----
+
+  def _vector_expr(self, st: _State, u: UOp) -> str:
+    op, dt, s = u.op, _vdt(u), [st.names[x] for x in u.src]
+    vt = _ctype(st, dt)
+    if op is Ops.STACK: return _stack(u, vt, s)
+    if op is Ops.NEG: return f"(-{s[0]})"
+    if dt.scalar() == dtypes.bool and op in (Ops.ADD, Ops.MUL):  # on bools: or, and
+      return f"({s[0]}{'|' if op is Ops.ADD else '&'}{s[1]})"
+    if op in NATIVE_VECTOR_INFIX or (op in (Ops.SHL, Ops.SHR) and _is_shift_in_range(u)):
+      return f"({s[0]}{INFIX[op]}{s[1]})"
+    if op in (Ops.CMPLT, Ops.CMPNE): return _mask(st, u.src[0], f"({s[0]}{INFIX[op]}{s[1]})")
+    if op is Ops.WHERE: return _select(st, dt, s[0], s[1], s[2])
+    if op is Ops.MAX:
+      nan = f"|({s[0]}!={s[0]})" if dtypes.is_float(dt) else ""
+      return _select(st, dt, _mask(st, u.src[0], f"(({s[0]}>{s[1]}){nan})"), s[0], s[1])
+    if op is Ops.RECIP: return f"({c_const(1, dt.scalar())}/{s[0]})"
+    if op is Ops.BITCAST: return f"(({vt}){s[0]})"
+    if op is Ops.CAST: return _convert(st, u.src[0], dt, s[0])
+    return self._lanewise(st, u, vt)
+
+  def _lanewise(self, st: _State, u: UOp, vt: str) -> str:
+    """An op with no vector form, one lane at a time: `(vt){f(a[0], b[0]), f(a[1], b[1]), ...}`."""
+    lanes = []
+    for i in range(_vdt(u).count):
+      srcs = tuple(UOp(Ops.GEP, _vdt(x).scalar(), (x,), (i,)) for x in u.src)
+      for g in srcs: self._node(st, g, {})
+      lane = u.replace(dtype=u.dtype.scalar(), src=srcs)
+      lanes.append(_lane_value(lane.dtype, self._expr(st, lane)))
+    return f"(({vt}){{{', '.join(lanes)}}})"
   def _expr(self, st: _State, u: UOp) -> str:
     s = [st.names[x] for x in u.src]
     op, dt = u.op, u.dtype
@@ -241,6 +351,9 @@ class CRenderer(Renderer):
     """Ops with no C operator: function-like builtins and helpers."""
     op, dt = u.op, u.dtype
     if op is Ops.WHERE: return f"({s[0]}?{s[1]}:{s[2]})"
+    if op is Ops.MULACC:
+      fma = "__builtin_fma" if dt == dtypes.float64 else "__builtin_fmaf"
+      return f"{fma}({s[0]}, {s[1]}, {s[2]})"
     if op is Ops.RECIP: return f"({c_const(1, dt)}/{s[0]})"
     if op is Ops.TRUNC: return f"__builtin_trunc{'f' if dt != dtypes.float64 else ''}({s[0]})"
     if op is Ops.SQRT: return f"__builtin_sqrt{'f' if dt != dtypes.float64 else ''}({s[0]})"

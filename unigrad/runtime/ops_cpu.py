@@ -30,7 +30,7 @@ from unigrad.knobs import CC, THREADS
 from unigrad.runtime.device import Buffer, Compiled, CompileError, Compiler, LRUAllocator
 
 __all__ = ["CPUDevice", "CPUAllocator", "ClangCompiler", "CPUProgram", "ChunkPool",
-           "find_c_compiler", "cpu_threads", "chunk_pool", "CFLAGS"]
+           "find_c_compiler", "cpu_threads", "chunk_pool", "native_vector_bytes", "CFLAGS"]
 
 # compile flags, both accepted by clang 14 and gcc 12; the source is read from stdin
 CFLAGS: tuple[str, ...] = ("-shared", "-fPIC", "-O2", "-march=native", "-fno-math-errno", "-fwrapv",
@@ -92,6 +92,24 @@ def _compiler_identity(cc: str) -> str:
   except OSError:
     cpu += "|" + platform.processor()
   return f"{out.splitlines()[0] if out else ''}|{cpu}"
+
+
+@functools.cache
+def _predefined_macros(cc: str) -> frozenset[str]:
+  proc = subprocess.run([cc, "-march=native", "-dM", "-E", "-x", "c", "-"], input="",
+                        capture_output=True, text=True, timeout=30)
+  return frozenset(ln.split()[1] for ln in proc.stdout.splitlines() if ln.startswith("#define "))
+
+
+def native_vector_bytes() -> int:
+  """The widest vector register the compiler targets with `-march=native` (64 with AVX-512,
+  32 with AVX, 16 with SSE or NEON; 0 without a compiler): the CPU renderer's vector width."""
+  cc = find_c_compiler()
+  if cc is None: return 0
+  macros = _predefined_macros(cc)
+  if "__AVX512F__" in macros: return 64
+  if "__AVX__" in macros: return 32
+  return 16 if macros & {"__SSE2__", "__ARM_NEON", "__ARM_NEON__"} else 0
 
 
 class ClangCompiler(Compiler):

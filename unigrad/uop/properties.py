@@ -381,7 +381,7 @@ def _index_axis(u: UOp) -> int | None:
 # ---- ranges ----
 
 # where the closed ranges start in src, for ops that close loops
-RANGE_START = {Ops.END: 1, Ops.REDUCE: 1}
+RANGE_START = {Ops.END: 1, Ops.REDUCE: 1, Ops.GEP: 1}  # GEP(x, r): a lane of x's vector range r
 
 
 def derive_ranges(u: UOp) -> dict[UOp, None]:

@@ -64,8 +64,9 @@ class Spec:
 # ---- generic checks ----
 
 # ops whose dtype is whatever the constructor was given
+# (a STACK is a shape-(k,) tensor of its sources' dtype, or in codegen a k-lane vector value)
 EXPLICIT_DTYPE = frozenset({Ops.CONST, Ops.VCONST, Ops.CAST, Ops.BITCAST, Ops.SOURCE, Ops.CUSTOM,
-                            Ops.INS, Ops.LOAD})
+                            Ops.INS, Ops.LOAD, Ops.STACK})
 
 
 def _check_dtype(u: UOp) -> str | None:

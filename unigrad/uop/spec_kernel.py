@@ -72,6 +72,7 @@ _kernel_checks: dict[Ops, tuple[tuple[str, Check], ...]] = {
   Ops.AFTER: (("sources", min_src(1)),),
   Ops.GROUP: (),
   Ops.SPECIAL: (("sources", nsrc(1)),),
+  Ops.GEP: (("sources", nsrc(2)),),  # GEP(x, r): lane of the vector x becomes over range r
   **{op: _ALU for op in GroupOp.Elementwise},
 }
 spec_kernel = Spec("kernel", _kernel_checks)
@@ -87,6 +88,11 @@ def _no_index_dtype(u: UOp) -> str | None:
   return None
 
 
+def _one_lane(u: UOp) -> str | None:
+  ok = isinstance(u.arg, tuple) and len(u.arg) == 1 and 0 <= u.arg[0] < u.src[0].dtype.count
+  return None if ok else f"GEP reads one lane of a {u.src[0].dtype!r}, got {u.arg!r}"
+
+
 def _load_form(u: UOp) -> str | None:
   if len(u.src) not in (1, 3):
     return f"LOAD takes (index) or (index, alt, gate), got {len(u.src)} sources"
@@ -100,6 +106,8 @@ _linear_checks: dict[Ops, tuple[tuple[str, Check], ...]] = {
                                            Ops.IF, Ops.ENDIF, Ops.INDEX, Ops.AFTER, Ops.SPECIAL,
                                            Ops.STORE})}
 _linear_checks[Ops.LOAD] = _L + (("gated form", _load_form),)
+_linear_checks[Ops.STACK] = _L + (("lanes", min_src(2)),)
+_linear_checks[Ops.GEP] = _L + (("sources", nsrc(1)), ("one lane", _one_lane))
 
 
 def _order(linear: UOp) -> None:

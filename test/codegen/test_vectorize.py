@@ -1,0 +1,153 @@
+"""Vector codegen: the range expand keeps becomes vector values (GCC/clang vector extensions on
+the CPU). Every vectorized kernel is checked against the PYTHON interpreter of the same kernel
+unoptimized, with native (64-byte) vectors."""
+import numpy as np
+import pytest
+
+from unigrad import Tensor, dtypes
+from unigrad.codegen.opt import KernelOptError, Opt
+from unigrad.codegen.opt.kernel import OptKernel
+from unigrad.codegen.pipeline import full_rewrite
+from unigrad.codegen.vectorize import pick_vector_range
+from unigrad.renderer import PythonRenderer
+from unigrad.renderer.cstyle import CRenderer
+from unigrad.runtime.device import Buffer, Device
+from unigrad.runtime.ops_cpu import find_c_compiler
+from unigrad.runtime.ops_python import PythonProgram
+from unigrad.uop import AxisType, KernelInfo, Ops, UOp
+
+pytestmark = pytest.mark.skipif(find_c_compiler() is None, reason="no C compiler")
+rng = np.random.default_rng(0)
+VEC = CRenderer("CPU", vector_bytes=64)
+
+
+def x(*shape: int, dtype=dtypes.float32) -> Tensor: return Tensor.empty(*shape, dtype=dtype)
+
+
+def inputs_for(kernel: UOp) -> list[np.ndarray]:
+  params = sorted((u for u in kernel.toposort() if u.op is Ops.PARAM and u.arg.name is None),
+                  key=lambda p: p.arg.slot)
+  out = []
+  for p in params:
+    n, dt = p.shape[0], p.dtype
+    if dt == dtypes.bool: out.append(rng.random(n) < 0.5)
+    elif dtypes.is_float(dt): out.append(rng.standard_normal(n).astype(dt.fmt))
+    else: out.append(rng.integers(-50, 50, n).astype(np.dtype(dt.fmt)))
+  return out
+
+
+def run(kernel: UOp, opts, inputs: list[np.ndarray], ren) -> np.ndarray:
+  linear = full_rewrite(kernel.replace(arg=KernelInfo(opts_to_apply=tuple(opts))), ren)
+  params = sorted((u for u in kernel.toposort() if u.op is Ops.PARAM and u.arg.name is None),
+                  key=lambda p: p.arg.slot)
+  dev = "PYTHON" if isinstance(ren, PythonRenderer) else "CPU"
+  bufs = [Buffer(dev, len(a), p.dtype).copyin(a.tobytes()) for a, p in zip(inputs, params)]
+  specials = [u for u in linear.src if u.op is Ops.SPECIAL]
+  size = (specials[0].src[0].arg,) if specials else (1,)
+  if dev == "PYTHON":
+    PythonProgram("k", ren.render("k", linear).encode())(*bufs, global_size=size)
+  else:
+    d = Device["CPU"]
+    d.runtime("k", d.compiler.compile_cached(ren.render("k", linear)))(*bufs, global_size=size,
+                                                                        wait=True)
+  return np.frombuffer(bufs[0].copyout(), dtype=inputs[0].dtype).copy()
+
+
+def check(t: Tensor, opts, rtol=1e-5) -> str:
+  """The kernel with `opts` on vector CPU code equals the unoptimized PYTHON run; returns the
+  rendered C source."""
+  call = t.schedule().src[-1]
+  kernel = call.src[0]
+  inputs = inputs_for(kernel)
+  want = run(kernel, (), inputs, PythonRenderer())
+  got = run(kernel, opts, inputs, VEC)
+  np.testing.assert_allclose(got, want, rtol=rtol, atol=1e-5, err_msg=str(opts))
+  info = KernelInfo(opts_to_apply=tuple(opts))
+  return VEC.render("k", full_rewrite(kernel.replace(arg=info), VEC))
+
+
+KERNELS = {
+  "elementwise": lambda: (x(6, 32) * 2 + x(6, 32)).relu(),
+  "reduce": lambda: (x(6, 32) + 1).sum(1),
+  "max reduce": lambda: x(6, 32).max(1),
+  "matmul": lambda: x(4, 16) @ x(16, 32),
+  "padded": lambda: x(5, 6).pad(((1, 2), (0, 3))).sum(0),
+  "ragged": lambda: x(5, 7).sum(1),
+  "transposed": lambda: (x(16, 8) + x(16, 8)).T,
+  "exp": lambda: x(4, 32).exp(),
+  "sqrt where": lambda: (x(4, 32) > 0).where(x(4, 32).abs().sqrt(), -1.0),
+}
+VECTOR_OPTS = [[Opt.upcast(0, 4)], [Opt.upcast(1, 8)], [Opt.upcast(1, 16)], [Opt.unroll(1, 4)],
+               [Opt.group(1, 8)], [Opt.upcast(0, 2), Opt.upcast(1, 8)],
+               [Opt.upcast(0, 2), Opt.unroll(1, 8)], [Opt.upcast(0, 2), Opt.group(1, 16)],
+               [Opt.padto(1, 16), Opt.upcast(1, 16)], [Opt.padto(1, 8), Opt.unroll(1, 8)],
+               [Opt.padto(0, 8), Opt.upcast(0, 8)], [Opt.thread(0, 2), Opt.upcast(1, 4)]]
+
+
+@pytest.mark.parametrize("name", KERNELS)
+def test_vectorized_kernels_match_the_unoptimized_kernel(name):
+  kernel = KERNELS[name]().schedule().src[-1].src[0]
+  tried = 0
+  for opts in VECTOR_OPTS:
+    try:
+      k = OptKernel(kernel)
+      for o in opts: k = k.apply(o)
+    except KernelOptError: continue
+    check(KERNELS[name](), opts)
+    tried += 1
+  assert tried >= 2
+
+
+DTYPE_KERNELS = {
+  "int32 floor div": lambda: x(4, 16, dtype=dtypes.int32) // 7 + x(4, 16, dtype=dtypes.int32) % 5,
+  "int64": lambda: x(4, 16, dtype=dtypes.int64) * 3 - x(4, 16, dtype=dtypes.int64),
+  "float64": lambda: (x(4, 16, dtype=dtypes.float64) * 0.5).exp2(),
+  "bool mask to float": lambda: (x(4, 16) < x(4, 16)).float() + x(4, 16),
+  "cast float to int": lambda: (x(4, 16) * 10).cast(dtypes.int32),
+  "int compare max": lambda: x(4, 16, dtype=dtypes.int32).maximum(x(4, 16, dtype=dtypes.int32)),
+  "float64 compare": lambda: (x(4, 16, dtype=dtypes.float64) < 0).where(
+    x(4, 16, dtype=dtypes.float64), 2.0),
+  "half stays scalar": lambda: x(4, 16, dtype=dtypes.float16) * 2,
+}
+
+
+@pytest.mark.parametrize("name", DTYPE_KERNELS)
+def test_vector_dtypes_match_the_unoptimized_kernel(name):
+  check(DTYPE_KERNELS[name](), [Opt.upcast(1, 16)])
+
+
+def test_sum_accumulates_in_one_native_vector_register():
+  src = check((x(64, 256) + 1).sum(1), [Opt.group(1, 16)])
+  assert "float_v16 acc" in src
+  assert "((float_v16_u*)" in src  # one unit-stride vector load, no per-lane loads
+
+
+def test_matmul_tile_is_broadcast_times_vector_load():
+  src = check(x(16, 64) @ x(64, 64), [Opt.upcast(1, 16), Opt.upcast(0, 4)])
+  assert src.count("float_v16 acc") == 4  # four rows of 16-lane accumulators
+  assert "((float_v16){} + val" in src  # A's element broadcast across the lanes
+
+
+def test_strided_store_is_one_store_per_lane():
+  src = check((x(16, 8) + x(16, 8)).T, [Opt.upcast(0, 8)])  # unit-stride loads, strided store
+  assert "float_v8_u*" in src and "[7];" in src  # lanes stored one by one
+
+
+def test_per_lane_gates_load_each_lane():
+  check(x(5, 6).pad(((1, 2), (0, 3))).sum(0), [Opt.padto(0, 16), Opt.upcast(0, 16)])
+
+
+def test_without_vectors_every_lane_is_unrolled():
+  kernel = (x(64, 256) + 1).sum(1).schedule().src[-1].src[0]
+  k = OptKernel(kernel).apply(Opt.group(1, 16)).finalize()
+  assert pick_vector_range(k, 0) is None
+  r = pick_vector_range(k, 64)
+  assert r is not None and r.arg.axis_type is AxisType.GROUP_REDUCE
+
+
+def test_vector_range_needs_more_unit_stride_than_strided_accesses():
+  kernel = (x(16, 8).T * 3).schedule().src[-1].src[0]  # one access strided in each axis
+  for opt in (Opt.upcast(0, 8), Opt.upcast(1, 4)):
+    assert pick_vector_range(OptKernel(kernel).apply(opt).finalize(), 64) is None
+  kernel = ((x(16, 8) + x(16, 8)).T).schedule().src[-1].src[0]
+  assert pick_vector_range(OptKernel(kernel).apply(Opt.upcast(0, 8)).finalize(), 64) is not None
