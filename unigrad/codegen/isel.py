@@ -83,6 +83,23 @@ pm_mul_recip = PatternMatcher([
 ])
 
 
+def fuse_accumulate(st: UOp, ix: UOp, ld: UOp, m: UOp) -> UOp | None:
+  """acc = acc + a*b -> acc = MULACC(a, b, acc): one rounding per step, as BLAS accumulates."""
+  if ld.src[0] is not ix or ix.src[0].addrspace is not AddrSpace.REG: return None
+  if not dtypes.is_float(m.dtype.scalar()) or m.dtype.scalar() in (dtypes.float16, dtypes.bfloat16):
+    return None
+  fma = UOp(Ops.MULACC, m.dtype, (m.src[0], m.src[1], ld))
+  return st.replace(src=(ix, fma, *st.src[2:]))
+
+
+# for targets with MULACC: register accumulator updates only (elementwise a*b+c keeps PyTorch's
+# two roundings)
+pm_fma_accumulate = PatternMatcher([
+  (UPat(Ops.STORE, name="st", src=(UPat(Ops.INDEX, name="ix"), UPat(Ops.ADD, src=[
+    UPat(Ops.LOAD, name="ld"), UPat(Ops.MUL, name="m")]))), fuse_accumulate),
+])
+
+
 def index_dtype_for(sink: UOp) -> DType:
   """int32 when every index value of the kernel fits, else int64."""
   lo, hi = -(2 ** 31), 2 ** 31 - 1

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from unigrad.codegen.expand import expand
 from unigrad.codegen.opt.heuristic import hand_coded_optimizations
 from unigrad.codegen.opt.kernel import OptKernel
-from unigrad.codegen.isel import (lower_index_dtype, pm_add_loads, pm_divmod_nonneg, pm_mul_recip)
+from unigrad.codegen.isel import (lower_index_dtype, pm_add_loads, pm_divmod_nonneg,
+                                  pm_fma_accumulate, pm_mul_recip)
 from unigrad.codegen.linearize import launch_size, linearize
 from unigrad.codegen.opt import KernelOptError
 from unigrad.codegen.opt.search import TIMED_RUNS, beam_search, kernel_key, scratch_params
@@ -43,6 +44,7 @@ class Stage:
 def _decompose(ast: UOp, ren: Renderer) -> UOp:
   pm: PatternMatcher = pm_divmod_nonneg
   if Ops.DIV in ren.supported_ops: pm = pm + pm_mul_recip
+  if Ops.MULACC in ren.supported_ops: pm = pm + pm_fma_accumulate
   if pm_decompose is not None: pm = pm + pm_decompose(ren.supported_ops)
   return graph_rewrite(ast, pm, name="decompose")
 
