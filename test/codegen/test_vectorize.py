@@ -151,3 +151,9 @@ def test_vector_range_needs_more_unit_stride_than_strided_accesses():
     assert pick_vector_range(OptKernel(kernel).apply(opt).finalize(), 64) is None
   kernel = ((x(16, 8) + x(16, 8)).T).schedule().src[-1].src[0]
   assert pick_vector_range(OptKernel(kernel).apply(Opt.upcast(0, 8)).finalize(), 64) is not None
+
+
+def test_bool_vectors_order_false_before_true():
+  a, b = x(4, 16) > 0, x(4, 16) > 0.5
+  check(a.cast(dtypes.int32) < b.cast(dtypes.int32), [Opt.upcast(1, 16)])
+  check(a.maximum(b).float() + (a < b).float() + (a + b).float(), [Opt.upcast(1, 16)])

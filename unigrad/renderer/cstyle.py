@@ -137,6 +137,9 @@ def c_const(v: object, dt: DType) -> str:
   return f"{iv}{suffix}"
 
 
+# bool vectors are masks (true is -1): ordered ops rewritten so that false < true
+BOOL_MASK_OPS = {Ops.ADD: "({0}|{1})", Ops.MUL: "({0}&{1})", Ops.MAX: "({0}|{1})",
+                 Ops.CMPLT: "(~{0}&{1})"}
 NATIVE_VECTOR_INFIX = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.DIV, Ops.XOR, Ops.OR, Ops.AND})
 
 
@@ -314,8 +317,8 @@ class CRenderer(Renderer):
     vt = _ctype(st, dt)
     if op is Ops.STACK: return _stack(u, vt, s)
     if op is Ops.NEG: return f"(-{s[0]})"
-    if dt.scalar() == dtypes.bool and op in (Ops.ADD, Ops.MUL):  # on bools: or, and
-      return f"({s[0]}{'|' if op is Ops.ADD else '&'}{s[1]})"
+    if _vdt(u.src[0]).scalar() == dtypes.bool and op in BOOL_MASK_OPS:  # masks are 0 / -1
+      return BOOL_MASK_OPS[op].format(*s)
     if op in NATIVE_VECTOR_INFIX or (op in (Ops.SHL, Ops.SHR) and _is_shift_in_range(u)):
       return f"({s[0]}{INFIX[op]}{s[1]})"
     if op in (Ops.CMPLT, Ops.CMPNE): return _mask(st, u.src[0], f"({s[0]}{INFIX[op]}{s[1]})")
