@@ -142,3 +142,14 @@ def test_compile_error_shows_source():
   msg = str(e.value)
   assert "error" in msg and "2 |   int x = ;" in msg and "1 | void broken" in msg
   assert e.value.src == src and e.value.stderr
+
+
+def test_buffer_made_unused_by_simplification_keeps_its_argument_position():
+  import numpy as np
+
+  from unigrad import Tensor
+  a = Tensor(np.ones((2, 3), np.float32), device="CPU")
+  b = Tensor(np.full((2, 3), 2, np.float32), device="CPU")
+  # the padded sum reads only b in rows 2..3: a's buffer drops out of the kernel's body
+  got = (a.pad(((0, 2), (0, 0))) + b.pad(((2, 0), (0, 0))))[2:4].numpy()
+  np.testing.assert_equal(got, np.full((2, 3), 2, np.float32))

@@ -87,8 +87,9 @@ def make_timer(ast: UOp, ren: Renderer) -> Callable[[OptKernel], float]:
 
 def lower(ast: UOp, ren: Renderer) -> UOp:
   """The stages after optimize: an optimized kernel to its LINEAR."""
+  kernel = ast
   for stage in CODEGEN_STAGES[2:]: ast = stage.run(ast, ren)
-  return ast
+  return keep_all_params(ast, kernel)
 
 
 def ren_threads(ren: Renderer) -> int:
@@ -108,9 +109,19 @@ CODEGEN_STAGES: tuple[Stage, ...] = (
 )
 
 
+def keep_all_params(linear: UOp, ast: UOp) -> UOp:
+  """Buffers that simplification made unused still take their place in the kernel's signature:
+  a launch passes every buffer of the CALL by position."""
+  have = {u.arg.slot for u in linear.src if u.op is Ops.PARAM}
+  lost = sorted((u for u in ast.toposort() if u.op is Ops.PARAM and u.arg.name is None
+                 and u.arg.slot not in have), key=lambda p: p.arg.slot)
+  return linear.replace(src=(*lost, *linear.src)) if lost else linear
+
+
 def full_rewrite(ast: UOp, renderer: Renderer) -> UOp:
   """Run every codegen stage on a kernel AST; returns its LINEAR."""
   if SPEC >= 1: spec_kernel.verify(ast)
+  kernel = ast
   for stage in CODEGEN_STAGES:
     t0 = time.perf_counter()
     ast = stage.run(ast, renderer)
@@ -119,4 +130,4 @@ def full_rewrite(ast: UOp, renderer: Renderer) -> UOp:
     if DEBUG >= 6 and ast.op is Ops.LINEAR:
       print("\n".join(f"{i:4d} {u.op.name}" for i, u in enumerate(ast.src)))
     if DEBUG >= 3: print(f"  codegen {stage.name:12s} {(time.perf_counter() - t0) * 1e3:7.2f} ms")
-  return ast
+  return keep_all_params(ast, kernel)
