@@ -5,5 +5,6 @@ from unigrad.knobs import Context
 from unigrad.runtime.device import Device
 from unigrad.uop import UOp
 from unigrad import nn  # noqa: E402 (nn builds on Tensor)
+from unigrad import multi  # noqa: E402 (the collectives build on Tensor)
 
-__all__ = ["Context", "Device", "Tensor", "UOp", "dtypes", "nn"]
+__all__ = ["Context", "Device", "Tensor", "UOp", "dtypes", "multi", "nn"]

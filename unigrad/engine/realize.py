@@ -20,7 +20,9 @@ from unigrad.renderer import PythonRenderer, Renderer
 from unigrad.renderer.cstyle import CRenderer
 from unigrad.runtime.device import Buffer, Device
 from unigrad.runtime.ops_cpu import native_vector_bytes
-from unigrad.schedule.callify import buffer_base, callify, is_plain_buffer, new_buffer
+from unigrad.schedule import multi
+from unigrad.schedule.callify import buffer_base, callify, is_plain_buffer
+from unigrad.schedule.callify import new_buffer as new_single_buffer
 from unigrad.schedule.schedule import create_schedule
 from unigrad.uop import Ops, UOp
 
@@ -59,6 +61,12 @@ def buffer_of(u: UOp) -> Buffer:
   return buf
 
 
+def new_buffer(device: str | tuple[str, ...], dtype: DType, shape: tuple[int, ...]) -> UOp:
+  """A fresh buffer viewed with `shape`; on a tuple of devices, replicated (a copy on each)."""
+  if isinstance(device, tuple): return multi.new_multi_buffer(device, dtype, shape, None)
+  return new_single_buffer(device, dtype, shape)
+
+
 def buffer_with_data(device: str, dtype: DType, data: bytes, shape: tuple[int, ...]) -> UOp:
   u = new_buffer(device, dtype, shape)
   buffer_of(u).copyin(data)
@@ -66,14 +74,17 @@ def buffer_with_data(device: str, dtype: DType, data: bytes, shape: tuple[int, .
 
 
 def copyout(u: UOp) -> memoryview:
+  if isinstance(u.device, tuple):  # gathered onto the first device
+    g = UOp(Ops.COPY, u.dtype, (u,), u.device[0])
+    u = realize([g], [u.device[0]])[g]
   if not is_plain_buffer(u): raise RuntimeError("copyout needs a realized tensor")
   return buffer_of(u).copyout()
 
 
-def is_realized(u: UOp) -> bool: return is_plain_buffer(u)
+def is_realized(u: UOp) -> bool: return is_plain_buffer(u) or multi.is_multi_view(u)
 
 
-def is_buffer_view(u: UOp) -> bool: return buffer_base(u) is not None
+def is_buffer_view(u: UOp) -> bool: return buffer_base(u) is not None or multi.is_multi_view(u)
 
 
 def _schedule_for(body: UOp, nargs: int, device: str) -> UOp:
@@ -92,6 +103,8 @@ def _schedule_for(body: UOp, nargs: int, device: str) -> UOp:
 
 def schedule(uops: list[UOp], devices: list[str]) -> UOp:
   """The LINEAR of kernel CALLs that realizing `uops` would run, with the real buffers as args."""
+  if (plan := multi.lower_multi(uops, devices)) is not None:
+    return schedule(plan.uops, plan.devices)
   res = callify(uops, devices)
   body, args = res.call.src[0], res.call.src[1:]
   linear = _schedule_for(body, len(args), devices[0])
@@ -102,7 +115,10 @@ def schedule(uops: list[UOp], devices: list[str]) -> UOp:
 
 
 def realize(uops: list[UOp], devices: list[str]) -> dict[UOp, UOp]:
-  """Compute `uops` into buffers; returns node -> buffer view for every realized node."""
+  """Compute `uops` into buffers; returns node -> buffer view for every realized node. Graphs on
+  tuple devices are first lowered to one graph per device (schedule/multi.py)."""
+  if (plan := multi.lower_multi(uops, devices)) is not None:
+    return plan.finish(realize(plan.uops, plan.devices))
   res = callify(uops, devices)
   body, args = res.call.src[0], res.call.src[1:]
   run_linear(_schedule_for(body, len(args), devices[0]), args)

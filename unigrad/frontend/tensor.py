@@ -22,6 +22,7 @@ from unigrad.frontend.elementwise import ElementwiseMixin
 from unigrad.frontend.gradient import GradientMixin, TensorMeta, detach_if_no_grad
 from unigrad.frontend.indexing import IndexingMixin
 from unigrad.frontend.movement import MovementMixin
+from unigrad.frontend.multi import MultiMixin
 from unigrad.frontend.nnops import NNOpsMixin
 from unigrad.frontend.random import RandomMixin
 from unigrad.frontend.reduce import ReduceMixin
@@ -32,17 +33,20 @@ all_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
 _storage_ids = itertools.count()  # tags that give CONTIGUOUS nodes their own storage
 
 
-class Tensor(ActivationsMixin, IndexingMixin, CompositeMixin, NNOpsMixin, MovementMixin,
+class Tensor(MultiMixin, ActivationsMixin, IndexingMixin, CompositeMixin, NNOpsMixin, MovementMixin,
              ElementwiseMixin, ReduceMixin, GradientMixin, CreationMixin, RandomMixin,
              metaclass=TensorMeta):
   """A lazy n-dimensional array. `Tensor([[1, 2], [3, 4]]) @ Tensor.ones(2, 2)`"""
 
-  def __init__(self, data: Any, device: str | None = None, dtype: Any = None,
+  def __init__(self, data: Any, device: str | tuple[str, ...] | None = None, dtype: Any = None,
                requires_grad: bool | None = None) -> None:
-    dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
-    dt = to_dtype(dtype) if dtype is not None else None
-    self._device = dev
-    self.uop = _uop_from_data(data, dev, dt)
+    if isinstance(device, (tuple, list)):  # replicated on each device (frontend/multi.py)
+      on_all = Tensor(data, None, dtype).to(device)
+      self._device, self.uop = on_all.device, on_all.uop
+    else:
+      dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
+      self._device = dev
+      self.uop = _uop_from_data(data, dev, to_dtype(dtype) if dtype is not None else None)
     self.requires_grad = requires_grad
     self.grad: Tensor | None = None
     all_tensors.add(self)
@@ -123,8 +127,10 @@ class Tensor(ActivationsMixin, IndexingMixin, CompositeMixin, NNOpsMixin, Moveme
     self.uop, self._device = x.uop, x.device
     return self
 
-  def to(self, device: str) -> Tensor:
-    """This tensor on `device` (a lazy COPY; the same tensor if it is already there)."""
+  def to(self, device: str | tuple[str, ...]) -> Tensor:
+    """This tensor on `device` (a lazy COPY; the same tensor if it is already there). A tuple of
+    devices replicates it on each (see frontend/multi.py)."""
+    if isinstance(device, (tuple, list)): return self._to_devices(device)
     dev = Device.canonicalize(device)
     Device[dev]  # unknown devices fail here, at the call
     if dev == self.device: return self
