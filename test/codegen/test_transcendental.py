@@ -15,6 +15,7 @@ import pytest
 from unigrad.codegen.decompose import pm_decompose
 from unigrad.codegen.transcendental import pi_fixed, xexp2, xlog2, xpow, xsin, xsqrt
 from unigrad.dtype import DType, bf16_to_float, dtypes, float_to_bf16, truncate
+from unigrad.frontend.elementwise import compose_cos, compose_exp
 from unigrad.uop import GroupOp, Ops, UOp, graph_rewrite, sym_infer
 
 NP: dict[DType, type] = {dtypes.float16: np.float16, dtypes.float32: np.float32,
@@ -232,3 +233,61 @@ def test_sqrt(dt: DType) -> None:
   got = evaluate(xsqrt, dt, [-0.0, 0.0, INF, -1.0, NAN])
   assert math.copysign(1, got[0]) == -1 and got[:3] == [0.0, 0.0, INF]
   assert math.isnan(got[3]) and math.isnan(got[4])
+
+
+# ---- exp and cos: composed over EXP2 and SIN in the frontend, lowered to primitives here ----
+
+def lower_exp(x: UOp) -> UOp: return lower(compose_exp(x))
+def lower_cos(x: UOp) -> UOp: return lower(compose_cos(x))
+
+
+EXP_POINTS: dict[DType, list[float]] = {
+  dtypes.float32: [*np.linspace(-104, 89, 1500), *RNG.uniform(-1, 1, 200), 88.72283,
+                   88.7228394, -87.33654, -103.27893, -103.97208, -104.5, 1e-30, -3e-40],
+  dtypes.float64: [*np.linspace(-746, 710, 400), *RNG.uniform(-1, 1, 100), 709.782712893384,
+                   709.7827128933841, -708.3964185322641, -744.44007192138, -745.1332191019411],
+  dtypes.float16: [*np.linspace(-18, 12, 300), 11.09, 11.1, -16.63, -17.33],
+}
+
+
+@pytest.mark.parametrize("dt", [dtypes.float32, dtypes.float64, dtypes.float16])
+def test_exp_is_accurate_over_the_whole_range(dt: DType) -> None:
+  """Regression: exp was exp2(x*log2(e)), whose rounded product cost up to ~60 ulp (float32) near
+  the overflow; the Cody-Waite reduction keeps it within 1 ulp."""
+  err, x = worst_ulp(lower_exp, np.exp, dt, EXP_POINTS[dt] + specials(dt))
+  assert err <= 1, f"exp({x!r})"
+
+
+def test_exp_special_values() -> None:
+  got = evaluate(lower_exp, dtypes.float32, [INF, -INF, NAN, -0.0, 89.0, -104.0, -103.28, 1e30])
+  assert got[:2] == [INF, 0.0] and math.isnan(got[2]) and got[3] == 1.0
+  assert got[4:] == [INF, 0.0, 2.0 ** -149, INF]
+
+
+COS_POINTS: dict[DType, list[float]] = {
+  dtypes.float32: [*random_floats(dtypes.float32, 600), *RNG.uniform(-10, 10, 200),
+                   *RNG.uniform(-1e6, 1e6, 200), *multiples_of_pi(dtypes.float32), *HUGE[:4]],
+  dtypes.float64: [*random_floats(dtypes.float64, 120), *RNG.uniform(-10, 10, 40),
+                   *RNG.uniform(-1e6, 1e6, 40), *multiples_of_pi(dtypes.float64)[::8], *HUGE[:8]],
+  dtypes.float16: [*random_floats(dtypes.float16, 200), *multiples_of_pi(dtypes.float16)[:40]],
+}
+COS_HUGE_AT = {dtypes.float32: 2.0 ** 127, dtypes.float64: 2.0 ** 1023, dtypes.float16: INF}
+
+
+@pytest.mark.parametrize("dt", [dtypes.float32, dtypes.float64, dtypes.float16])
+def test_cos_is_accurate_for_large_arguments(dt: DType) -> None:
+  """Regression: cos was sin(pi/2 - x), whose rounded argument lost everything for |x| > 1e4 (and
+  ~1e5 ulp near the zeros of cos already for small x). Within 2 ulp wherever 2x is finite."""
+  xs = [x for x in COS_POINTS[dt] if abs(truncate(dt, x)) < COS_HUGE_AT[dt]]
+  err, x = worst_ulp(lower_cos, np.cos, dt, xs + specials(dt)[:5])
+  assert err <= {dtypes.float16: 1}.get(dt, 2), f"cos({x!r})"
+
+
+def test_cos_is_sane_where_2x_overflows() -> None:
+  xs = rounded([2.0 ** 127, 3.4e38, -3.0e38, 2.5e38, float(np.finfo(np.float32).max)],
+               dtypes.float32)
+  got = evaluate(lower_cos, dtypes.float32, xs)
+  want = rounded(np.cos(np.array(xs)), dtypes.float32)
+  assert all(abs(g) <= 1 and abs(g - w) < 1e-6 for g, w in zip(got, want)), (got, want)
+  assert all(math.isnan(v) for v in evaluate(lower_cos, dtypes.float32, [INF, -INF, NAN]))
+  assert evaluate(lower_cos, dtypes.float32, [0.0, -0.0, 2.0 ** -149]) == [1.0, 1.0, 1.0]

@@ -160,6 +160,59 @@ def test_creation_errors(no_kernels):
   with pytest.raises(TypeError): Tensor.full((2,), "x")
 
 
+# ---- from_blob: a copy of the memory at a raw address ----
+
+@pytest.mark.parametrize("dt", [dtypes.int8, dtypes.uint16, dtypes.int32, dtypes.int64,
+                                dtypes.float16, dtypes.float32, dtypes.float64, dtypes.bool],
+                         ids=str)
+def test_from_blob_numpy(device, dt, no_kernels):
+  a = (np.arange(24).reshape(2, 3, 4) % 7 - 2).astype(NP_DTYPES[dt])
+  t = Tensor.from_blob(a.ctypes.data, a.shape, dtype=dt, device=device)
+  assert t.shape == (2, 3, 4) and t.dtype == dt and t.device == device
+  np.testing.assert_array_equal(t.numpy(), a)
+
+
+def test_from_blob_is_a_copy_made_at_the_call(device):
+  """Documented: the bytes are copied when from_blob runs (no zero-copy wrap), so later writes to
+  the source are not seen and the source may be freed."""
+  a = np.float32([1.5, -2.0, 3.25, 0.0])
+  t = Tensor.from_blob(a.ctypes.data, (2, 2), device=device)  # dtype defaults to float32
+  a[:] = 9.0
+  del a
+  np.testing.assert_array_equal((t * 2).numpy(), [[3.0, -4.0], [6.5, 0.0]])
+
+
+def test_from_blob_ctypes_arrays(device, no_kernels):
+  import ctypes  # noqa: PLC0415
+  c = (ctypes.c_double * 3)(1.5, -2.5, 1e300)
+  t = Tensor.from_blob(ctypes.addressof(c), (3,), dtype=dtypes.float64, device=device)
+  assert t.tolist() == [1.5, -2.5, 1e300]
+  ints = (ctypes.c_int32 * 6)(*range(-3, 3))
+  t = Tensor.from_blob(ctypes.addressof(ints), 6, dtype="int32", device=device)
+  assert t.tolist() == [-3, -2, -1, 0, 1, 2]
+  bf = (ctypes.c_uint16 * 2)(0x3FC0, 0xC080)  # bfloat16 1.5 and -4.0
+  t = Tensor.from_blob(ctypes.addressof(bf), (2,), dtypes.bfloat16, device)
+  assert t.tolist() == [1.5, -4.0]
+  assert Tensor.from_blob(ctypes.addressof(c), (0, 5), dtype=dtypes.float64).shape == (0, 5)
+
+
+def test_from_blob_bad_input(no_kernels):
+  a = np.zeros(4, np.float32)
+  for ptr in (0, -8):
+    with pytest.raises(ValueError, match="positive address"): Tensor.from_blob(ptr, (4,))
+  for ptr in (1.5, "0x10", None, True):
+    with pytest.raises(TypeError, match="int address"): Tensor.from_blob(ptr, (4,))
+  for shape in ((-1,), (2, -3), (2.0,)):
+    with pytest.raises(ValueError): Tensor.from_blob(a.ctypes.data, shape)
+  for shape in ("ab", None, 2.5):
+    with pytest.raises(TypeError, match="shape"): Tensor.from_blob(a.ctypes.data, shape)
+  with pytest.raises(TypeError, match="memory layout"):
+    Tensor.from_blob(a.ctypes.data, (1,), dtype=dtypes.index)
+  with pytest.raises(ValueError, match="address space"): Tensor.from_blob(2 ** 64 - 8, (4,))
+  with pytest.raises(RuntimeError, match="unknown device"):
+    Tensor.from_blob(a.ctypes.data, (4,), device="NOPE")
+
+
 # ---- reading data back ----
 
 def test_numpy_tolist_item(device):

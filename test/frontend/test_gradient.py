@@ -72,6 +72,11 @@ CASES = {
   "sqrt": (lambda a: a.sqrt(), None, [pos(6)]),
   "relu": (lambda a: a.relu(), None, [arr(-1.0, 0.0, 2.0, -3.0, 0.5)]),
   "abs": (lambda a: a.abs(), None, [rnd(6)]),
+  # regression: the gradient at +-0 was 1 (PyTorch: sign(0) = 0, and 0 at nan too)
+  "abs_gradient_at_zero": (lambda a: a.abs(), None, [arr(0.0, -0.0, 1.5, -2.0, np.nan)]),
+  # exact zero remainders keep a's sign and the gradients (1, -floor(a/b))
+  "mod_with_zero_remainders": (lambda a, b: a % b, None,
+                               [arr(4, -4, 3, -7.5, 5, 0.5), arr(2, 2, -1.5, 2.5, 3, -2)]),
   "maximum": (lambda a, b: a.maximum(b), None, [rnd(8), rnd(8)]),
   "maximum_ties": (lambda a, b: a.maximum(b), None, [arr(1, 2, 3, 4), arr(1, 5, 3, 0)]),
   "minimum_ties": (lambda a, b: a.minimum(b), None, [arr(1, 2, 3, 4), arr(1, 5, 3, 0)]),
@@ -156,6 +161,11 @@ TRANSCENDENTAL_CASES = {
   "log2": (lambda a: a.log2(), None, [pos(5)]),
   "sin": (lambda a: a.sin(), None, [rnd(5)]),
   "cos": (lambda a: a.cos(), None, [rnd(5)]),
+  # regression: the gradient of sin was sin(pi/2 - x), ~ulp(x) off for large x, and cos too
+  "sin_large_x": (lambda a: a.sin(), None, [rnd(6) * 1e5]),
+  "cos_large_x": (lambda a: a.cos(), None, [rnd(6) * 1e5]),
+  "cos_near_its_zeros": (lambda a: a.cos(), None, [arr(1.5707964, 4.712389, -7.853982, 0.0)]),
+  "exp_large_x": (lambda a: a.exp(), None, [rnd(6) * 30]),
   "pow": (lambda a, b: a ** b, None, [pos(5), rnd(5)]),
   "pow_scalar_exponent": (lambda a: a ** 3, None, [rnd(5)]),
   "rpow": (lambda a: 2 ** a, None, [rnd(5)]),
@@ -172,6 +182,14 @@ TRANSCENDENTAL_CASES = {
 def test_transcendental_against_torch(name):
   fn, tfn, inputs = TRANSCENDENTAL_CASES[name]
   check(fn, inputs, tfn, device="PYTHON")
+
+
+@pytest.mark.skipif(not CPU_TRANSCENDENTALS, reason="CPU codegen does not decompose EXP2 yet")
+def test_sin_cos_exp_abs_gradients_on_cpu():
+  """The same regressions compiled: d sin = cos within 2 ulp for large x, abs' gradient 0 at 0."""
+  x = np.concatenate([rnd(64) * 1e6, rnd(64), arr(0.0, -0.0, 1.5707964, 3.1415927)])
+  check(lambda a: a.sin() + a.cos() * 2 + (a * 1e-5).exp() + a.abs(),
+        [x], lambda a: a.sin() + a.cos() * 2 + (a * 1e-5).exp() + a.abs())
 
 
 @pytest.mark.skipif(not CPU_TRANSCENDENTALS, reason="CPU codegen does not decompose EXP2 yet")

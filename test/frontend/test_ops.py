@@ -267,6 +267,137 @@ def test_nan_and_inf_like_pytorch(device, dt):
                 "add": tx + ty}, dt)
 
 
+INF_X = [5.0, -5.0, 5.0, -5.0, 0.0, -0.0, 0.0, -0.0, math.inf, -math.inf, math.inf, 3.0, -4.0,
+         4.0, -0.0, math.nan, 1.0, 2.5, -2.5, 1e30]
+INF_Y = [math.inf, math.inf, -math.inf, -math.inf, math.inf, math.inf, -math.inf, -math.inf, 2.0,
+         -2.0, math.inf, 0.0, 2.0, -2.0, 3.0, 1.0, math.nan, -0.0, 0.0, 3.0]
+
+
+def signed(x):
+  """Values with -0.0 told from 0.0 (as -1e-300 vs 1e-300): assert_allclose ignores the sign."""
+  x = np.asarray(x, np.float64)
+  return np.where(x == 0, np.copysign(1e-300, x), x)
+
+
+@pytest.mark.parametrize("dt", (dtypes.float16, dtypes.float32, dtypes.float64), ids=str)
+def test_floor_mod_and_floordiv_with_infinities_match_torch(device, dt):
+  """Regression: a - floor(a/b)*b gave nan for a finite a % +-inf (torch.remainder: a, or b when
+  the signs differ) and +-0.0 for zero results (torch keeps fmod's sign, the sign of a); a // +-inf
+  was -0.0 where torch.floor_divide gives -1, and inf // 2 was inf (torch: nan)."""
+  tx, ty = torch.tensor(INF_X).to(TORCH[dt]), torch.tensor(INF_Y).to(TORCH[dt])
+  a = Tensor(tx.numpy(), device=device)
+  b = Tensor(ty.numpy(), device=device)
+  mod, div = (a % b).numpy(), (a // b).numpy()
+  for got, want, what in ((mod, torch.remainder(tx, ty), "%"), (div, tx // ty, "//")):
+    np.testing.assert_array_equal(signed(got), signed(want.numpy()), err_msg=what)
+
+
+def test_abs_of_negative_zero_and_nan(device):
+  """abs(-0.0) is +0.0 (it was -0.0), abs(nan) nan, like PyTorch."""
+  x = [-0.0, 0.0, math.nan, -math.inf, -2.0, 3.0]
+  got = Tensor(x, device=device).abs().numpy()
+  np.testing.assert_array_equal(signed(got), signed(torch.tensor(x).abs().numpy()))
+
+
+def ulps32(got, want):
+  """Distance in float32 ulps (positions in the ordered list of floats; nan == nan)."""
+  def order(v):
+    i = np.asarray(v, np.float32).view(np.int32).astype(np.int64)
+    return np.where(i < 0, -(i & 0x7FFFFFFF), i)
+  d = np.abs(order(got) - order(want)).astype(np.float64)
+  both = np.isnan(got) & np.isnan(want)
+  d[both] = 0
+  d[np.isnan(got) ^ np.isnan(want)] = np.inf
+  return d
+
+
+def float32_points(rng, n, lo, hi):
+  """n float32 in +-[lo, hi), spread over the binades, plus the floats nearest k*pi/2."""
+  mag = np.exp(rng.uniform(np.log(lo), np.log(hi), n)) * rng.choice([-1, 1], n)
+  ks = np.round(np.exp(rng.uniform(0, np.log(hi / 1.5), n // 8)))
+  return np.concatenate([mag, ks * (np.pi / 2)]).astype(np.float32)
+
+
+COS_RANGES = [(1e-3, 10.0), (10.0, 1e4), (1e4, 1e6), (1e6, 1e30)]
+
+
+@pytest.mark.parametrize("lo,hi", COS_RANGES, ids=lambda v: f"{v:g}")
+def test_cos_accurate_for_large_arguments(device, lo, hi):
+  """Regression: cos(x) was sin(pi/2 - x): pi/2 - x rounds, so |x| > 1e4 gave garbage and the
+  zeros of cos were off by ~1e5 ulp already below 10. Now within 2 ulp of the exact float64 cos
+  (PyTorch: 1), and 3 of torch.cos, for every float32 with a finite 2x."""
+  n = 40 if device == "PYTHON" else 20000
+  x = float32_points(np.random.default_rng(int(lo)), n, lo, hi)
+  got = Tensor(x, device=device).cos().numpy()
+  exact = np.cos(x.astype(np.float64)).astype(np.float32)
+  assert ulps32(got, exact).max() <= 2, x[ulps32(got, exact).argmax()]
+  assert ulps32(got, torch.from_numpy(x).cos().numpy()).max() <= 3
+
+
+def test_cos_edge_values(device):
+  """cos of 0, -0, denormals, inf, nan, and where 2x overflows (|x| >= 2**127, computed as
+  1 - 2 sin(x/2)**2: within 1e-6 absolute, never outside [-1, 1])."""
+  x = np.float32([0.0, -0.0, 1e-45, -1e-45, 1e-38, math.inf, -math.inf, math.nan, 2.0 ** 127,
+                  3.4e38, -3.4028235e38, 2.9e38])
+  got = Tensor(x, device=device).cos().numpy()
+  want = torch.from_numpy(x).cos().numpy()
+  np.testing.assert_array_equal(got[:8], want[:8])
+  assert np.all(np.abs(got[8:]) <= 1) and np.abs(got[8:] - want[8:]).max() < 1e-6
+
+
+@pytest.mark.parametrize("dt", (dtypes.float16, dtypes.bfloat16, dtypes.float64), ids=str)
+def test_cos_other_float_dtypes(device, dt):
+  """float16/bfloat16 compute in float32 and round once (equal to torch); float64 within 2 ulp."""
+  rng = np.random.default_rng(5)
+  n = 40 if device == "PYTHON" else 4000
+  hi = 6e4 if dt == dtypes.float16 else 1e9
+  tx = torch.from_numpy(rng.uniform(-hi, hi, n) * rng.choice([1, 1e-4], n)).to(TORCH[dt])
+  x = Tensor(tx.float().tolist(), dtype=dt, device=device) if dt == dtypes.bfloat16 else Tensor(
+    tx.numpy(), device=device)
+  got = torch.from_numpy(x.cos().float().numpy() if dt == dtypes.bfloat16 else x.cos().numpy())
+  want = tx.cos().to(got.dtype)
+  if dt != dtypes.float64:
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=RTOL[dt], atol=0)
+    return
+  spacing = np.spacing(np.abs(want.numpy()))
+  assert (np.abs(got.numpy() - want.numpy()) / spacing).max() <= 2
+
+
+EXP_RANGES = {dtypes.float32: (-103.98, 88.72), dtypes.float64: (-745.1, 709.78),
+              dtypes.float16: (-17.3, 11.08), dtypes.bfloat16: (-92.0, 88.5)}
+
+
+@pytest.mark.parametrize("dt", (dtypes.float32, dtypes.float64, dtypes.float16, dtypes.bfloat16),
+                         ids=str)
+def test_exp_accurate_over_the_whole_range(device, dt):
+  """Regression: exp(x) was exp2(x*log2(e)); the rounded product cost up to ~60 ulp (float32) for
+  large |x|. Now 1 ulp from the exact result over the range that neither overflows nor flushes to
+  0 (denormals included), and equal to torch for float16/bfloat16."""
+  rng = np.random.default_rng(11)
+  n = 40 if device == "PYTHON" else 20000
+  lo, hi = EXP_RANGES[dt]
+  tx = torch.from_numpy(np.concatenate([rng.uniform(lo, hi, n), rng.uniform(-2, 2, n // 4)]))
+  tx = tx.to(TORCH[dt])
+  x = Tensor(tx.float().tolist(), dtype=dt, device=device) if dt == dtypes.bfloat16 else Tensor(
+    tx.numpy(), device=device)
+  got = torch.from_numpy(x.exp().float().numpy() if dt == dtypes.bfloat16 else x.exp().numpy())
+  exact = tx.double().exp().to(TORCH[dt]).to(got.dtype)
+  if dt in (dtypes.float16, dtypes.bfloat16):
+    np.testing.assert_array_equal(got.numpy(), tx.exp().to(got.dtype).numpy())
+    return
+  spacing = np.spacing(exact.numpy())
+  err = np.abs(got.numpy() - exact.numpy()) / spacing
+  assert err.max() <= 1, tx[int(err.argmax())]
+
+
+def test_exp_edge_values(device):
+  """inf, -inf, nan, +-0, the overflow threshold, denormal results and flush to 0 like torch."""
+  x = np.float32([math.inf, -math.inf, math.nan, 0.0, -0.0, 88.72283, 88.7228394, 89.0, 1e30,
+                  -87.33654, -103.27893, -103.972084, -104.0, -1e30, 1e-45])
+  np.testing.assert_array_equal(Tensor(x, device=device).exp().numpy(),
+                                torch.from_numpy(x).exp().numpy())
+
+
 def test_cpu_mul_then_add_rounds_each_op():
   """x*x rounds to float32 before the add, as on the PYTHON device and in PyTorch."""
   if find_c_compiler() is None: pytest.skip("no C compiler")

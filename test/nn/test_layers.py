@@ -153,6 +153,23 @@ def test_batchnorm_momentum_eps():
   close(ours.running_var, theirs.running_var, "running_var")
 
 
+def test_batchnorm_momentum_none_is_a_cumulative_average():
+  """Regression: momentum=None (PyTorch: running stats are the cumulative average, weight
+  1/num_batches_tracked) failed; it matches torch over several steps, then eval uses them."""
+  ours, theirs = nn.BatchNorm2d(3, momentum=None), torch.nn.BatchNorm2d(3, momentum=None)
+  with Tensor.train():
+    for step in range(4):
+      x = rand(5, 3, 2, 2, seed=step) * (step + 1) + step
+      ours(Tensor(x)).realize()
+      theirs(torch.tensor(x))
+      close(ours.running_mean, theirs.running_mean, f"running_mean step {step}")
+      close(ours.running_var, theirs.running_var, f"running_var step {step}")
+      assert ours.num_batches_tracked.item() == theirs.num_batches_tracked.item() == step + 1
+  theirs.eval()
+  x = rand(2, 3, 2, 2, seed=9)
+  close(ours(Tensor(x)), theirs(torch.tensor(x)), "eval output")
+
+
 def test_batchnorm_loads_torch_checkpoint():
   """Regression: num_batches_tracked was shape (1,), so a torch state dict failed to load."""
   theirs = torch.nn.BatchNorm2d(3)
@@ -228,19 +245,27 @@ def test_embedding():
   close(ours(Tensor(np.int32(5))), theirs(torch.tensor(5)), "0-d index")
 
 
-def test_embedding_out_of_range_gives_zero_rows():
-  """Documented behaviour: an index outside [0, vocab) (negative ones included) matches no row of
-  the one-hot, so it reads a zero row and sends no gradient; torch raises IndexError instead.
-  Nothing is checked eagerly because that would need a sync on the (lazy) index tensor."""
+@pytest.mark.parametrize("bad", [[1, 4], [-1], [[0, 2], [100, 1]]], ids=str)
+def test_embedding_out_of_range_index_raises_index_error(bad):
+  """Regression: an index outside [0, vocab) read a zero row; like torch it raises IndexError
+  (negative indices included: Embedding does not wrap them), before anything runs."""
+  idx = np.array(bad, np.int64)
+  with pytest.raises(IndexError, match="index out of range in self"):
+    torch.nn.Embedding(4, 3)(torch.tensor(idx))
+  ours = nn.Embedding(4, 3)
+  with pytest.raises(IndexError, match=r"Embedding\(4, 3\): index out of range in self"):
+    ours(Tensor(idx))
+  with pytest.raises(IndexError, match="out of range"): ours(Tensor(idx.astype(np.int32)))
+
+
+def test_embedding_in_range_edges_and_lazy_index():
+  """0 and vocab-1 are fine; a lazy index is not checked (reading it would need a sync), as in
+  Tensor indexing: there an out-of-range index still reads a zero row."""
   ours = nn.Embedding(4, 3)
   w = ours.weight.numpy()
-  out = ours(Tensor(np.array([1, 4, -1, 100], np.int64)))
-  out.sum().backward()
-  np.testing.assert_allclose(out.numpy(), np.stack([w[1], *np.zeros((3, 3), np.float32)]))
-  want = np.zeros((4, 3), np.float32)
-  want[1] = 1
-  np.testing.assert_array_equal(ours.weight.grad.numpy(), want)
-  with pytest.raises(IndexError): torch.nn.Embedding(4, 3)(torch.tensor([4]))
+  np.testing.assert_array_equal(ours(Tensor([0, 3])).numpy(), w[[0, 3]])
+  lazy = Tensor([1, 2]) + 2  # [3, 4], not realized
+  np.testing.assert_array_equal(ours(lazy).numpy(), np.stack([w[3], np.zeros(3, np.float32)]))
 
 
 def test_embedding_float_index_raises():

@@ -1,10 +1,13 @@
-"""Tensor creation: empty, zeros, ones, full, arange (the spec's prefix-sum composition), eye."""
+"""Tensor creation: empty, zeros, ones, full, arange (the spec's prefix-sum composition), eye,
+from_blob (a copy of host memory at a raw address)."""
 from __future__ import annotations
 
+import ctypes
 import math
+import operator
 from typing import TYPE_CHECKING, Any
 
-from unigrad.dtype import dtypes, to_dtype
+from unigrad.dtype import PtrDType, dtypes, to_dtype
 from unigrad.engine import realize as engine
 from unigrad.runtime.device import Device
 from unigrad.uop import UOp
@@ -96,6 +99,30 @@ class CreationMixin:
     r = cls.arange(rows, device=device).reshape(rows, 1)
     c = cls.arange(cols, device=device).reshape(1, cols)
     return r.eq(c).cast(dtype or dtypes.default_float)
+
+  @classmethod
+  def from_blob(cls, ptr: int, shape: Any, dtype: Any = None, device: str | None = None) -> Tensor:
+    """A tensor of `shape` and `dtype` (default float32) holding the prod(shape) elements stored
+    contiguously (C order) at the host address `ptr`, e.g. `arr.ctypes.data` of a numpy array
+    or `ctypes.addressof(c_array)`. The bytes are copied into a new buffer of `device` when
+    from_blob is called: unlike tinygrad's zero-copy wrap, later writes to that memory are not
+    seen, and the memory need not outlive the tensor. `ptr` must be valid for that many bytes
+    (it cannot be checked). `Tensor.from_blob(a.ctypes.data, a.shape, dtypes.int32)`"""
+    if isinstance(ptr, bool) or not hasattr(ptr, "__index__"):
+      raise TypeError(f"from_blob: ptr must be an int address, got {type(ptr).__name__}")
+    if (ptr := operator.index(ptr)) <= 0:
+      raise ValueError(f"from_blob: ptr must be a positive address, got {ptr}")
+    if not isinstance(shape, (int, tuple, list)):
+      raise TypeError(f"from_blob: shape must be an int or a tuple of ints, got {shape!r}")
+    dims, dev = _shape((shape,) if isinstance(shape, int) else (tuple(shape),)), _device(device)
+    dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+    if dt.itemsize == 0 or dt.count != 1 or dt == dtypes.index or isinstance(dt, PtrDType):
+      raise TypeError(f"from_blob: {dt!r} has no memory layout; use a scalar dtype")
+    nbytes = math.prod(dims) * dt.itemsize
+    if ptr + nbytes > 1 << (8 * ctypes.sizeof(ctypes.c_void_p)):
+      raise ValueError(f"from_blob: {nbytes} bytes at address {ptr:#x} leave the address space")
+    data = ctypes.string_at(ptr, nbytes) if nbytes else b""
+    return cls._from_uop(engine.buffer_with_data(dev, dt, data, dims), dev)
 
   def full_like(self, fill_value: Any, dtype: Any = None) -> Tensor:
     return type(self).full(self.shape, fill_value, dtype or self.dtype, self.device)

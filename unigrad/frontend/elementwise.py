@@ -3,10 +3,16 @@
 Binary ops promote with `result_type`, broadcast both operands to one shape with explicit
 RESHAPE/EXPAND, and emit the spec's primitive ops; decomposed ops (SUB, DIV, CMPGE, ...) are
 emitted in their primitive form. Float comparisons are built so NaN compares false like PyTorch.
+
+exp and cos have no op of their own: `compose_exp` and `compose_cos` build them from EXP2 and SIN
+on arguments that are exact (a Cody-Waite reduced r for exp, x and 2x for cos), so they are as
+accurate as EXP2 and SIN plus a few roundings for every argument, unlike exp2(x*log2(e)) and
+sin(pi/2 - x), whose rounded arguments lose up to 2**-24*|x| (float32).
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from unigrad.dtype import DType, dtypes, least_upper_float, to_dtype
@@ -27,6 +33,12 @@ WIDER_FLOAT = {dtypes.float16: dtypes.float32, dtypes.bfloat16: dtypes.float32,
 
 
 def _is_float(t: Tensor) -> bool: return dtypes.is_float(t.dtype)
+def _is_inf(t: Tensor) -> Tensor: return t.eq(math.inf) | t.eq(-math.inf)
+
+
+def _opposite_signs(a: Tensor, b: Tensor) -> Tensor:
+  """a and b nonzero with different signs."""
+  return a.ne(0) & (a < 0).ne(b < 0)
 
 
 UINT_OF_SIZE = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
@@ -55,6 +67,80 @@ def _join_words(bits: Tensor, dt: DType) -> Tensor:
 
 def _operand_dtype(x: Operand) -> DType:
   return x.dtype if hasattr(x, "uop") else scalar_dtype(x)
+
+
+# ---- exp and cos from EXP2 and SIN (tensor-graph UOps, so autograd differentiates them) ----
+
+# float16/bfloat16 compute in float32 and round once at the end, as PyTorch does
+COMPUTE_DTYPE = {dtypes.float16: dtypes.float32, dtypes.bfloat16: dtypes.float32,
+                 dtypes.float32: dtypes.float32, dtypes.float64: dtypes.float64}
+LOG2E = 1 / math.log(2)
+
+
+@dataclass(frozen=True)
+class ExpReduction:
+  """Constants of exp in one float dtype. ln2 = ln2_hi + ln2_lo where ln2_hi has so few bits that
+  n*ln2_hi is exact for every n the clamp [lo, hi] allows; below lo exp rounds to 0, above hi it
+  overflows. 2**n is built from exponent bits (`sint` wide, `mbits` mantissa bits, `bias`)."""
+  ln2_hi: float
+  ln2_lo: float
+  lo: float
+  hi: float
+  sint: DType
+  mbits: int
+  bias: int
+
+
+EXP_REDUCTION = {
+  dtypes.float32: ExpReduction(float.fromhex("0x1.62e4p-1"), float.fromhex("0x1.7f7d1cp-20"),
+                               -104.0, 89.0, dtypes.int32, 23, 127),
+  dtypes.float64: ExpReduction(float.fromhex("0x1.62e42fee00000p-1"),
+                               float.fromhex("0x1.a39ef35793c76p-33"), -746.0, 710.0,
+                               dtypes.int64, 52, 1023),
+}
+# |x| from which 2*x overflows (compose_cos switches to sin(x/2) there)
+COS_HUGE = {dtypes.float32: 2.0 ** 127, dtypes.float64: 2.0 ** 1023}
+
+
+def _pow2(k: UOp, red: ExpReduction, dt: DType) -> UOp:
+  """2.0**k for an integer k (red.sint) in [1-bias, bias], from its exponent bits."""
+  return ((k + red.bias) << red.mbits).bitcast(dt)
+
+
+def compose_exp(x: UOp) -> UOp:
+  """e**x as 2**(r*log2(e)) * 2**n with n = round(x*log2(e)) and r = x - n*ln2 (Cody-Waite:
+  n*ln2_hi and x - n*ln2_hi are exact, |r| <= ln2/2), so the one rounded product r*log2(e) costs
+  at most 0.2 ulp; 2**n is applied in two halves, so it neither overflows early nor rounds twice
+  into denormals. Overflow gives inf, underflow 0, nan stays nan."""
+  dt = COMPUTE_DTYPE[x.dtype]
+  if dt != x.dtype: return compose_exp(x.cast(dt)).cast(x.dtype)
+  red = EXP_REDUCTION[dt]
+  xc = (x < red.lo).where(red.lo, (x < red.hi).where(x, red.hi))  # nan -> hi: only n sees it
+  t = xc * LOG2E
+  n = (t + (t < 0).where(UOp.const(dt, -0.5), UOp.const(dt, 0.5))).trunc()
+  r = (x + n * -red.ln2_hi) + n * -red.ln2_lo  # from x itself: inf, nan and the gradient pass
+  k = n.cast(red.sint)
+  half = k >> 1
+  return (r * LOG2E).exp2() * _pow2(half, red, dt) * _pow2(k + half * -1, red, dt)
+
+
+def compose_cos(x: UOp) -> UOp:
+  """cos(x) from s = sin(x) and d = sin(2x) = 2*s*cos(x), both of exact arguments: d/(2s) where
+  |s| > 1/2, else +-sqrt(1 - s*s) (|cos| >= 0.86 there) with the sign of d/s. Where 2x would
+  overflow, 1 - 2*sin(x/2)**2 (in [-1, 1], absolute error ~1 ulp of 1). Branches not taken see
+  safe values, so their gradients stay finite."""
+  dt = COMPUTE_DTYPE[x.dtype]
+  if dt != x.dtype: return compose_cos(x.cast(dt)).cast(x.dtype)
+  ax = (x < 0).where(x * -1, x)
+  huge = (ax < COS_HUGE[dt]).logical_not()  # nan and inf too: sin gives nan for them
+  s = x.sin()
+  d = huge.where(x * 0.5, x * 2.0).sin()
+  big = (s < -0.5) | (UOp.const(dt, 0.5) < s)
+  s_small = big.where(UOp.const(dt, 0.0), s)
+  root = (s_small * s_small * -1 + 1.0).sqrt()
+  by_ratio = d * (big.where(s, UOp.const(dt, 1.0)) * 2.0).recip()
+  c = big.where(by_ratio, (d < 0).ne(s < 0).where(root * -1, root))
+  return huge.where(d * d * -2.0 + 1.0, c)
 
 
 class ElementwiseMixin:
@@ -139,18 +225,29 @@ class ElementwiseMixin:
     return fix.where(self + 1, self)
 
   def floordiv(self, x: Operand, reverse: bool = False) -> Tensor:
-    """Floor division (Python's `//`): IDIV on integers, floor(a/b) on floats."""
+    """Floor division (Python's `//`): IDIV on integers, floor(a/b) on floats with
+    torch.floor_divide's infinities: +-inf // b is nan (b != 0), a // +-inf is -1 when a != 0 and
+    the signs differ, else +-0."""
     a, b = self._broadcasted(self, x, reverse=reverse)
     if a.dtype in WIDER_FLOAT: return a.cast(WIDER_FLOAT[a.dtype]).floordiv(b).cast(a.dtype)
-    if _is_float(a): return a.mul(b.reciprocal()).floor()
+    if _is_float(a):
+      q = a.mul(b.reciprocal()).floor()
+      q = (_is_inf(b) & _opposite_signs(a, b)).where(-1.0, q)
+      return (_is_inf(a) & b.ne(0)).where(math.nan, q)
     if a.dtype == dtypes.bool: raise TypeError("floor division of bool tensors is not supported")
     return a._wrap(UOp(Ops.IDIV, a.dtype, (a.uop, b.uop)))
 
   def floormod(self, x: Operand, reverse: bool = False) -> Tensor:
-    """Python's `%` (the sign of the divisor): MOD on integers, a - floor(a/b)*b on floats."""
+    """Python's `%` (the sign of the divisor): MOD on integers, a - floor(a/b)*b on floats with
+    torch.remainder's edge cases: a finite a % +-inf is a (+-inf when the signs differ),
+    +-inf % b and a % 0 are nan, and a zero result keeps the sign of a."""
     a, b = self._broadcasted(self, x, reverse=reverse)
     if a.dtype in WIDER_FLOAT: return a.cast(WIDER_FLOAT[a.dtype]).floormod(b).cast(a.dtype)
-    if _is_float(a): return a.sub(a.floordiv(b).mul(b))
+    if _is_float(a):
+      r = a.sub(a.floordiv(b).mul(b))
+      # fmod's zero takes the sign of a; r.detach() - r is +0.0 carrying r's gradient
+      r = r.eq(0).where(a * 0.0 - (r.detach() - r), r)
+      return (_is_inf(b) & (a - a).eq(0)).where(_opposite_signs(a, b).where(b, a), r)
     if a.dtype == dtypes.bool: raise TypeError("modulo of bool tensors is not supported")
     return a._wrap(UOp(Ops.MOD, a.dtype, (a.uop, b.uop)))
 
@@ -207,15 +304,29 @@ class ElementwiseMixin:
   def log2(self) -> Tensor: return self._float()._unary(Ops.LOG2)
   def sin(self) -> Tensor: return self._float()._unary(Ops.SIN)
 
-  def exp(self) -> Tensor: return self._float().mul(1 / math.log(2)).exp2()
   def log(self) -> Tensor: return self._float().log2().mul(math.log(2))
-  def cos(self) -> Tensor: return self._float().mul(-1).add(math.pi / 2).sin()
+
+  def exp(self) -> Tensor:
+    """e**x, within 1 ulp for float32 and float64 (see `compose_exp`; exp2(x*log2(e)) was up to
+    ~60 ulp off near the overflow). `Tensor([0.0, 1.0]).exp()` is `[1.0, 2.7183]`."""
+    x = self._float()
+    return x._wrap(compose_exp(x.uop))
+
+  def cos(self) -> Tensor:
+    """Cosine, within 2 ulp wherever 2x is finite (see `compose_cos`; sin(pi/2 - x) rounded
+    pi/2 - x). `Tensor([0.0, math.pi]).cos()` is `[1.0, -1.0]`."""
+    x = self._float()
+    return x._wrap(compose_cos(x.uop))
+
   def relu(self) -> Tensor:
     """max(x, 0), with NaN kept (PyTorch) and a zero gradient at 0."""
     return (self <= 0).where(self._const(0, self.dtype), self)
   def abs(self) -> Tensor:
+    """|x|. As in PyTorch, abs(-0.0) is 0.0 and the gradient is sign(x): 0 at 0 (and at nan)."""
     if dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool: return self._wrap(self.uop)
-    return (self < 0).where(self.neg(), self)
+    if not _is_float(self): return (self < 0).where(self.neg(), self)
+    zero_or_nan = self * 0.0 + 0.0  # +0.0 for +-0.0, nan for nan; its gradient is 0
+    return (self < 0).where(self.neg(), (self > 0).where(self, zero_or_nan))
   def square(self) -> Tensor: return self * self
 
   # ---- comparison ----

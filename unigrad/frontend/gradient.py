@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from unigrad.dtype import DType, dtypes
 from unigrad.engine import realize as engine
+from unigrad.frontend.elementwise import compose_cos
 from unigrad.uop import Ops, PatternMatcher, ReduceArg, UOp, UPat, shape_uop, sint
 
 if TYPE_CHECKING:
@@ -150,8 +151,8 @@ pm_gradient = PatternMatcher([
   (UPat(Ops.EXP2, name="y"), lambda ctx, y: (ctx * y * math.log(2),)),
   # y = log2(x): g/(x*ln2)
   (UPat(Ops.LOG2, src=(_x,)), lambda ctx, x: (ctx * (x * math.log(2)).recip(),)),
-  # y = sin(x): g*cos(x), cos(x) = sin(pi/2 - x)
-  (UPat(Ops.SIN, src=(_x,)), lambda ctx, x: (ctx * (math.pi / 2 - x).sin(),)),
+  # y = sin(x): g*cos(x), cos from exact-argument sines (sin(pi/2 - x) rounds pi/2 - x)
+  (UPat(Ops.SIN, src=(_x,)), lambda ctx, x: (ctx * compose_cos(x),)),
   # y = a**b: both partials, with PyTorch's zero special cases
   (UPat(Ops.POW, name="y", src=(UPat.var("a"), UPat.var("b"))), _pow_grad),
   # y = where(c, a, b): g routed by the condition

@@ -10,6 +10,7 @@ import math
 from collections.abc import Sequence
 
 from unigrad.dtype import dtypes
+from unigrad.frontend.indexing import _checked
 from unigrad.frontend.tensor import Tensor
 from unigrad.helpers import make_tuple, prod
 
@@ -88,10 +89,12 @@ def ConvTranspose1d(in_channels: int, out_channels: int, kernel_size: int, strid
 
 class BatchNorm:
   """Batch normalization over axis 1 (N, C, ...): batch statistics when training (updating the
-  running estimates), the running estimates otherwise."""
+  running estimates), the running estimates otherwise. The estimates are exponential moving
+  averages with weight `momentum` for the new batch, or with momentum=None cumulative averages
+  (weight 1/num_batches_tracked), as in PyTorch."""
 
   def __init__(self, sz: int, eps: float = 1e-5, affine: bool = True,
-               track_running_stats: bool = True, momentum: float = 0.1) -> None:
+               track_running_stats: bool = True, momentum: float | None = 0.1) -> None:
     self.eps, self.momentum, self.track_running_stats = eps, momentum, track_running_stats
     self.weight = _param(Tensor.ones(sz)) if affine else None
     self.bias = _param(Tensor.zeros(sz)) if affine else None
@@ -111,11 +114,14 @@ class BatchNorm:
     return x.batchnorm(self.weight, self.bias, mean, (var + self.eps).rsqrt())
 
   def _update(self, mean: Tensor, var: Tensor, n: int) -> None:
-    m = self.momentum
     unbiased = var.detach() * (n / max(n - 1, 1))
+    tracked = self.num_batches_tracked + 1
+    # momentum None: the cumulative average, weight 1/tracked (lazy: no read of the counter)
+    m: Tensor | float = (tracked.cast(self.running_mean.dtype).reciprocal()
+                         if self.momentum is None else self.momentum)
     self.running_mean.assign(self.running_mean * (1 - m) + mean.detach() * m)
     self.running_var.assign(self.running_var * (1 - m) + unbiased * m)
-    self.num_batches_tracked.assign(self.num_batches_tracked + 1)
+    self.num_batches_tracked.assign(tracked)
 
 
 BatchNorm2d = BatchNorm
@@ -203,7 +209,17 @@ class Embedding:
     self.weight = Tensor.glorot_uniform(vocab_size, embed_size, requires_grad=True)
 
   def __call__(self, idx: Tensor) -> Tensor:
+    """The rows of `weight` at `idx` (any shape): output shape (*idx.shape, embed_size).
+    A realized index tensor (e.g. made from a list or numpy) is range-checked here, by the
+    indexing checks of Tensor, and an index outside [0, vocab_size) raises IndexError as in
+    PyTorch; a lazy (unrealized) index is not checked, as in Tensor indexing: its
+    out-of-range indices read zero rows."""
     if dtypes.is_float(idx.dtype): raise IndexError("Embedding indices must be an integer tensor")
+    try:
+      _checked(idx, self.vocab_size, 0, wrap=False, err=IndexError)
+    except IndexError as e:
+      raise IndexError(f"Embedding({self.vocab_size}, {self.embed_size}): index out of range in "
+                       f"self: {e}") from None
     vocab = Tensor.arange(self.vocab_size, device=idx.device).reshape(self.vocab_size, 1)
     hot = vocab.eq(idx.reshape(*idx.shape, 1, 1))
     return hot.where(self.weight, 0).sum(-2)
