@@ -325,6 +325,14 @@ def test_gradient_of_data_parallel_matmul(devs):
   close(loss, (g * g).sum() * out.numel() / 4, atol=1e-4)
 
 
+def test_gradient_of_a_single_device_weight_replicated_in_the_loss(devs):
+  w = Tensor(W, device=devs[0], requires_grad=True)  # replicated inside the loss (REPLICATED)
+  loss = (Tensor(A, device=devs[0]).shard(devs, 0) @ w.to(devs)).sum()
+  loss.backward()
+  assert w.grad.device == canon(devs)[0]
+  close(w.grad, A.T @ np.ones((A.shape[0], W.shape[1]), np.float32), atol=1e-5)
+
+
 def test_data_parallel_training_matches_one_device(devs):
   x_np, y_np = RNG.standard_normal((8, 5)).astype(np.float32), RNG.standard_normal((8, 2))
   init = [RNG.standard_normal(s).astype(np.float32) for s in ((4, 5), (4,), (2, 4), (2,))]

@@ -183,6 +183,9 @@ pm_gradient = PatternMatcher([
   (UPat(Ops.DETACH), lambda: (None,)),
   # y = copy(x) to another device: g copied back
   (UPat(Ops.COPY, src=(_x,)), lambda ctx, x: (UOp(Ops.COPY, ctx.dtype, (ctx,), x.device),)),
+  # REPLICATED keeps one of n equal slices: the first slice gets the gradient, the others none
+  (UPat(Ops.REPLICATED, src=(_x,)), lambda ctx, x: (
+    UOp(Ops.PAD, ctx.dtype, (ctx, shape_uop((0,) * len(x.shape)), shape_uop(x.shape))),)),
   # assign: the value of AFTER(target, STORE(target, value)) is the stored value
   (UPat(Ops.AFTER, name="a"), _after_grad),
   (UPat(Ops.STORE, name="st"), lambda ctx, st: (None, ctx, *(None,) * (len(st.src) - 2))),
