@@ -1,8 +1,10 @@
 """Kernel simplification: reduce collapse (arange, one-hot gather) and range cleanups."""
+import re
+
 import numpy as np
 
 from unigrad import Tensor
-from unigrad.codegen.pipeline import CODEGEN_STAGES
+from unigrad.codegen.pipeline import CODEGEN_STAGES, full_rewrite
 from unigrad.dtype import dtypes
 from unigrad.renderer.cstyle import CRenderer
 from unigrad.uop import Ops, UOp
@@ -80,3 +82,36 @@ def test_large_gathers_and_aranges_are_not_split_into_loops():
   ks = simplified_kernels(out)
   assert all(not k.op_in_backward_slice_with_self(Ops.REDUCE) for k in ks)
   assert out.tolist() == [3.0, float(K - 1)]
+
+
+# ---- validity-aware index math: padded windows keep no div/mod ----
+
+def rendered_kernels(t: Tensor) -> list[tuple[UOp, str]]:
+  """(kernel AST, C source of its body) for each kernel of t, through every codegen stage."""
+  ren = CRenderer()
+  out = []
+  for call in t.schedule().src:
+    src = ren.render("k", full_rewrite(call.src[0], ren))
+    out.append((call.src[0], src[src.index("void k("):]))
+  return out
+
+
+def div_mod_count(src: str) -> int: return len(re.findall(r"[/%]", src))
+
+
+def test_padded_3x3_conv_index_math_has_no_div_or_mod():
+  x, w = Tensor.empty(2, 8, 14, 14), Tensor.empty(16, 8, 3, 3)
+  ks = rendered_kernels(x.conv2d(w, padding=1))
+  assert [div_mod_count(src) for _, src in ks] == [0] * len(ks)
+  conv = [src for ast, src in ks if ast.op_in_backward_slice_with_self(Ops.REDUCE)]
+  assert len(conv) == 1 and "?" not in conv[0], "the window reads are not gated"
+
+
+def test_conv_transpose_index_math_given_its_gates():
+  x, w = Tensor.empty(1, 4, 8, 8), Tensor.empty(4, 4, 3, 3)
+  ks = rendered_kernels(x.conv_transpose2d(w, stride=2, padding=1))
+  conv = [src for ast, src in ks if ast.op_in_backward_slice_with_self(Ops.REDUCE)]
+  assert len(conv) == 1 and div_mod_count(conv[0]) == 0, "the flipped kernel index is affine"
+  # the dilated, padded input: 1 <= y <= 15 makes (y + 15) // 16 one and (16*a + y + 15) // 32
+  # (a + 1) // 2, which leaves only the stride's parity checks and halvings
+  assert sum(div_mod_count(src) for _, src in ks) <= 4

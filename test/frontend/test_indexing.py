@@ -1,6 +1,6 @@
 """Indexing (advanced __getitem__, __setitem__, gather, scatter, scatter_reduce, masks, nonzero,
 sort/argsort/topk) against PyTorch on CPU, their gradients, and the kernel structure of a gather:
-a direct indexed load with no loop over the gathered axis.
+a direct indexed load with no loop over the gathered axis (the kernels of writes: test_scatter.py).
 """
 import math
 import sys
@@ -459,11 +459,3 @@ def test_sort_reads_values_directly():
   v, _ = Tensor(rnd(2, 40)).sort(dim=1)
   last = kernels(v)[-1]
   assert no_reduce(last) and loop_sizes(last) == [2, 40]
-
-
-def test_scatter_is_one_hot_over_the_index_axis():
-  """Writes are the spec's one-hot reduction: O(K*N), no kernel loops over anything larger."""
-  x, i, s = Tensor(np.zeros(50, np.float32)), Tensor(ints(30, hi=50)), Tensor(rnd(30))
-  t = x.scatter_reduce(0, i, s, "sum")
-  sizes = [s for k in kernels(t) for s in loop_sizes(k)]
-  assert max(sizes) <= 50 and math.prod(sorted(sizes)[-2:]) <= 50 * 30

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from unigrad import Tensor, dtypes
+from unigrad.uop import Invalid, Ops
 
 RNG = np.random.default_rng(1)
 PY, CPU = "PYTHON", "CPU"
@@ -85,12 +86,21 @@ def test_conv_errors():
               lambda x, w: F.conv2d(x, w, padding="full"), rnd(1, 2, 5, 5), rnd(3, 2, 3, 3))
 
 
-def test_conv2d_cpu_one_kernel():
+def _kernels(t: Tensor) -> list:
+  return [call.src[0] for call in t.schedule().src]
+
+
+def test_conv2d_cpu_one_reduce_kernel_without_gates():
   check(lambda x, w, b: x.conv2d(w, b, padding=1, stride=2),
         lambda x, w, b: F.conv2d(x, w, b, padding=1, stride=2),
         rnd(2, 3, 9, 8), rnd(4, 3, 3, 3), rnd(4), device=CPU, atol=1e-4)
   x, w = Tensor(rnd(1, 3, 8, 8), device=CPU), Tensor(rnd(4, 3, 3, 3), device=CPU)
-  assert len(x.conv2d(w, padding=1).schedule().src) == 1, "one fused reduce kernel"
+  ks = _kernels(x.conv2d(w, padding=1))
+  reduces = [k for k in ks if k.op_in_backward_slice_with_self(Ops.REDUCE)]
+  assert len(ks) == 3 and len(reduces) == 1, "padded input, weight layout, one reduce kernel"
+  gated = [u for u in reduces[0].toposort() if u.op is Ops.CONST and u.arg is Invalid]
+  assert not gated, "the reduce reads the padded copy: no bounds checks"
+  assert len(_kernels(x.conv2d(w))) == 2, "without padding there is no padded copy"
 
 
 def test_conv2d_gradient():

@@ -1,4 +1,6 @@
 """Callify, rangeify and schedule: kernel counts, the schedule cache, assign ordering."""
+import math
+
 import numpy as np
 import pytest
 
@@ -151,3 +153,66 @@ def test_pad_of_a_padded_index_keeps_the_outer_gate():
   padded = Tensor([1.0, 2, 3], device="PYTHON").pad(((1, 1),)).pad(((2, 1),))
   assert padded.tolist() == [0.0] * 3 + [1.0, 2.0, 3.0, 0.0, 0.0]
   assert Tensor.arange(5).pad(((0, 1),)).tolist() == [0, 1, 2, 3, 4, 0]
+
+
+# ---- scatter: a one-hot reduce over an output position becomes a fill and direct stores ----
+
+def _store_kinds(t: Tensor) -> list[str]:
+  """Per kernel: 'scatter' (its store address reads memory), 'fill' (it stores a constant), or
+  'other'."""
+  out = []
+  for call in t.schedule().src:
+    st = next(u for u in call.src[0].toposort() if u.op is Ops.STORE)
+    if st.src[0].src[1].op_in_backward_slice_with_self(Ops.INDEX): out.append("scatter")
+    elif st.src[1].op is Ops.CONST: out.append("fill")
+    else: out.append("other")
+  return out
+
+
+@pytest.fixture
+def hot():
+  """(6, 5): target k of source n is hot when index[n] == k (index [4, 1, 4, 9, -1]), and the
+  sources [1, 2, 3, 4, 5]."""
+  index = Tensor([4, 1, 4, 9, -1]).reshape(1, 5)
+  return Tensor.arange(6).reshape(6, 1).eq(index), Tensor([1.0, 2.0, 3.0, 4.0, 5.0]).reshape(1, 5)
+
+
+def test_one_hot_sum_is_a_fill_and_a_scatter(hot):
+  one_hot, val = hot
+  out = one_hot.where(val, 0.0).sum(1)
+  assert _store_kinds(out) == ["fill", "scatter"]  # out of range indices write nothing
+  assert out.tolist() == [0.0, 2.0, 0.0, 0.0, 4.0, 0.0]
+
+
+def test_one_hot_forms_that_become_scatters(hot):
+  one_hot, val = hot
+  ints, pos = Tensor([1, 2, 3, 4, 5]).reshape(1, 5), Tensor.arange(5).reshape(1, 5)
+  cases = [(one_hot.logical_not().where(0.0, val).sum(1), [0, 2, 0, 0, 4, 0]),  # either side
+           (one_hot.cast(ints.dtype).sum(1), [0, 1, 0, 0, 2, 0]),  # a count
+           ((one_hot.cast(ints.dtype) * ints).sum(1), [0, 2, 0, 0, 4, 0]),  # exact integer product
+           (one_hot.where(val, 1.0).prod(1), [1, 2, 1, 1, 3, 1]),
+           (one_hot.where(pos, -1).max(1), [-1, 1, -1, -1, 2, -1])]  # max from below every value
+  for t, want in cases:
+    assert _store_kinds(t) == ["fill", "scatter"] and t.tolist() == want
+
+
+def test_one_hot_forms_that_stay_reductions(hot):
+  """Dropping the unselected terms must be exact: otherwise the reduce stays."""
+  one_hot, val = hot
+  inf = Tensor([1.0, math.inf, 2.0, 0.0, 0.0]).reshape(1, 5)
+  cases = [(one_hot.where(val, 1.0).sum(1), [5.0, 6.0, 5.0, 5.0, 7.0, 5.0]),  # not the identity
+           ((one_hot.float() * inf).sum(1), [math.nan, math.inf] + [math.nan] * 4),  # 0*inf
+           (one_hot.where(val, -1.0).max(1), [-1.0, 2.0, -1.0, -1.0, 3.0, -1.0]),  # any float
+           (one_hot.where(val, 9.0).max(1), [9.0] * 6)]  # may be above a value
+  for t, want in cases:
+    assert "scatter" not in _store_kinds(t)
+    np.testing.assert_array_equal(t.numpy(), want)
+
+
+def test_scatter_waits_for_its_fill_and_readers_wait_for_it(hot):
+  one_hot, val = hot
+  s = one_hot.where(val, 0.0).sum(1)
+  out = s + s.flip(0)
+  kinds = _store_kinds(out)
+  assert kinds == ["fill", "scatter", "other"]
+  assert out.tolist() == [0.0, 6.0, 0.0, 0.0, 6.0, 0.0]

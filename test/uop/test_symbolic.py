@@ -11,6 +11,8 @@ from unigrad.uop import Invalid, Ops, UOp, dtypes, sym_infer
 from unigrad.uop.alu import exec_alu
 from unigrad.uop.symbolic import (linear_terms, order_key, pm_canonical, pm_compare, pm_divmod,
                                   pm_fold_constants, pm_identities, pm_invalid, pm_min_max)
+from unigrad.uop.validity import (pm_simplify_valid, simplify_valid, uop_given_valid,
+                                  valid_bounds)
 
 idx, i32, f32, bool_ = dtypes.index, dtypes.int32, dtypes.float32, dtypes.bool
 x, y, z = UOp.variable("x", 0, 10), UOp.variable("y", 0, 3), UOp.variable("z", -5, 5)
@@ -308,3 +310,143 @@ def test_nested_div_whose_divisor_overflows_int32() -> None:
 def test_div_and_mod_by_negative_and_positive_constants(d: int) -> None:
   for e in [(x * 4 + 3) // d, (x * 4 + 3) % d, (z * 6 + 2) // d, (z * 6 + 2) % d, z // d, z % d]:
     check_same_values(e, [x, z], random.Random(0))
+
+
+# ---- validity (uop/validity.py): simplifying what is only used where a gate holds ----
+
+def test_valid_bounds() -> None:
+  r = UOp.range(16, 0)
+  assert valid_bounds((r < 1).logical_not() & (r < 15)) == {r: (1, 14)}
+  assert valid_bounds((r + 3 < 10) & (r * -1 < -2)) == {r: (3, 6)}  # r < 7, -r < -2
+  assert valid_bounds(r.eq(5)) == {r: (5, 5)}
+  assert valid_bounds((r < 3) & (r < 2).logical_not() & (r < 2)) is None  # contradiction
+  assert valid_bounds(r < 20) == {} and valid_bounds(r.ne(3)) == {}  # nothing narrower
+  s2 = UOp.range(4, 1)
+  got = valid_bounds((r + s2 < 1).logical_not() & (r + s2 < 4))  # a window sum: 1 <= r+s2 <= 3
+  assert got[(r + s2).simplify()] == (1, 3) and got[r] == (0, 3)
+
+
+def test_uop_given_valid() -> None:
+  r = UOp.range(17, 0)
+  inside = (r < 1).logical_not() & (r < 16)  # 1 <= r <= 15
+  assert uop_given_valid(inside, (r + 15) // 16) is c(1)
+  assert uop_given_valid(inside, (r + 15) % 16) is (r + -1).simplify()
+  assert uop_given_valid(r.eq(3), r * 4 + 1) is c(13)
+  assert uop_given_valid(inside, r // 16) is c(0)
+  assert uop_given_valid((r < 3) & (r < 5).logical_not(), r) is None  # never valid
+  assert uop_given_valid(inside, r // 4) is r // 4  # still a division
+
+
+def test_simplify_valid() -> None:
+  r, s2 = UOp.range(17, 0), UOp.range(9, 1)
+  lo, hi = (r < 1).logical_not(), r < 16
+  assert simplify_valid(lo & hi & lo) is lo & hi  # repeated clause
+  assert simplify_valid(lo & (r < 2).logical_not()) is (r < 2).logical_not()  # implied by r >= 2
+  assert simplify_valid((r < 3) & (r < 5).logical_not()) is T(False)
+  assert simplify_valid(lo & hi & (((r + 15) // 16 + s2) % 2 < 1)) is lo & hi & ((s2 + 1) % 2 < 1)
+  assert simplify_valid(lo & hi) is None and simplify_valid(hi) is None
+  assert simplify_valid((s2 < 3) & (r < 4)) is None  # independent clauses
+
+
+def test_pm_simplify_valid() -> None:
+  r = UOp.range(17, 0)
+  inside = (r < 1).logical_not() & (r < 16)
+  one = inside.where(c(1), c(Invalid))
+  assert pm_simplify_valid.rewrite(inside.where((r + 15) // 16, c(Invalid))) is one
+  both, kept = inside & (r < 2).logical_not(), (r < 16) & (r < 2).logical_not()  # r>=1 implied
+  assert pm_simplify_valid.rewrite(both.where(r, c(Invalid))) is kept.where(r, c(Invalid))
+  assert pm_simplify_valid.rewrite(both.where(x, c(0))) is kept.where(x, c(0))
+  assert pm_simplify_valid.rewrite((r < 3).where(r, c(Invalid))) is None  # nothing to use
+  assert pm_simplify_valid.rewrite(inside.where(r // 4, c(Invalid))) is None  # no div/mod removed
+  assert pm_simplify_valid.rewrite(inside.where(x, c(0))) is None
+
+
+def test_divmod_of_a_term_with_few_values_is_affine() -> None:
+  k = UOp.range(3, 0)
+  assert pm_divmod.rewrite((k * 2 + 2) % 3) is (k * -1 + 2).simplify()  # a flipped 3-tap index
+  assert pm_divmod.rewrite((k + 1) % 4) is k + 1
+  assert pm_divmod.rewrite((k * 3 + 1) // 2) is None  # 0, 2, 3: not affine
+  check_same_values((k * 2 + 2) % 3, [k], random.Random(0))
+
+
+def test_divmod_with_a_remainder_below_the_common_factor() -> None:
+  r, s2 = UOp.variable("r", 1, 15), UOp.variable("s", 0, 7)
+  assert pm_divmod.rewrite((s2 * 16 + r + 15) // 32) is (s2 + 1) // 2  # 16*(s+1) + (r-1)
+  want = ((s2 + 1) % 2 * 16 + r - 1).simplify()
+  assert ((s2 * 16 + r + 15) % 32).simplify() is want
+  assert pm_divmod.rewrite((s2 * 16 + r + 16) // 32) is (s2 + 1) // 2  # 16*(s+1) + r
+  assert pm_divmod.rewrite((s2 * 16 + r + 17) // 32) is None  # r+17 = 16 + [2, 16]: not below 16
+  for e in [(s2 * 16 + r + 15) // 32, (s2 * 16 + r + 15) % 32, (s2 * 6 + r // 4 + 1) // 4]:
+    check_same_values(e, [r, s2], random.Random(0))
+
+
+# property: the validity rewrites keep every value where the gate holds
+
+lin_coeffs = st.lists(st.sampled_from([-3, -2, -1, 1, 2, 3]), min_size=1, max_size=3)
+clauses = st.lists(st.tuples(st.sampled_from(["lt", "ge", "eq"]), lin_coeffs, st.integers(-6, 12)),
+                   min_size=1, max_size=4)
+
+
+def build_valid(cs: list, vs: list[UOp]) -> UOp:
+  out = None
+  for kind, coeffs, bound in cs:
+    e = sum((vs[i % len(vs)] * a for i, a in enumerate(coeffs)), c(0, vs[0].dtype))
+    clause = {"lt": e < bound, "ge": (e < bound).logical_not(), "eq": e.eq(bound)}[kind]
+    out = clause if out is None else out & clause
+  return out
+
+
+def check_given_valid(valid: UOp, e: UOp, vs: list[UOp], rnd: random.Random) -> None:
+  given, sv = uop_given_valid(valid, e), simplify_valid(valid)
+  gated = pm_simplify_valid.rewrite(valid.where(e, c(Invalid, e.dtype)))
+  for vals in assignments(vs, rnd):
+    env = dict(zip(vs, vals))
+    ok = sym_infer(valid, env)
+    if sv is not None: assert sym_infer(sv, env) == ok, f"{valid.render()} -> {sv.render()} {vals}"
+    if not ok: continue
+    want = sym_infer(e, env)
+    assert given is not None, f"{valid.render()} holds at {vals}"
+    assert sym_infer(given, env) == want, f"{e.render()} -> {given.render()} at {vals}"
+    if gated is None or gated.op is not Ops.WHERE: continue
+    assert sym_infer(gated.src[0], env), f"{gated.render()} drops {vals}"
+    assert sym_infer(gated.src[1], env) == want, f"{gated.render()} at {vals}"
+
+
+@settings(max_examples=200, deadline=None)
+@given(bounds, st.sampled_from([idx, i32]), clauses, exprs, st.randoms(use_true_random=False))
+def test_given_valid_keeps_values_where_valid(bs: list, dt, cs: list, tree: tuple,
+                                              rnd: random.Random) -> None:
+  vs = make_vars(bs, dt)
+  check_given_valid(build_valid(cs, vs), build(tree, vs, dt).simplify(), vs, rnd)
+
+
+windows = st.tuples(st.integers(1, 9), st.integers(1, 4), st.integers(1, 3), st.integers(0, 2),
+                    st.sampled_from([2, 3, 4, 8, 16]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(windows, st.randoms(use_true_random=False))
+def test_given_valid_keeps_values_of_padded_windows(w: tuple, rnd: random.Random) -> None:
+  """The index math of a padded sliding window: o*s + k - p, valid inside the input."""
+  n, kw, s, p, d = w
+  o, k = UOp.variable("o", 0, (n + 2 * p - kw) // s if n + 2 * p >= kw else 0), UOp.variable(
+    "k", 0, kw - 1)
+  coord = o * s + k - p
+  valid = (coord < 0).logical_not() & (coord < n)
+  for e in [coord // d, coord % d, (coord + p * d) // d, (o * s * d + k + d - 1) // d]:
+    check_given_valid(valid, e.simplify(), [o, k], rnd)
+
+
+divmod_terms = st.tuples(st.integers(-8, 8), st.integers(-20, 20), st.sampled_from(DIVISORS),
+                         st.integers(-6, 6), st.integers(0, 40))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(divmod_terms, min_size=1, max_size=3), st.sampled_from([idx, i32]),
+       st.randoms(use_true_random=False))
+def test_affine_and_small_remainder_divmod_keep_values(ts: list, dt, rnd: random.Random) -> None:
+  vs = [UOp.variable(f"v{i}", lo, lo + w, dt) for i, (_, _, _, lo, w) in enumerate(ts)]
+  lin = sum((v * a for v, (a, _, _, _, _) in zip(vs, ts)), c(ts[0][1], dt))
+  for d in {t[2] for t in ts}:
+    for e in (lin // d, lin % d, (lin * 16 + vs[0]) // (16 * d), (lin * 16 + vs[-1]) % (16 * d)):
+      check_same_values(e, vs, rnd)

@@ -10,13 +10,15 @@ from __future__ import annotations
 from unigrad.dtype import dtypes
 from unigrad.uop import Invalid, Ops, PatternMatcher, UOp, UPat, pm_simplify
 from unigrad.uop.symbolic import build_linear, linear_terms
+from unigrad.uop.validity import pm_simplify_valid
 
 Bound = tuple[UOp | None, UOp | None]  # (lowest allowed r, first disallowed r)
 
 
-def _atoms(cond: UOp) -> list[UOp]:
+def conjuncts(cond: UOp) -> list[UOp]:
+  """The terms of an AND chain of bool conditions."""
   if cond.op is Ops.AND and cond.dtype == dtypes.bool:
-    return _atoms(cond.src[0]) + _atoms(cond.src[1])
+    return conjuncts(cond.src[0]) + conjuncts(cond.src[1])
   return [cond]
 
 
@@ -48,7 +50,7 @@ def _atom_bound(atom: UOp, r: UOp) -> Bound | None:
   return (None, 1 - k) if negate else (1 - k, None)  # -r >= k -> r < 1-k  |  -r < k -> r >= 1-k
 
 
-def _equality(atom: UOp, r: UOp) -> UOp | None:
+def solve_equality(atom: UOp, r: UOp) -> UOp | None:
   """For `r + rest == e` (NOT(r+rest != e)) the value of r it selects, e - rest."""
   negated = atom.op is Ops.CMPNE and atom.src[1].op is Ops.CONST and atom.src[1].arg is True
   if not negated: return None
@@ -72,9 +74,9 @@ def _gate_loads(v: UOp, e: UOp, valid: UOp) -> UOp:
 def collapse_gather(r: UOp, cond: UOp, v: UOp) -> UOp | None:
   """sum_r WHERE(r == e, v(r), 0) -> v(e) where 0 <= e < n, else 0: a one-hot reduce is a
   direct (bounds-gated) indexed load."""
-  atoms = _atoms(cond)
+  atoms = conjuncts(cond)
   for i, atom in enumerate(atoms):
-    e = _equality(atom, r)
+    e = solve_equality(atom, r)
     if e is None: continue
     rest = atoms[:i] + atoms[i + 1:]
     if any(r in a.toposort() for a in rest): return None
@@ -106,12 +108,12 @@ def collapse_reduce(red: UOp) -> UOp | None:
   if val.op is not Ops.WHERE: return None
   cond, v = _masked_value(val)
   if cond is None: return None
-  if r in v.toposort() or any(_equality(a, r) is not None for a in _atoms(cond)):
+  if r in v.toposort() or any(solve_equality(a, r) is not None for a in conjuncts(cond)):
     return collapse_gather(r, cond, v)
   n = r.src[0]
   lo, hi = UOp.const(dtypes.index, 0), n
   rest: list[UOp] = []
-  for atom in _atoms(cond):
+  for atom in conjuncts(cond):
     if r not in atom.toposort():
       rest.append(atom)
       continue
@@ -143,7 +145,7 @@ def distribute_cast(c: UOp, x: UOp) -> UOp | None:
   return x.replace(dtype=c.dtype, src=tuple(s.cast(c.dtype) for s in x.src))
 
 
-pm_kernel_simplify = pm_simplify + pm_reduce_collapse + PatternMatcher([
+pm_kernel_simplify = pm_simplify + pm_simplify_valid + pm_reduce_collapse + PatternMatcher([
   # cast(a+b) -> cast(a)+cast(b)
   (UPat(Ops.CAST, name="c", src=(UPat((Ops.ADD, Ops.MUL), name="x"),)), distribute_cast),
   # range(1) -> 0

@@ -3,11 +3,16 @@
 Reads are the spec's one-hot gather, `(arange(K) == idx).where(x, 0).sum(K)`: the kernel
 simplifier (codegen/simplify.py, collapse_gather) turns it into one bounds-gated indexed load, so a
 gather of N elements costs O(N), with no loop over K. Writes (scatter, scatter_reduce, advanced
-`__setitem__`) are the spec's one-hot reduction over the index axis: O(K*N) for K target positions
-and N indices (a direct indexed store is not expressible yet); the value a target takes is then
-read back with the direct gather. Shapes that depend on data (bool masks, masked_select, nonzero)
-realize the mask and count on the host, like PyTorch. Sorting is a stable bitonic network over
-(key, position) pairs: O(n log^2 n) work in log2(n)(log2(n)+1)/2 kernels.
+`__setitem__`) are the spec's one-hot reduction over the index axis,
+`(arange(K) == idx).where(src, identity).reduce(N)`, which rangeify compiles to direct stores
+(schedule/scatter.py): a kernel fills the K targets with the identity, then one loop over the N
+sources, never split across threads, read-modify-writes `out[idx[n]]` in order. So a write costs
+O(N) plus O(K) per target buffer, and the graph stays differentiable by the ordinary rules (the
+gradient of a gather is such a scatter too). Overwrites (scatter, setitem) scatter the source
+position with MAX (the last source wins, deterministically) and read the value back with the
+direct gather. Shapes that depend on data (bool masks, masked_select, nonzero) realize the mask
+and count on the host, like PyTorch. Sorting is a stable bitonic network over (key, position)
+pairs: O(n log^2 n) work in log2(n)(log2(n)+1)/2 kernels.
 
 Index checks follow PyTorch where they can be made without running anything: a Python list or an
 already realized index tensor is read on the host and raises IndexError (RuntimeError for gather
@@ -19,6 +24,7 @@ from __future__ import annotations
 import itertools
 import math
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -136,7 +142,9 @@ def _take(x: Tensor, idx: Tensor) -> Tensor:
 class Scattered:
   """A one-hot scatter of `src` (shape I) by `index` along `dim` onto K target positions: `hot`
   is I with K inserted before `dim` (hot[.., k, m, ..] = index[.., m, ..] == k), so reducing axis
-  dim + 1 gives, per target, the combination of every source written there."""
+  dim + 1 gives, per target, the combination of every source written there. Each reduction is a
+  one-hot whose unselected terms are the reduction's identity (MAX: below every position), the
+  form rangeify compiles to a fill and an O(I) loop of direct stores instead of O(K*I)."""
   hot: Tensor
   src: Tensor
   dim: int
@@ -146,7 +154,9 @@ class Scattered:
     return _reduce_axis(self.hot.where(self.src.unsqueeze(self.dim), fill), op, self.dim + 1)
 
   def count(self) -> Tensor:
-    return _reduce_axis(self.hot.cast(dtypes.int64), Ops.ADD, self.dim + 1)
+    """How many sources each target takes (int32 when that many fit: half the traffic)."""
+    dt = dtypes.int32 if self.src.shape[self.dim] <= dtypes.int32.max else dtypes.int64
+    return _reduce_axis(self.hot.cast(dt), Ops.ADD, self.dim + 1)
 
   def last(self, scalar: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """The source each target takes when writes overwrite (the last one), or 0, and whether any
@@ -154,6 +164,7 @@ class Scattered:
     source is the same `scalar`: a read of a broadcast value would not collapse to a load)."""
     m = self.src.shape[self.dim]
     pos = _arange_at(self.src, m, self.dim + 1, self.hot.ndim)
+    if m <= dtypes.int32.max: pos = pos.cast(dtypes.int32)  # half the traffic of int64
     j = _reduce_axis(self.hot.where(pos, -1), Ops.MAX, self.dim + 1)
     return (one_hot_read(self.src, self.dim, j) if scalar is None else scalar), j >= 0
 
@@ -459,8 +470,8 @@ class IndexingMixin:
     """Write `value` (broadcast, cast to this dtype) into the indexed positions of this tensor's
     buffer, now (a lazy tensor first gets a buffer of its own). Writing through a view writes the
     viewed buffer. Basic indices store into the view; a lone bool mask costs O(numel) (a direct
-    read per element); other advanced indices cost a one-hot reduction of O(K*N) (K positions on
-    the advanced axes, N indices); repeated indices: the last one wins.
+    read per element); other advanced indices cost O(N) direct stores of the index positions (N
+    indices) and an O(numel) pass; repeated indices: the last one wins.
     `x[1:, [0, 2]] = 0`"""
     v = _value_for(self, value)
     _own_storage(self)
@@ -504,7 +515,10 @@ class IndexingMixin:
   def scatter(self, dim: int, index: Tensor, src: Any, reduce: str | None = None) -> Tensor:
     """A copy of self with self[i][index[i][j]] = src[i][j] for dim=1 (src a tensor or a
     scalar); reduce 'add' or 'multiply' combines instead. Repeated indices: the last source wins.
-    The spec's one-hot reduction over the index axis: O(self.shape[dim] * index.numel())."""
+    O(self.numel() + index.numel()): the position each target takes is scattered by direct stores
+    (one ordered loop over the indices), then read back with the direct gather."""
+    if self.ndim == 0:
+      return _scatter_0d(self, dim, index, src, lambda x, i, s: x.scatter(0, i, s, reduce))
     if reduce is not None:
       ops = {"add": "sum", "multiply": "prod"}
       if reduce not in ops: raise RuntimeError(f"reduce argument must be either add or multiply, "
@@ -513,7 +527,7 @@ class IndexingMixin:
       return self.scatter_reduce(dim, index, src, ops[reduce])
     scalar = None if hasattr(src, "uop") else type(self).full((), src, self.dtype, self.device)
     d, i, src = self._scatter_args("scatter", dim, index, src)
-    if self.ndim == 0 or index.numel() == 0: return self._wrap(self.uop)
+    if index.numel() == 0: return self._wrap(self.uop)
     val, written = _scattered(self.shape[d], d, i.t, src).last(scalar)
     shape = tuple(self.shape)
     return _fit_to(written, shape, False).where(_fit_to(val, shape, 0), self)
@@ -522,13 +536,17 @@ class IndexingMixin:
                      include_self: bool = True) -> Tensor:
     """A copy of self where each target combines the sources scattered to it with `reduce`
     ('sum', 'prod', 'mean', 'amax', 'amin'), and its own value when include_self. Integer means
-    floor-divide, like PyTorch. O(self.shape[dim] * index.numel()), one-hot over the index axis.
+    floor-divide, like PyTorch. O(self.numel() + index.numel()): direct read-modify-write stores
+    in one ordered loop over the indices (see the module docstring).
     `Tensor([0., 0.]).scatter_reduce(0, Tensor([1, 1]), Tensor([2., 3.]), "sum")` is `[0, 5]`."""
     if reduce not in REDUCTIONS:
       raise RuntimeError(f"reduce argument must be either sum, prod, mean, amax or amin, got "
                          f"{reduce}")
+    if self.ndim == 0:
+      return _scatter_0d(self, dim, index, src,
+                         lambda x, i, s: x.scatter_reduce(0, i, s, reduce, include_self))
     d, i, src = self._scatter_args("scatter_reduce", dim, index, src)
-    if self.ndim == 0 or index.numel() == 0: return self._wrap(self.uop)
+    if index.numel() == 0: return self._wrap(self.uop)
     sc, shape = _scattered(self.shape[d], d, i.t, src), tuple(self.shape)
     count = _fit_to(sc.count(), shape, 0)
     return (count > 0).where(_combine(self, sc, reduce, include_self, count), self)
@@ -592,6 +610,16 @@ class IndexingMixin:
     if self.ndim == 0: return values, indices
     keep = tuple((0, k) if a == d else None for a in range(self.ndim))
     return values.shrink(keep), indices.shrink(keep)
+
+
+def _scatter_0d(x: Tensor, dim: int, index: Tensor, src: Any,
+                fn: Callable[[Tensor, Tensor, Any], Tensor]) -> Tensor:
+  """A scatter into a 0-d tensor: the same on one element (dim must be 0 or -1)."""
+  canonical_axis(dim, 1)
+  if index.ndim > 1:
+    raise RuntimeError("Index tensor must have the same number of dimensions as input tensor")
+  flat = src.reshape(-1) if hasattr(src, "uop") else src
+  return fn(x.reshape(1), index.reshape(-1), flat).reshape(())
 
 
 def _combine(x: Tensor, sc: Scattered, reduce: str, include_self: bool, count: Tensor) -> Tensor:

@@ -2,7 +2,9 @@
 one-hot and losses.
 
 Compositions of the primitive Tensor methods only. A convolution or pooling is the sliding-window
-view of `pool` (pad, repeat, shrink, reshape, permute: no copies) followed by ONE fused reduce;
+view of `pool` (pad, repeat, shrink, reshape, permute: no copies) followed by ONE fused reduce (a
+convolution first copies its padded input and its weights, output channels innermost, so that the
+reduce reads both without bounds checks and along contiguous vectors);
 gathers (interpolation, losses) are the spec's one-hot gathers (`take`), which compile to direct
 gated loads. `pool` and `take` also serve composite.py (scans, unfold, repeat_interleave).
 Signatures are tinygrad's, semantics PyTorch's (torch.nn.functional).
@@ -198,11 +200,18 @@ def _conv(x: Tensor, weight: Tensor, groups: int, s_: Sequence[int], d_: Sequenc
                        f"than actual input size")
   dt = result_type(x, weight) if dtype is None else x.cast(dtype).dtype
   acc = dtypes.float32 if dt in (dtypes.float16, dtypes.bfloat16) else dt
-  win = pool(x.cast(acc).pad([(0, 0), (0, 0), *pads]), k_, s_, d_)  # (bs, g*cin, *o_, *k_)
+  x = x.cast(acc)
+  # the padded input gets its own buffer: the reduce then reads it without bounds checks (a gated
+  # load per multiply-add would keep the compiler from vectorizing the window reads)
+  if any(b or a for b, a in pads): x = x.pad([(0, 0), (0, 0), *pads]).contiguous()
+  win = pool(x, k_, s_, d_)  # (bs, g*cin, *o_, *k_)
   o_, rc = win.shape[2:2 + n], cout // groups
   win = win.reshape(bs, groups, cin, 1, *o_, *k_).expand(bs, groups, cin, rc, *o_, *k_)
   win = win.permute(0, 1, 3, *range(4, 4 + n), 2, *range(4 + n, 4 + 2 * n))
-  w = weight.cast(acc).reshape(1, groups, rc, *[1] * n, cin, *k_)
+  # weights stored (cin, *k_, cout): a vector of output channels is one contiguous load, each
+  # input value is broadcast across it (the register tile the CPU heuristics pick)
+  wt = weight.cast(acc).permute(*range(1, n + 2), 0).contiguous().permute(n + 1, *range(n + 1))
+  w = wt.reshape(1, groups, rc, *[1] * n, cin, *k_)
   out = (win * w).sum(tuple(range(3 + n, 4 + 2 * n)), dtype=acc)  # over (cin, *k_)
   return out.reshape(bs, cout, *o_).cast(dt)
 

@@ -9,12 +9,18 @@ value, and REDUCE is `REDUCE(value, *ranges)`.
 Fusion policy (which values get their own kernel and buffer): every STORE is a kernel; a REDUCE
 read under an EXPAND that broadcasts, inside another REDUCE, or by several kernels is realized
 (unless it has a closed form: arange, cumsum windows), and so is an expensive
-elementwise value (one with a transcendental) read under a broadcasting EXPAND. Everything else is
+elementwise value (one with a transcendental) read under a broadcasting EXPAND. A scatter (a
+one-hot REDUCE over one of its output positions, schedule/scatter.py) is always realized, and its
+kernel becomes a fill and a sequential loop of direct stores, O(N) instead of O(N*K); a gather that
+reads one (the position map of an overwrite) still collapses to a direct load. Everything else is
 recomputed inline where it is read.
 """
 from __future__ import annotations
 
+import functools
 import math
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from unigrad.dtype import dtypes
@@ -22,6 +28,7 @@ from unigrad.uop import AxisType, GroupOp, Invalid, Ops, ParamArg, PatternMatche
 from unigrad.uop import UPat, graph_rewrite, shape_uop
 from unigrad.codegen.expand import identity_element
 from unigrad.codegen.simplify import pm_kernel_simplify
+from unigrad.schedule.scatter import compares_position, scatter_kernels, scatter_plan
 from unigrad.uop.properties import as_shape
 from unigrad.uop.symbolic import pm_invalid
 
@@ -75,25 +82,93 @@ def _is_expensive(u: UOp, realized: set[UOp]) -> bool:
   return False
 
 
+def _per_node(fn: Callable[[UOp], bool]) -> Callable[[UOp], bool]:
+  """A pure predicate of a tensor-graph node, remembered per node (weakly: the entry goes with
+  the node). The fusion probes ask about the same node many times in one schedule."""
+  seen: weakref.WeakKeyDictionary[UOp, bool] = weakref.WeakKeyDictionary()
+
+  @functools.wraps(fn)
+  def remembered(u: UOp) -> bool:
+    if (hit := seen.get(u)) is None: hit = seen[u] = fn(u)
+    return hit
+  return remembered
+
+
+def _body(red: UOp) -> tuple[bool, list[UOp]]:
+  """What a REDUCE computes itself, down to buffers and other REDUCEs: whether it compares for
+  equality (a one-hot does) and the outermost REDUCEs it reads."""
+  compares, nested, seen, stack = False, [], set(), [red.src[0]]
+  while stack:
+    u = stack.pop()
+    if u in seen: continue
+    seen.add(u)
+    if u.op is Ops.REDUCE: nested.append(u)
+    elif u.op not in (Ops.PARAM, Ops.AFTER, Ops.BUFFER):
+      compares = compares or u.op is Ops.CMPNE
+      stack.extend(u.src)
+  return compares, nested
+
+
 def _collapses(red: UOp) -> bool:
-  """The REDUCE's indexed form (loads allowed) simplifies to no loop: a gather, an arange."""
-  nested = [u for u in red.src[0].toposort() if u.op is Ops.REDUCE]
-  if not all(_has_closed_form(u) for u in nested): return False  # never inline a reduction of data
-  return _probe_simplified(red)
+  """The REDUCE's indexed form (loads allowed) simplifies to no loop: a gather, an arange. A
+  reduction it reads must have a closed form (inlined) or be a scatter (realized, so read from
+  its buffer, as a gather reads the position map of an overwrite); any other reduction of data is
+  never inlined."""
+  loaded = [u for u in _body(red)[1] if not _has_closed_form(u)]
+  if not all(is_scatter(u) for u in loaded): return False
+  return _probe_simplified(red, loaded)
 
 
-def _probe_simplified(red: UOp) -> bool:
-  """Rangeify `red` alone at fresh ranges and simplify: True when no REDUCE is left."""
+def _loaded(red: UOp, loaded: list[UOp]) -> UOp:
+  """`red` reading each node of `loaded` from a buffer (a placeholder PARAM) of its own."""
+  def buf(u: UOp, i: int) -> UOp:
+    numel = math.prod(u.shape)
+    return UOp(Ops.PARAM, u.dtype, (shape_uop((numel,)),), ParamArg(-1 - i, u.dtype, "NULL"))
+  return red.substitute({u: _view(buf(u, i), u.shape) for i, u in enumerate(loaded)})
+
+
+def _probe(red: UOp, loaded: list[UOp] | None = None,
+           simplify: bool = True) -> tuple[UOp, tuple[UOp, ...]] | None:
+  """Rangeify `red` alone at fresh LOOP ranges (the nodes in `loaded` read from buffers) and
+  simplify: its value there and the ranges."""
+  if loaded: red = _loaded(red, loaded)
   ctx = RangeifyCtx(0, "NULL", realize=set())
   ctx.current = Kernel(ast=red, key=red, writes=red)
   rngs = tuple(ctx.new_range(s, AxisType.LOOP) for s in red.shape)
   try:
-    value = graph_rewrite(_index(red, rngs), pm_rangeify, ctx=ctx, bottom_up=True,
-                          name="collapse probe")
-  except NotImplementedError: return False
-  return not graph_rewrite(value, pm_kernel_simplify).op_in_backward_slice_with_self(Ops.REDUCE)
+    value = graph_rewrite(_index(red, rngs), pm_rangeify, ctx=ctx, bottom_up=True, name="probe")
+  except NotImplementedError: return None
+  if not simplify: return value, rngs
+  return graph_rewrite(value, pm_kernel_simplify, name="probe simplify"), rngs
 
 
+def _probe_simplified(red: UOp, loaded: list[UOp] | None = None) -> bool:
+  """Rangeify `red` alone at fresh ranges and simplify: True when no REDUCE is left."""
+  probe = _probe(red, loaded)
+  return probe is not None and not probe[0].op_in_backward_slice_with_self(Ops.REDUCE)
+
+
+@_per_node
+def is_scatter(u: UOp) -> bool:
+  """A REDUCE (or a view of one) that is a one-hot over one of its output positions (see
+  scatter_plan): its kernel fills its buffer and then stores directly, instead of looping over
+  every output position. A one-hot compares with an arange (a closed form) for equality; the
+  probe reads the other reductions it contains from buffers, as its kernel will, so it stays as
+  small as the reduction's own body."""
+  red = u
+  while red.op in VIEW_OPS: red = red.src[0]
+  if red.op is not Ops.REDUCE or not all(isinstance(d, int) for d in u.shape): return False
+  compares, nested = _body(red)
+  if not compares: return False  # no one-hot
+  closed = [r for r in nested if _has_closed_form(r)]
+  if not closed: return False  # no arange to compare positions with
+  probe = _probe(u, [r for r in nested if r not in closed], simplify=False)
+  if probe is None or not compares_position(probe[0], probe[1]): return False
+  value = graph_rewrite(probe[0], pm_kernel_simplify, name="probe simplify")
+  return value.op is Ops.REDUCE and scatter_plan(value, probe[1]) is not None
+
+
+@_per_node
 def _has_closed_form(red: UOp) -> bool:
   """A REDUCE whose indexed form simplifies to no loop at all (arange, cumsum windows): recomputing
   it where it is read costs less than a buffer. Only reductions of constants qualify, so the probe
@@ -111,10 +186,22 @@ def _shared_reduces(roots: list[UOp]) -> set[UOp]:
   return {u for u, owner in seen_by.items() if owner == -1}
 
 
+def _stored_directly(root: UOp) -> UOp | None:
+  """The REDUCE a stored value is a view of, when the value's kernel is a scatter itself."""
+  u = root
+  while u.op in VIEW_OPS: u = u.src[0]
+  return u if u.op is Ops.REDUCE and is_scatter(root) else None
+
+
 def find_realizes(body: UOp) -> set[UOp]:
   """Which tensor-graph nodes become their own kernel (see the module docstring)."""
   roots = [s.src[1] for s in body.toposort() if s.op is Ops.STORE]
   realize: set[UOp] = {u for u in _shared_reduces(roots) if not _has_closed_form(u)}
+  # a scatter read inside another kernel would run its one-hot loop there: it gets a kernel of
+  # its own, of direct stores (a root that is a view of one is that kernel already)
+  direct = {_stored_directly(r) for r in roots}
+  realize |= {u for r in roots for u in r.toposort(lambda n: n.op not in (Ops.PARAM, Ops.AFTER))
+              if u.op is Ops.REDUCE and u not in direct and is_scatter(u)}
   seen: set[tuple[UOp, bool, bool]] = set()
   stack = [(r, False, False) for r in roots]  # (node, under a broadcasting EXPAND, inside a REDUCE)
   while stack:
@@ -143,6 +230,7 @@ def split_reduce(red: UOp) -> UOp | None:
   if red.tag == "split" or not all(isinstance(d, int) for d in (*in_shape, *out_shape)): return None
   if math.prod(in_shape) < SPLIT_REDUCE_RATIO * max(1, math.prod(out_shape)): return None
   if _collapses(red): return None  # a gather or arange: no loop left to split
+  if is_scatter(red): return None  # direct stores: no loop over the outputs to split
   for a in red.arg.axes:
     n = in_shape[a]
     s = next((s for s in (256, 128, 64, 32, 16, 8) if n % s == 0 and n // s >= 8), None)
@@ -355,12 +443,28 @@ def _build_kernel(ctx: RangeifyCtx, store: UOp, key: UOp) -> None:
   for r in reversed(rngs): st = UOp(Ops.END, dtypes.void, (st, r))
   sink = UOp(Ops.SINK, dtypes.void, (st,))
   ast = graph_rewrite(sink, pm_rangeify, ctx=ctx, bottom_up=True, name="rangeify")
-  kernel.ast = ast
+  kernel.ast, kernel.reads = ast, _reads(ast)
+  ctx.current = saved
+  split = scatter_kernels(ast)
+  if split is not None: _split_scatter(ctx, key, kernel, *split)
+
+
+def _reads(ast: UOp) -> set[UOp]:
+  """The PARAMs a kernel reads (an address it stores to is no read)."""
   topo = ast.toposort()
   addrs = {u.src[0] for u in topo if u.op is Ops.STORE}
-  kernel.reads = {u.src[0] for u in topo
-                  if u.op is Ops.INDEX and u.src[0].op is Ops.PARAM and u not in addrs}
-  ctx.current = saved
+  return {u.src[0] for u in topo
+          if u.op is Ops.INDEX and u.src[0].op is Ops.PARAM and u not in addrs}
+
+
+def _split_scatter(ctx: RangeifyCtx, key: UOp, kernel: Kernel, fill: UOp, scatter: UOp) -> None:
+  """`kernel` becomes the fill; the scatter kernel runs after it, reads what `kernel` read, and is
+  the one later readers of `key` wait for."""
+  after = Kernel(ast=scatter, key=key, writes=kernel.writes, reads=_reads(scatter),
+                 deps=kernel.deps | {ctx.producer[key]})
+  kernel.ast, kernel.reads, kernel.deps = fill, set(), set()
+  ctx.producer[key] = len(ctx.kernels)
+  ctx.kernels.append(after)
 
 
 def _base_param(u: UOp) -> UOp:

@@ -82,7 +82,8 @@ def finalize_kernel(ast: UOp) -> tuple[UOp, tuple[UOp, ...]]:
   for i, r in enumerate(ranges):
     sub[r] = r.replace(arg=RangeArg(i, r.arg.axis_type))
   new = _substitute_nodes(ast, sub)
-  return new.replace(arg=KernelInfo(name=kernel_name(new))), tuple(params)
+  keep = ast.arg.opts_to_apply if isinstance(ast.arg, KernelInfo) else None  # e.g. a scatter's ()
+  return new.replace(arg=KernelInfo(name=kernel_name(new), opts_to_apply=keep)), tuple(params)
 
 
 def _substitute_nodes(root: UOp, sub: dict[UOp, UOp]) -> UOp:

@@ -235,6 +235,45 @@ def _split_mod(x: UOp, terms: dict[UOp, int], k: int, c: int) -> UOp | None:
   return inner.alu(Ops.MOD, c // g).alu(Ops.MUL, g)
 
 
+def fold_small_remainder(u: UOp, x: UOp, d: UOp) -> UOp | None:
+  """(g*a + s) // c -> a // (c/g) and (g*a + s) % c -> (a % (c/g))*g + s, where g divides c and
+  0 <= s < g: s is the terms whose coefficients g does not divide, plus part of the constant."""
+  c = int_const(d)
+  if c is None or c <= 1 or not no_overflow(x): return None
+  terms, k = linear_terms(x)
+  for g in sorted({math.gcd(c, a) for a in terms.values()} - {1, c}, reverse=True):
+    big = {t: a // g for t, a in terms.items() if a % g == 0}
+    small = build_linear(x, {t: a for t, a in terms.items() if a % g}, 0)
+    if not big or not no_overflow(small): continue
+    kq = (small.vmin + k) // g
+    if small.vmax + k - kq * g >= g: continue
+    a = build_linear(x, big, kq)
+    if u.op is Ops.IDIV: return a.alu(Ops.IDIV, c // g)
+    return a.alu(Ops.MOD, c // g).alu(Ops.MUL, g).alu(Ops.ADD, small.alu(Ops.ADD, k - kq * g))
+  return None
+
+
+MAX_AFFINE_VALUES = 64  # div/mod of a term with at most this many values is tried as affine
+
+
+def fold_affine_divmod(u: UOp, x: UOp, d: UOp) -> UOp | None:
+  """(a*t + k) // c or % c, where t takes few values and the result is affine in t on them:
+  p*t + q (found by evaluating every value: `(2*t+2) % 3` is `2 - t` for t in [0, 2])."""
+  c = int_const(d)
+  if c is None or c == 0 or not no_overflow(x): return None
+  terms, k = linear_terms(x)
+  if len(terms) != 1: return None
+  (t, a), = terms.items()
+  lo, hi = t.min_max
+  if not (isinstance(lo, int) and isinstance(hi, int)) or not 0 < hi - lo < MAX_AFFINE_VALUES:
+    return None
+  def at(v: int) -> int: return (a * v + k) // c if u.op is Ops.IDIV else (a * v + k) % c  # floor
+  f0, p = at(lo), at(lo + 1) - at(lo)
+  if any(at(v) != f0 + p * (v - lo) for v in range(lo + 2, hi + 1)): return None
+  out = build_linear(u, {t: p}, f0 - p * lo)
+  return out if no_overflow(out) else None
+
+
 def fold_nested_div(x: UOp, a: UOp, b: UOp) -> UOp | None:
   """(x//a)//b -> x//(a*b) for positive a, b."""
   ca, cb = int_const(a), int_const(b)
@@ -389,6 +428,8 @@ pm_divmod = PatternMatcher([
   (UPat(Ops.MOD, _int, src=(UPat(Ops.MOD, src=(_x, _m)), _d)), fold_mod_of_mod),  # (x%kc)%c -> x%c
   (UPat(Ops.IDIV, _int, src=(_x, _d)), fold_idiv),  # (x*c+y)//c -> x + y//c
   (UPat(Ops.MOD, _int, src=(_x, _d)), fold_mod),  # (x*c+y)%c -> y%c
+  (UPat((Ops.IDIV, Ops.MOD), _int, name="u", src=(_x, _d)), fold_small_remainder),  # (4a+s)//8
+  (UPat((Ops.IDIV, Ops.MOD), _int, name="u", src=(_x, _d)), fold_affine_divmod),  # (2t+2)%3 -> 2-t
 ])
 
 pm_compare = PatternMatcher([
@@ -411,6 +452,11 @@ def _push_checked(alu: UOp, w: UOp, v: UOp, x: UOp, inv: UOp) -> UOp | None:
   return push_into_gate(alu, w, v, x) if is_invalid(inv) and alu.op is not Ops.WHERE else None
 
 
+def merge_nested_where(v: UOp, w: UOp, x: UOp, y: UOp, y2: UOp) -> UOp | None:
+  """where(v, where(w, x, y), y) -> where(v & w, x, y)"""
+  return (v & w).where(x, y) if y is y2 else None
+
+
 def merge_gates(v: UOp, w: UOp, x: UOp, inv: UOp, inv2: UOp) -> UOp | None:
   """where(v, where(w, x, Invalid), Invalid) -> where(v & w, x, Invalid)"""
   if not (is_invalid(inv) and is_invalid(inv2)): return None
@@ -420,6 +466,8 @@ def merge_gates(v: UOp, w: UOp, x: UOp, inv: UOp, inv2: UOp) -> UOp | None:
 pm_invalid = PatternMatcher([
   (UPat(GroupOp.Binary, name="alu", src=[_gated, UPat.var()]), _push_checked),  # op(gated,y) inside
   (UPat(Ops.WHERE, src=(UPat.var("v"), _gated2, _inv)), merge_gates),  # nested gates -> v&w gate
+  (UPat(Ops.WHERE, src=(UPat.var("v"), UPat(Ops.WHERE, src=(UPat.var("w"), _x, _y)),
+                        UPat.var("y2"))), merge_nested_where),  # where(v,where(w,x,y),y)
 ])
 
 pm_simplify = (pm_fold_constants + pm_invalid + pm_identities + pm_min_max + pm_divmod +

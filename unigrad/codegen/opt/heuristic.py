@@ -1,21 +1,37 @@
 """Hand-written heuristics: good opts for elementwise, reduction and matmul-shaped kernels.
 
-- THREAD: split the first LOOP axis that divides evenly across the cores, when there is enough
-  work per core to pay for the launch of the extra threads.
-- Register tiles for matmul-like reductions: an output axis along which an input is broadcast is
-  upcast (each loaded value is reused across the tile), and the innermost contiguous output axis is
-  upcast to the vector width so the C compiler forms full-width vector FMAs.
+The choice is read off the kernel's loads: for each input buffer read, the stride of every output
+(LOOP) axis in its index (0: the buffer is broadcast along that axis).
+- Register tiles for matmul-like reductions (matmul, batched matmul, convolution): the *vector
+  axis* is an output axis along which an input is contiguous (stride 1), upcast to as many lanes
+  as the target's vector registers allow (up to two registers); the *reuse axis* is an output
+  axis that input does not depend on, upcast so each vector load is reused across the tile (the
+  tile holds 8 or 16 vector accumulators). Among several contiguous axes the one giving
+  the widest vectors wins, and a tile is taken only when the codegen will make its vector axis
+  the vector (see codegen/vectorize.py); else the next candidate is tried.
+- THREAD: split an output axis across the cores when there is enough work per core, preferring
+  one the contiguous input does not depend on (so `core_id` stays out of its addresses).
+- Other reductions split their innermost reduce axis into independent partial accumulators.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from unigrad.codegen.opt import KernelOptError, Opt
 from unigrad.codegen.opt.kernel import OptKernel
+from unigrad.codegen.vectorize import pick_vector_range
 from unigrad.renderer import Renderer
-from unigrad.uop import AxisType
+from unigrad.uop import AxisType, Ops, UOp
+from unigrad.uop.symbolic import is_invalid, linear_terms
 
 MIN_WORK_PER_THREAD = 1 << 15
+MIN_TILE_REDUCE = 16  # a reduce this short is not worth a register tile
+# vector registers of accumulators in a register tile: with one reduce loop (matmul) 16 measure
+# best, with the reduce nested over several loops (convolution: cin, kh, kw) 8 do
+TILE_REGISTERS, NESTED_TILE_REGISTERS = 16, 8
+SCALAR_VECTOR_BYTES = 16  # sizes the tile where the target has no vector values (the C compiler
+                          # may still vectorize the unrolled tile)
 
 
 def _try(k: OptKernel, opt: Opt) -> OptKernel:
@@ -23,13 +39,115 @@ def _try(k: OptKernel, opt: Opt) -> OptKernel:
   except KernelOptError: return k
 
 
-def add_threads(k: OptKernel, threads: int) -> OptKernel:
+def _axis_of(k: OptKernel, range_id: int) -> int | None:
+  """The current position of the LOOP axis with this range id (ids survive splits)."""
+  for i, r in enumerate(k.axes):
+    if r.arg.id == range_id and r.arg.axis_type is AxisType.LOOP: return i
+  return None
+
+
+# ---- what the loads say about the axes ----
+
+@dataclass(frozen=True)
+class Strides:
+  """The stride of each LOOP axis (by range id) in one buffer read's index (None: not linear),
+  and the buffer's element size."""
+  of: dict[int, int | None]
+  itemsize: int
+
+
+def _index_strides(idx: UOp, ranges: list[UOp]) -> dict[int, int | None]:
+  if idx.op is Ops.WHERE and is_invalid(idx.src[2]): idx = idx.src[1]
+  terms, _ = linear_terms(idx)
+  nonlinear = {r for t in terms if t.op is not Ops.RANGE for r in t.toposort() if r in ranges}
+  return {r.arg.id: None if r in nonlinear else terms.get(r, 0) for r in ranges}
+
+
+def load_strides(k: OptKernel) -> list[Strides]:
+  """For each input buffer read (an INDEX of a PARAM that is not stored to), the stride of
+  each LOOP axis in its index."""
+  nodes = k.ast.toposort()
+  stored = {u.src[0] for u in nodes if u.op is Ops.STORE}
+  loops = [r for r in k.axes if r.arg.axis_type is AxisType.LOOP]
+  return [Strides(_index_strides(u.src[1], loops), u.src[0].dtype.itemsize) for u in nodes
+          if u.op is Ops.INDEX and u not in stored and u.src[0].op is Ops.PARAM and len(u.src) > 1]
+
+
+@dataclass(frozen=True)
+class TilePlan:
+  """A register tile, as range ids: the vector axis, the reuse axis (or None), and the LOOP axes
+  the vector axis's contiguous input does not depend on (preferred for THREAD), and that input's
+  element size. `checked`: taken only if the codegen makes the vector axis its vector."""
+  vector: int
+  reuse: int | None
+  independent: tuple[int, ...] = ()
+  itemsize: int = 4
+  checked: bool = True
+
+
+def _lanes(size: int, budget: int) -> int:
+  """The largest power of two <= budget that divides size and leaves a loop of 2 or more."""
+  lanes = budget
+  while lanes > 1 and (size % lanes or size == lanes): lanes //= 2
+  return lanes
+
+
+def plan_tiles(k: OptKernel, vector_bytes: int) -> list[TilePlan]:
+  """Candidate tiles of a matmul-like kernel, best first (none if it is not one): the widest
+  vectors (up to two registers), then the innermost axis; the last one, the two innermost output
+  axes, is taken unchecked."""
+  types, sizes = k.axis_types(), k.sizes
+  loops = [r.arg.id for r, t in zip(k.axes, types) if t is AxisType.LOOP]
+  size = {r.arg.id: s for r, s in zip(k.axes, sizes)}
+  reduce = math.prod(s for s, t in zip(sizes, types) if t is AxisType.REDUCE)
+  if len(loops) < 2 or reduce < MIN_TILE_REDUCE: return []
+  strides = load_strides(k)
+  plans: list[tuple[int, int, TilePlan]] = []
+  for pos, rid in enumerate(loops):
+    for st in strides:
+      if st.of.get(rid) != 1: continue
+      rest = tuple(o for o in loops if o != rid and st.of.get(o) == 0)
+      used = [o for o in rest if any(s.of.get(o) != 0 for s in strides if s is not st)]
+      plan = TilePlan(rid, used[-1] if used else None, rest, st.itemsize)
+      plans.append((_lanes(size[rid], 2 * vector_bytes // st.itemsize) * st.itemsize, pos, plan))
+  plans.sort(key=lambda p: p[:2], reverse=True)
+  widest = max((s.itemsize for s in strides), default=4)
+  return [p for _, _, p in plans] + [TilePlan(loops[-1], loops[-2], (), widest, checked=False)]
+
+
+# ---- the opts ----
+
+def add_threads(k: OptKernel, threads: int, prefer: tuple[int, ...] = ()) -> OptKernel:
+  """THREAD over the first preferred LOOP axis the threads divide, else over the first one."""
   if threads <= 1: return k
   if math.prod(s for s in k.sizes if s > 0) < MIN_WORK_PER_THREAD * threads: return k
-  for i, (t, s) in enumerate(zip(k.axis_types(), k.sizes)):
-    if t is AxisType.LOOP and s >= threads and s % threads == 0:
-      return _try(k, Opt.thread(i, threads))
-  return k
+  fits = [(r.arg.id not in prefer, i) for i, (r, t) in enumerate(zip(k.axes, k.axis_types()))
+          if t is AxisType.LOOP and k.sizes[i] >= threads and k.sizes[i] % threads == 0]
+  return _try(k, Opt.thread(min(fits)[1], threads)) if fits else k
+
+
+def _upcast(k: OptKernel, range_id: int | None, lanes: int) -> tuple[OptKernel, UOp | None]:
+  """Upcast the axis by up to `lanes` (see _lanes); also the new UPCAST range."""
+  axis = None if range_id is None else _axis_of(k, range_id)
+  if axis is None or (amt := _lanes(k.sizes[axis], lanes)) < 2: return k, None
+  up = _try(k, Opt.upcast(axis, amt))
+  new = [r for r in up.axes if r.arg.axis_type is AxisType.UPCAST and r not in k.axes]
+  return up, (new[0] if new else None)
+
+
+def register_tile(k: OptKernel, plan: TilePlan, vector_bytes: int) -> OptKernel | None:
+  """The tile of `plan`: the vector axis upcast to up to two registers, the reuse axis so that
+  the tile's accumulators take TILE_REGISTERS registers (NESTED_TILE_REGISTERS for a nested
+  reduce; a narrower vector still takes a whole one); None if the codegen would not make the
+  vector axis its vector (when the plan is checked and the target has vector values)."""
+  reg = (vector_bytes or SCALAR_VECTOR_BYTES) // plan.itemsize  # lanes of one register
+  tiled, vec = _upcast(k, plan.vector, 2 * reg)
+  if vec is None: return None
+  nested = sum(t is AxisType.REDUCE and s > 1 for t, s in zip(k.axis_types(), k.sizes)) > 1
+  regs = NESTED_TILE_REGISTERS if nested else TILE_REGISTERS
+  tiled, _ = _upcast(tiled, plan.reuse, regs // max(1, vec.src[0].arg // reg))
+  if not (plan.checked and vector_bytes): return tiled
+  return tiled if pick_vector_range(tiled.ast, vector_bytes) is vec else None
 
 
 def group_reduce(k: OptKernel, lanes: int) -> OptKernel:
@@ -42,23 +160,10 @@ def group_reduce(k: OptKernel, lanes: int) -> OptKernel:
   return k
 
 
-def register_tile(k: OptKernel) -> OptKernel:
-  """Matmul-like kernels (a reduce with two or more output loops): upcast the innermost output
-  axis by up to 16 (one vector of float32) and the one before it by up to 8, so every loaded
-  value is reused across the tile."""
-  loops = [i for i, t in enumerate(k.axis_types()) if t is AxisType.LOOP]
-  reduces = [i for i, t in enumerate(k.axis_types()) if t is AxisType.REDUCE]
-  if len(loops) < 2 or not reduces or k.sizes[reduces[-1]] < 16: return k
-  for axis, amounts in ((loops[-1], (16, 8, 4)), (loops[-2], (8, 4, 2))):
-    for amt in amounts:
-      if k.sizes[axis] % amt == 0 and k.sizes[axis] > amt:
-        k = _try(k, Opt.upcast(axis, amt))
-        break
-  return k
-
-
 def hand_coded_optimizations(k: OptKernel, ren: Renderer, threads: int) -> OptKernel:
   """The heuristics' choice of opts for `k` on `ren` (see the module docstring)."""
-  if ren.has_threads: k = add_threads(k, threads)
-  tiled = register_tile(k)
-  return tiled if tiled.applied != k.applied else group_reduce(k, 16)
+  for plan in plan_tiles(k, ren.vector_bytes or SCALAR_VECTOR_BYTES):
+    threaded = add_threads(k, threads, plan.independent) if ren.has_threads else k
+    if (tiled := register_tile(threaded, plan, ren.vector_bytes)) is not None: return tiled
+  threaded = add_threads(k, threads) if ren.has_threads else k
+  return group_reduce(threaded, 16)

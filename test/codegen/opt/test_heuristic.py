@@ -1,0 +1,77 @@
+"""The hand-coded heuristics: register tiles read off the loads' strides, THREAD placement, and
+that a tile is only taken when the codegen makes its vector axis the vector."""
+from unigrad import Tensor
+from unigrad.codegen.opt.heuristic import (TilePlan, hand_coded_optimizations, load_strides,
+                                           plan_tiles)
+from unigrad.codegen.opt.kernel import OptKernel
+from unigrad.codegen.pipeline import CODEGEN_STAGES
+from unigrad.codegen.vectorize import pick_vector_range
+from unigrad.renderer.cstyle import CRenderer
+from unigrad.uop import AxisType, Ops
+
+AVX512, SCALAR = CRenderer(vector_bytes=64), CRenderer()
+
+
+def reduce_kernel(t: Tensor) -> OptKernel:
+  """The (simplified) kernel of t that has a REDUCE, as the optimize stage gets it."""
+  asts = [c.src[0] for c in t.schedule().src if c.src[0].op_in_backward_slice_with_self(Ops.REDUCE)]
+  assert len(asts) == 1
+  return OptKernel(CODEGEN_STAGES[0].run(asts[0], SCALAR))
+
+
+def loop_ids(k: OptKernel) -> list[int]:
+  return [r.arg.id for r in k.axes if r.arg.axis_type is AxisType.LOOP]
+
+
+def upcasts(k: OptKernel) -> list[int]:
+  return [s for s, t in zip(k.sizes, k.axis_types()) if t is AxisType.UPCAST]
+
+
+def test_load_strides_of_a_matmul():
+  k = reduce_kernel(Tensor.empty(64, 32) @ Tensor.empty(32, 48))
+  m, n = loop_ids(k)
+  assert sorted((s.of[m], s.of[n]) for s in load_strides(k)) == [(0, 1), (32, 0)]  # B: n, A: m
+
+
+def test_matmul_tiles_its_contiguous_output_axis():
+  k = reduce_kernel(Tensor.empty(512, 512) @ Tensor.empty(512, 512))
+  m, n = loop_ids(k)
+  assert plan_tiles(k, 64)[0] == TilePlan(n, m, (m,))
+  out = hand_coded_optimizations(k, AVX512, threads=2)
+  assert out.axis_types().count(AxisType.THREAD) == 1
+  assert upcasts(out) == [32, 8], "two registers of n, reused over 8 rows of A"
+  vec = pick_vector_range(out.ast, 64)
+  assert vec is not None and vec.src[0].arg == 32
+
+
+def test_conv_prefers_the_widest_contiguous_axis():
+  """Weights are stored (cin, kh, kw, cout): cout (64) allows wider vectors than ox (56)."""
+  k = reduce_kernel(Tensor.empty(4, 16, 56, 56).conv2d(Tensor.empty(64, 16, 3, 3), padding=1))
+  b, cout, oy, ox = loop_ids(k)
+  plans = plan_tiles(k, 64)
+  assert [(p.vector, p.reuse) for p in plans] == [(cout, ox), (ox, cout), (ox, oy)]
+  assert plans[0].independent == (b, oy, ox) and plans[1].independent == (cout,)
+  assert not plans[-1].checked
+
+
+def test_conv_tile_is_one_the_codegen_vectorizes():
+  k = reduce_kernel(Tensor.empty(4, 16, 56, 56).conv2d(Tensor.empty(64, 16, 3, 3), padding=1))
+  out = hand_coded_optimizations(k, AVX512, threads=2)
+  vec = pick_vector_range(out.ast, 64)
+  assert vec is not None and vec.arg.axis_type is AxisType.UPCAST and vec.src[0].arg >= 8
+  assert len(upcasts(out)) == 2 and out.axis_types().count(AxisType.THREAD) == 1
+  assert 64 <= upcasts(out)[0] * upcasts(out)[1] <= 128, "a tile of about 8 registers"
+
+
+def test_without_vector_values_the_first_plan_is_taken():
+  k = reduce_kernel(Tensor.empty(4, 16, 56, 56).conv2d(Tensor.empty(64, 16, 3, 3), padding=1))
+  out = hand_coded_optimizations(k, SCALAR, threads=2)
+  assert upcasts(out) == [8, 4], "16-byte registers, 8 of them for a nested reduce"
+  thread = [r for r in out.axes if r.arg.axis_type is AxisType.THREAD]
+  assert len(thread) == 1 and thread[0].src[0].arg == 2
+
+
+def test_short_reductions_and_elementwise_kernels_get_no_tile():
+  k = reduce_kernel(Tensor.empty(256, 8).sum(1))
+  assert plan_tiles(k, 64) == []
+  assert AxisType.UPCAST not in hand_coded_optimizations(k, AVX512, threads=1).axis_types()
