@@ -2,8 +2,10 @@
 import struct
 import threading
 
+import numpy as np
 import pytest
 
+from unigrad import Tensor
 from unigrad.dtype import dtypes
 from unigrad.knobs import Context
 from unigrad.runtime import Buffer, CompileError, Device
@@ -145,9 +147,6 @@ def test_compile_error_shows_source():
 
 
 def test_buffer_made_unused_by_simplification_keeps_its_argument_position():
-  import numpy as np
-
-  from unigrad import Tensor
   a = Tensor(np.ones((2, 3), np.float32), device="CPU")
   b = Tensor(np.full((2, 3), 2, np.float32), device="CPU")
   # the padded sum reads only b in rows 2..3: a's buffer drops out of the kernel's body

@@ -22,6 +22,7 @@ from unigrad.uop import AxisType, GroupOp, Ops, ParamArg, UOp
 from unigrad.uop.symbolic import linear_terms
 
 VECTOR_AXES = (AxisType.UPCAST, AxisType.UNROLL, AxisType.GROUP_REDUCE)
+REDUCING = (AxisType.REDUCE, AxisType.UNROLL, AxisType.GROUP_REDUCE)
 # scalar types a vector may hold (the renderers' vector types); others stay unrolled
 VECTOR_DTYPES = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.uint32,
                            dtypes.int64, dtypes.uint64, dtypes.bool, dtypes.index})
@@ -54,7 +55,8 @@ def _is_global_index(u: UOp) -> bool:
 
 def vector_score(ast: UOp, r: UOp, vector_bytes: int) -> int:
   """How much vectorizing range r pays: unit-stride global accesses count for it, strided ones
-  against; 0 when r cannot be a vector (size, or a dtype no vector holds)."""
+  against, each weighted by how often it runs, times the lanes; 0 when r cannot be a vector
+  (size, or a dtype no vector holds)."""
   k = r.src[0].arg
   if not isinstance(k, int) or k < 2 or k & (k - 1): return 0
   dep = depends_on(ast, r)
@@ -67,7 +69,17 @@ def vector_score(ast: UOp, r: UOp, vector_bytes: int) -> int:
     widest = max(widest, 4 if dt == dtypes.index else dt.itemsize)
   if k * widest > 2 * vector_bytes: return 0
   accesses = [u for u in dep if _is_global_index(u)]
-  return sum(1 if is_unit_stride(u, r, dep) else -1 for u in accesses)
+  return k * sum((1 if is_unit_stride(u, r, dep) else -1) * _trips(u, r) for u in accesses)
+
+
+def _trips(ix: UOp, r: UOp) -> int:
+  """How often an access runs per output element: the sizes of the reduce loops around it (a
+  load inside a reduction outweighs the store after it)."""
+  n = 1
+  for x in ix.ranges:
+    if x is not r and x.arg.axis_type in REDUCING and isinstance(x.src[0].arg, int):
+      n *= x.src[0].arg
+  return n
 
 
 def pick_vector_range(ast: UOp, vector_bytes: int) -> UOp | None:
