@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from unigrad.codegen.decompose import floordiv, pm_decompose, pm_decompose_ops, threefry2x32
+from unigrad.codegen.decompose import floordiv, pm_decompose, pm_decompose_ops, pm_exp, threefry2x32
 from unigrad.dtype import DType, dtypes, truncate
 from unigrad.uop import GroupOp, Ops, UOp, graph_rewrite, sym_infer
 from unigrad.uop.alu import exec_alu
@@ -176,7 +176,18 @@ def test_supported_ops_are_kept() -> None:
 
 def test_matcher_is_cached_and_filtered() -> None:
   assert pm_decompose(frozenset(C_TARGET)) is pm_decompose(set(C_TARGET))
-  assert pm_decompose(GroupOp.All).patterns == []
-  assert len(pm_decompose(PRIMITIVE).patterns) == len(pm_decompose_ops.patterns)
-  ops = {next(iter(p.op)) for p, _ in pm_decompose(PRIMITIVE | {Ops.SIN}).patterns}
+  assert pm_decompose(GroupOp.All).patterns == pm_exp.patterns  # exp is lowered everywhere
+  n_exp = len(pm_exp.patterns)
+  assert len(pm_decompose(PRIMITIVE).patterns) == n_exp + len(pm_decompose_ops.patterns)
+  ops = {next(iter(p.op)) for p, _ in pm_decompose(PRIMITIVE | {Ops.SIN}).patterns[n_exp:]}
   assert ops == GroupOp.Decomposed - {Ops.SIN} | {Ops.IDIV, Ops.MOD}
+
+
+def test_exp_is_lowered_as_a_whole_on_every_target() -> None:
+  """EXP2(x*log2(e)) becomes xexp(x) even where EXP2 is native: the rounded product would cost
+  up to ~60 ulp near the overflow; another constant keeps its EXP2."""
+  x = var("x", dtypes.float32)
+  g = UOp.sink((x * (1 / math.log(2))).exp2(), (x * 1.5).exp2())
+  out = graph_rewrite(g, pm_decompose(GroupOp.All))
+  assert [u.op for u in out.toposort()].count(Ops.EXP2) == 1
+  assert Ops.MULACC in ops_of(out)

@@ -157,3 +157,45 @@ def test_bool_vectors_order_false_before_true():
   a, b = x(4, 16) > 0, x(4, 16) > 0.5
   check(a.cast(dtypes.int32) < b.cast(dtypes.int32), [Opt.upcast(1, 16)])
   check(a.maximum(b).float() + (a < b).float() + (a + b).float(), [Opt.upcast(1, 16)])
+
+
+# ---- streaming stores: outputs bigger than the caches are written around them ----
+
+STREAM = CRenderer("CPU", vector_bytes=64, stream_bytes=4096)
+
+
+def run_at(kernel: UOp, opts, inputs: list[np.ndarray], ren, out_offset: int) -> np.ndarray:
+  """Run the C kernel with the output `out_offset` elements into a larger array (so its
+  addresses need not be vector aligned); returns the output."""
+  linear = full_rewrite(kernel.replace(arg=KernelInfo(opts_to_apply=tuple(opts))), ren)
+  out = np.zeros(len(inputs[0]) + 16, dtype=inputs[0].dtype)
+  arrays = [out, *inputs[1:]]
+  addrs = [out.ctypes.data + out_offset * out.itemsize] + [a.ctypes.data for a in arrays[1:]]
+  specials = [u for u in linear.src if u.op is Ops.SPECIAL]
+  d = Device["CPU"]
+  prog = d.runtime("k", d.compiler.compile_cached(ren.render("k", linear)))
+  prog(*addrs, global_size=(specials[0].src[0].arg,) if specials else (1,), wait=True)
+  return out[out_offset:out_offset + len(inputs[0])]
+
+
+def test_big_outputs_are_streamed_around_the_caches():
+  t = (x(64, 64) * 2 + x(64, 64)).relu()  # a 16 KB output, over STREAM's 4 KB
+  kernel = t.schedule().src[-1].src[0]
+  opts = [Opt.thread(0, 2), Opt.upcast(2, 16)]  # axes: THREAD, rows, columns
+  src = STREAM.render("k", full_rewrite(kernel.replace(arg=KernelInfo(opts_to_apply=tuple(opts))),
+                                        STREAM))
+  assert "__builtin_nontemporal_store" in src and "__atomic_thread_fence" in src
+  inputs = inputs_for(kernel)
+  want = run(kernel, (), inputs, PythonRenderer())
+  for offset in (0, 1):  # aligned: streamed; one float off: the helper's plain-store fallback
+    np.testing.assert_allclose(run_at(kernel, opts, inputs, STREAM, offset), want, rtol=1e-6)
+
+
+def test_small_read_or_scalar_outputs_are_not_streamed():
+  def src(t: Tensor, opts, ren=STREAM) -> str:
+    kernel = t.schedule().src[-1].src[0]
+    return ren.render("k", full_rewrite(kernel.replace(arg=KernelInfo(opts_to_apply=tuple(opts))),
+                                        ren))
+  assert "nontemporal" not in src(x(64, 64) * 2, [Opt.upcast(1, 16)], VEC)  # no stream_bytes
+  assert "nontemporal" not in src(x(4, 32) * 2, [Opt.upcast(1, 16)])  # 512 bytes
+  assert "nontemporal" not in src(x(64, 64) * 2, [])  # scalar stores

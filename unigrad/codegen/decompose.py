@@ -5,7 +5,8 @@ Produces: the same graph in which every op of `pm_decompose_ops` that is missing
 replaced, per the spec's table of decomposed ops: NEG, SUB, DIV, CMPGT/CMPGE/CMPLE/CMPEQ, NOT,
 MULACC, EXP2/LOG2/SIN/SQRT/POW (codegen/transcendental.py), THREEFRY (32-bit add-rotate-xor), and
 integer floor IDIV/MOD (C's truncating CDIV/CMOD plus a sign fix-up, or a shift and a mask for a
-positive power-of-two divisor).
+positive power-of-two divisor). On every target, EXP2(x*log2(e)), the frontend's exp, becomes
+`xexp(x)` (accurate for every x, unlike EXP2 of the rounded product).
 Invariants: values are unchanged bit for bit (the transcendental ones up to their stated ulp
 error); IDIV/MOD keep Python's floor semantics, x//0 = x%0 = 0 as in unigrad.uop.alu. Lowering
 IDIV/MOD by a non-constant or non-power-of-two divisor needs CDIV/CMOD on the target.
@@ -15,10 +16,10 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable
 
-from unigrad.dtype import FLOATS, INTS, dtypes
+from unigrad.dtype import FLOATS, INTS, dtypes, truncate
 from unigrad.uop import Ops, PatternMatcher, UOp, UPat
 from unigrad.uop.alu import THREEFRY_ROTATIONS
-from unigrad.codegen.transcendental import xexp2, xlog2, xpow, xsin, xsqrt
+from unigrad.codegen.transcendental import LOG2E, xexp, xexp2, xlog2, xpow, xsin, xsqrt
 
 M32 = 0xFFFFFFFF
 THREEFRY_PARITY = 0x1BD11BDA  # the key-schedule constant of Threefry
@@ -122,12 +123,24 @@ pm_decompose_ops = PatternMatcher([
 ])
 
 
+def _exp(x: UOp, c: UOp) -> UOp | None:
+  """EXP2(x*log2(e)) is e**x: lowered as a whole (one range reduction of x itself)."""
+  return xexp(x) if c.arg == truncate(c.dtype, LOG2E) else None
+
+
+# every target: exp, the frontend's EXP2(x*log2(e)), is more accurate lowered as one function
+pm_exp = PatternMatcher([
+  (UPat(Ops.EXP2, src=(UPat(Ops.MUL, src=[_fx, UPat(Ops.CONST, name="c")]),)), _exp),
+])
+
+
 @functools.cache
 def _pm_decompose(supported: frozenset[Ops]) -> PatternMatcher:
-  return PatternMatcher([(p, fn) for p, fn in pm_decompose_ops.patterns
-                         if p.op is not None and not p.op <= supported])
+  return pm_exp + PatternMatcher([(p, fn) for p, fn in pm_decompose_ops.patterns
+                                  if p.op is not None and not p.op <= supported])
 
 
 def pm_decompose(supported: Iterable[Ops]) -> PatternMatcher:
-  """The rules of `pm_decompose_ops` for the ops not in `supported` (cached per set)."""
+  """`pm_exp` and the rules of `pm_decompose_ops` for the ops not in `supported` (cached per
+  set)."""
   return _pm_decompose(frozenset(supported))

@@ -1,15 +1,20 @@
-"""Transcendental functions as branch-free UOp graphs: EXP2, LOG2, SIN, and POW and SQRT over them.
+"""Transcendental functions as branch-free UOp graphs: EXP2, LOG2, SIN, and POW and SQRT over them,
+and exp (EXP2 of x*log2(e), matched as a whole).
 
 Consumes: a float UOp (float16, bfloat16, float32 or float64, any shape).
 Produces: a UOp of the same dtype and shape computing the function from primitive ops only: ADD,
-MUL, CMPLT, CMPNE, WHERE, CAST, BITCAST, TRUNC, RECIP and integer AND/OR/XOR/SHL/SHR (xpow and
-xsqrt emit EXP2/LOG2 nodes, as the spec's decompositions of POW and SQRT say).
+MUL, MULACC, CMPLT, CMPNE, WHERE, CAST, BITCAST, TRUNC, RECIP and integer AND/OR/XOR/SHL/SHR
+(xpow and xsqrt emit EXP2/LOG2 nodes, as the spec's decompositions of POW and SQRT say).
 Invariants: no branches (special cases are WHEREs); float16/bfloat16 are computed in float32 and
 cast back; no float-to-int CAST sees a value out of its integer range.
 
 Methods (SLEEF-like ideas, own coefficients: weighted minimax fits rounded to the dtype):
 - exp2: q = round(x), 2**(x-q) by a polynomial, times 2**q built from exponent bits in two halves
   (so 2**q never overflows before the product rounds to inf, 0 or a denormal).
+- exp: e**x = e**r * 2**n with n = round(x/ln2) (adding 1.5*2**mbits rounds; its low bits are n)
+  and r = x - n*ln2 in two exact Cody-Waite pieces, e**r = 1 + r*P(r) with MULACC (one rounding
+  per step where the target fuses): one range reduction, not exp2's second one of x*log2(e),
+  whose rounded product would cost up to 2**-24*|x|/ln2 relative (~60 ulp near the overflow).
 - log2: x = m * 2**e with m in [sqrt(1/2), sqrt(2)) (denormals scaled by 2**64 first),
   log(m) = f - f*f/2 + s*(f*f/2 + R(s*s)) with f = m-1, s = f/(2+f), multiplied by 1/ln(2) in
   two parts and added to e with an exact two-sum.
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import math
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -66,6 +72,33 @@ EXP2_POLY: dict[DType, tuple[float, ...]] = {
                    1.525273306034613e-05, 1.3215442542101427e-06, 1.0178349703094163e-07,
                    7.072649764101742e-09, 4.415109419554961e-10),
 }
+
+@dataclass(frozen=True)
+class ExpReduction:
+  """Constants of exp in one float dtype. ln2 = ln2_hi + ln2_lo where ln2_hi has so few bits that
+  n*ln2_hi is exact for every n the clamp [lo, hi] allows; below lo exp rounds to 0, above hi it
+  overflows. `poly`: (e**r - 1)/r on |r| <= ln2/2 + 2**-10, minimax."""
+  ln2_hi: float
+  ln2_lo: float
+  lo: float
+  hi: float
+  poly: tuple[float, ...]
+
+
+EXP_REDUCTION: dict[DType, ExpReduction] = {  # poly relative error 2**-26.8 / 2**-56.6
+  dtypes.float32: ExpReduction(float.fromhex("0x1.62e4p-1"), float.fromhex("0x1.7f7d1cp-20"),
+                               -104.0, 89.0,
+                               (1.0, 0.4999999701976776, 0.16666504740715027, 0.04166725277900696,
+                                0.008369247429072857, 0.0013881382765248418)),
+  dtypes.float64: ExpReduction(float.fromhex("0x1.62e42fee00000p-1"),
+                               float.fromhex("0x1.a39ef35793c76p-33"), -746.0, 710.0,
+                               (1.0, 0.5000000000000006, 0.16666666666666552, 0.04166666666657192,
+                                0.008333333333405931, 0.0013888888932960637,
+                                0.00019841269689775112, 2.480150370635886e-05,
+                                2.755743048855986e-06, 2.7626637226838625e-07,
+                                2.5047247418845006e-08)),
+}
+LOG2E = 1 / math.log(2)
 # 2*atanh(s)/s - 2 = z*R(z), z = s*s <= (3-2*sqrt(2))**2 (absolute error 2**-34 / 2**-58)
 LOG_POLY: dict[DType, tuple[float, ...]] = {
   dtypes.float32: (0.6666666865348816, 0.39999663829803467, 0.2857791483402252,
@@ -181,6 +214,13 @@ def _poly(x: UOp, coeffs: tuple[float, ...]) -> UOp:
   return acc
 
 
+def _fma_poly(x: UOp, coeffs: tuple[float, ...]) -> UOp:
+  """c0 + x*(c1 + x*(c2 + ...)) by Horner's rule, each step one MULACC."""
+  acc = _c(x, coeffs[-1])
+  for c in reversed(coeffs[:-1]): acc = acc.mulacc(x, _c(x, c))
+  return acc
+
+
 def _pow2i(q: UOp, f: FloatFormat) -> UOp:
   """2.0**q for an integer q of f.sint in [1-bias, bias], from its exponent bits."""
   return ((q + f.bias) << f.mbits).bitcast(f.dtype)
@@ -217,6 +257,27 @@ def _exp2(x: UOp, f: FloatFormat) -> UOp:
   u = s * _poly(s, EXP2_POLY[f.dtype]) + 1.0
   r = u * _pow2i(q1, f) * _pow2i(qi + q1 * -1, f)
   return x.ne(x).where(x, r)
+
+
+# ---- exp ----
+
+def _exp(x: UOp, f: FloatFormat) -> UOp:
+  red = EXP_REDUCTION[f.dtype]
+  tiny = x < red.lo
+  xc = tiny.where(_c(x, red.lo), (x < red.hi).where(x, _c(x, red.hi)))  # nan -> hi: only n sees it
+  magic = 1.5 * 2.0 ** f.mbits
+  big = xc * LOG2E + magic
+  n = big + -magic
+  r = n.mulacc(_c(x, -red.ln2_lo), n.mulacc(_c(x, -red.ln2_hi), x))  # from x: inf and nan pass
+  p = _fma_poly(r, red.poly).mulacc(r, _c(x, 1.0))
+  k = big.bitcast(f.sint) + -_float_bits(magic, f)
+  half = k >> 1
+  return tiny.where(_c(x, 0.0), p * _pow2i(half, f) * _pow2i(k + half * -1, f))
+
+
+def _float_bits(v: float, f: FloatFormat) -> int:
+  """The bit pattern of `v` in format f, as a signed integer."""
+  return int.from_bytes(struct.pack("<f" if f.nbits == 32 else "<d", v), "little", signed=True)
 
 
 # ---- log2 ----
@@ -370,6 +431,12 @@ def _in_format(x: UOp, fn: Callable[[UOp, FloatFormat], UOp]) -> UOp:
     raise TypeError(f"transcendental functions take a scalar float dtype, got {dt!r}")
   if dt in FORMATS: return fn(x, FORMATS[dt])
   return fn(x.cast(dtypes.float32), FORMATS[dtypes.float32]).cast(dt)
+
+
+def xexp(x: UOp) -> UOp:
+  """e**x within 1 ulp, branch-free. Overflow gives inf, underflow 0 or a denormal, nan stays
+  nan."""
+  return _in_format(x, _exp)
 
 
 def xexp2(x: UOp) -> UOp:

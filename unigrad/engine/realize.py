@@ -19,7 +19,7 @@ from unigrad.knobs import DEBUG
 from unigrad.renderer import PythonRenderer, Renderer
 from unigrad.renderer.cstyle import CRenderer
 from unigrad.runtime.device import Buffer, Device
-from unigrad.runtime.ops_cpu import native_vector_bytes
+from unigrad.runtime.ops_cpu import last_level_cache_bytes, native_vector_bytes
 from unigrad.schedule import multi
 from unigrad.schedule.callify import buffer_base, callify, is_plain_buffer
 from unigrad.schedule.callify import new_buffer as new_single_buffer
@@ -48,7 +48,8 @@ SCHEDULE_CACHE_SIZE = 256
 def renderer_for(device: str) -> Renderer:
   base = device.split(":")[0]
   if base == "PYTHON": return PythonRenderer()
-  return CRenderer(base, native_vector_bytes() if base == "CPU" else 0)
+  if base != "CPU": return CRenderer(base)
+  return CRenderer(base, native_vector_bytes(), last_level_cache_bytes())
 
 
 def buffer_of(u: UOp) -> Buffer:

@@ -4,15 +4,14 @@ Binary ops promote with `result_type`, broadcast both operands to one shape with
 RESHAPE/EXPAND, and emit the spec's primitive ops; decomposed ops (SUB, DIV, CMPGE, ...) are
 emitted in their primitive form. Float comparisons are built so NaN compares false like PyTorch.
 
-exp and cos have no op of their own: `compose_exp` and `compose_cos` build them from EXP2 and SIN
-on arguments that are exact (a Cody-Waite reduced r for exp, x and 2x for cos), so they are as
-accurate as EXP2 and SIN plus a few roundings for every argument, unlike exp2(x*log2(e)) and
-sin(pi/2 - x), whose rounded arguments lose up to 2**-24*|x| (float32).
+exp is EXP2(x*log2(e)); codegen lowers that pair as a whole, so the rounded product costs no
+accuracy (`codegen.transcendental.xexp`). cos has no op of its own: `compose_cos` builds it from SIN
+of exact arguments (x and 2x), accurate for every argument, unlike sin(pi/2 - x), whose rounded
+argument loses up to 2**-24*|x| (float32).
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from unigrad.dtype import DType, dtypes, least_upper_float, to_dtype
@@ -69,7 +68,7 @@ def _operand_dtype(x: Operand) -> DType:
   return x.dtype if hasattr(x, "uop") else scalar_dtype(x)
 
 
-# ---- exp and cos from EXP2 and SIN (tensor-graph UOps, so autograd differentiates them) ----
+# ---- exp and cos (tensor-graph UOps, so autograd differentiates them) ----
 
 # float16/bfloat16 compute in float32 and round once at the end, as PyTorch does
 COMPUTE_DTYPE = {dtypes.float16: dtypes.float32, dtypes.bfloat16: dtypes.float32,
@@ -77,51 +76,8 @@ COMPUTE_DTYPE = {dtypes.float16: dtypes.float32, dtypes.bfloat16: dtypes.float32
 LOG2E = 1 / math.log(2)
 
 
-@dataclass(frozen=True)
-class ExpReduction:
-  """Constants of exp in one float dtype. ln2 = ln2_hi + ln2_lo where ln2_hi has so few bits that
-  n*ln2_hi is exact for every n the clamp [lo, hi] allows; below lo exp rounds to 0, above hi it
-  overflows. 2**n is built from exponent bits (`sint` wide, `mbits` mantissa bits, `bias`)."""
-  ln2_hi: float
-  ln2_lo: float
-  lo: float
-  hi: float
-  sint: DType
-  mbits: int
-  bias: int
-
-
-EXP_REDUCTION = {
-  dtypes.float32: ExpReduction(float.fromhex("0x1.62e4p-1"), float.fromhex("0x1.7f7d1cp-20"),
-                               -104.0, 89.0, dtypes.int32, 23, 127),
-  dtypes.float64: ExpReduction(float.fromhex("0x1.62e42fee00000p-1"),
-                               float.fromhex("0x1.a39ef35793c76p-33"), -746.0, 710.0,
-                               dtypes.int64, 52, 1023),
-}
 # |x| from which 2*x overflows (compose_cos switches to sin(x/2) there)
 COS_HUGE = {dtypes.float32: 2.0 ** 127, dtypes.float64: 2.0 ** 1023}
-
-
-def _pow2(k: UOp, red: ExpReduction, dt: DType) -> UOp:
-  """2.0**k for an integer k (red.sint) in [1-bias, bias], from its exponent bits."""
-  return ((k + red.bias) << red.mbits).bitcast(dt)
-
-
-def compose_exp(x: UOp) -> UOp:
-  """e**x as 2**(r*log2(e)) * 2**n with n = round(x*log2(e)) and r = x - n*ln2 (Cody-Waite:
-  n*ln2_hi and x - n*ln2_hi are exact, |r| <= ln2/2), so the one rounded product r*log2(e) costs
-  at most 0.2 ulp; 2**n is applied in two halves, so it neither overflows early nor rounds twice
-  into denormals. Overflow gives inf, underflow 0, nan stays nan."""
-  dt = COMPUTE_DTYPE[x.dtype]
-  if dt != x.dtype: return compose_exp(x.cast(dt)).cast(x.dtype)
-  red = EXP_REDUCTION[dt]
-  xc = (x < red.lo).where(red.lo, (x < red.hi).where(x, red.hi))  # nan -> hi: only n sees it
-  t = xc * LOG2E
-  n = (t + (t < 0).where(UOp.const(dt, -0.5), UOp.const(dt, 0.5))).trunc()
-  r = (x + n * -red.ln2_hi) + n * -red.ln2_lo  # from x itself: inf, nan and the gradient pass
-  k = n.cast(red.sint)
-  half = k >> 1
-  return (r * LOG2E).exp2() * _pow2(half, red, dt) * _pow2(k + half * -1, red, dt)
 
 
 def compose_cos(x: UOp) -> UOp:
@@ -307,10 +263,11 @@ class ElementwiseMixin:
   def log(self) -> Tensor: return self._float().log2().mul(math.log(2))
 
   def exp(self) -> Tensor:
-    """e**x, within 1 ulp for float32 and float64 (see `compose_exp`; exp2(x*log2(e)) was up to
-    ~60 ulp off near the overflow). `Tensor([0.0, 1.0]).exp()` is `[1.0, 2.7183]`."""
+    """e**x as EXP2(x*log2(e)), within 1 ulp for float32 and float64: codegen lowers that product
+    as a whole (`codegen.transcendental.xexp`). `Tensor([0.0, 1.0]).exp()` is `[1.0, 2.7183]`."""
     x = self._float()
-    return x._wrap(compose_exp(x.uop))
+    dt = COMPUTE_DTYPE[x.dtype]
+    return x.cast(dt).mul(LOG2E).exp2().cast(x.dtype)
 
   def cos(self) -> Tensor:
     """Cosine, within 2 ulp wherever 2x is finite (see `compose_cos`; sin(pi/2 - x) rounded

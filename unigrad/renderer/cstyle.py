@@ -171,6 +171,8 @@ class _State:
   helpers: dict[str, str] = field(default_factory=dict)
   depth: int = 1
   counter: int = 0
+  streamed: frozenset[UOp] = frozenset()  # PARAMs whose vector stores are streaming stores
+  stream_used: bool = False
 
   def emit(self, line: str) -> None: self.lines.append("  " * self.depth + line)
 
@@ -189,6 +191,22 @@ def _ctype(st: _State, dt: DType) -> str:
   attr = f"vector_size({size * dt.count})"
   st.helpers.setdefault(name, f"typedef {sct} {name} __attribute__(({attr}));\n"
                               f"typedef {sct} {name}_u __attribute__(({attr}, aligned({size})));")
+  return name
+
+
+def _stream_fn(st: _State, dt: DType) -> str:
+  """A helper storing one vector around the caches (a non-temporal store) where the compiler has
+  them and the address is register aligned; a plain store otherwise."""
+  vt = _ctype(st, dt)
+  name, sct = f"__stream_{vt}", C_TYPES[dt.scalar()]
+  st.helpers.setdefault(name, f"""static inline void {name}({sct}* p, {vt} v) {{
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_nontemporal_store)
+  if (((uintptr_t)p & {dt.itemsize - 1}) == 0) {{
+    __builtin_nontemporal_store(v, ({vt}*)p); return; }}
+#endif
+#endif
+  *({vt}_u*)p = v; }}""")
   return name
 
 
@@ -227,11 +245,11 @@ def _convert(st: _State, src: UOp, dt: DType, x: str) -> str:
 class CRenderer(Renderer):
   """C99 (GNU extensions) for clang and gcc."""
 
-  def __init__(self, device: str = "CPU", vector_bytes: int = 0) -> None:
+  def __init__(self, device: str = "CPU", vector_bytes: int = 0, stream_bytes: int = 0) -> None:
     ops = frozenset(GroupOp.Primitive | {Ops.CDIV, Ops.CMOD, Ops.SQRT, Ops.DIV, Ops.SUB, Ops.NEG,
                                          Ops.MULACC})
     super().__init__(device, ops, has_threads=True, emulated_dtypes=frozenset(HALF_LIKE),
-                     vector_bytes=vector_bytes)
+                     vector_bytes=vector_bytes, stream_bytes=stream_bytes)
 
   def render(self, name: str, linear: UOp) -> str:
     st = _State()
@@ -240,11 +258,34 @@ class CRenderer(Renderer):
       for s in u.src: uses[s] = uses.get(s, 0) + 1
     params = sorted((u for u in linear.src if u.op is Ops.PARAM),
                     key=lambda p: (p.arg.name is not None, p.arg.slot))
+    st.streamed = self._streamed(linear)
     for u in linear.src: self._node(st, u, uses)
+    # streaming stores are weakly ordered: fence them before the caller reads the output
+    if st.stream_used: st.emit("__atomic_thread_fence(__ATOMIC_SEQ_CST);")
     args = [self._param_decl(p, st) for p in params] + ["int core_id"]
     body = "\n".join(st.lines)
     helpers = "\n".join(st.helpers.values())
     return f"{PRELUDE}{helpers}\nvoid {name}({', '.join(args)}) {{\n{body}\n}}\n"
+
+  def _streamed(self, linear: UOp) -> frozenset[UOp]:
+    """Output buffers at least `stream_bytes` big that the kernel does not read: their whole-
+    register vector stores bypass the caches (the data would only evict the inputs)."""
+    if not self.stream_bytes or not self.vector_bytes: return frozenset()
+    loaded = {u.src[0].src[0] for u in linear.src if u.op is Ops.LOAD}
+    return frozenset(p for p in linear.src if p.op is Ops.PARAM and p.arg.name is None
+                     and p not in loaded and p.shape[0] * p.dtype.itemsize >= self.stream_bytes)
+
+  def _store(self, st: _State, u: UOp) -> None:
+    ix, val = u.src[0], st.names[u.src[1]]
+    if not _is_vector(u.src[1]):
+      st.emit(f"*{st.names[ix]} = {self._to_storage(u.src[1].dtype, val)};")
+      return
+    dt = _vdt(u.src[1])
+    if (ix.dtype.count == 1 and ix.src[0] in st.streamed and dt.itemsize == self.vector_bytes
+        and dt.scalar() != dtypes.bool):
+      st.stream_used = True
+      st.emit(f"{_stream_fn(st, dt)}({st.names[ix]}, {val});")
+    else: st.emit(f"*{_vector_address(st, ix, dt)} = {val};")
 
   def _param_decl(self, p: UOp, st: _State) -> str:
     if p.arg.name is not None: return f"{C_TYPES[p.dtype]} {st.names[p]}"
@@ -275,10 +316,7 @@ class CRenderer(Renderer):
       st.depth += 1
     elif op is Ops.INDEX: st.names[u] = f"({st.names[u.src[0]]}+{st.names[u.src[1]]})"
     elif op is Ops.LOAD: self._load(st, u)
-    elif op is Ops.STORE:
-      val = st.names[u.src[1]]
-      if _is_vector(u.src[1]): st.emit(f"*{_vector_address(st, u.src[0], _vdt(u.src[1]))} = {val};")
-      else: st.emit(f"*{st.names[u.src[0]]} = {self._to_storage(u.src[1].dtype, val)};")
+    elif op is Ops.STORE: self._store(st, u)
     elif op is Ops.GEP:
       lane = f"{st.names[u.src[0]]}[{u.arg[0]}]"
       st.names[u] = f"({lane}!=0)" if u.dtype == dtypes.bool else lane

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import glob
 import itertools
 import mmap
 import os
@@ -30,7 +31,8 @@ from unigrad.knobs import CC, THREADS
 from unigrad.runtime.device import Buffer, Compiled, CompileError, Compiler, LRUAllocator
 
 __all__ = ["CPUDevice", "CPUAllocator", "ClangCompiler", "CPUProgram", "ChunkPool",
-           "find_c_compiler", "cpu_threads", "chunk_pool", "native_vector_bytes", "CFLAGS"]
+           "find_c_compiler", "cpu_threads", "chunk_pool", "native_vector_bytes",
+           "last_level_cache_bytes", "CFLAGS"]
 
 # compile flags, both accepted by clang 14 and gcc 12; the source is read from stdin
 CFLAGS: tuple[str, ...] = ("-shared", "-fPIC", "-O2", "-march=native", "-fno-math-errno", "-fwrapv",
@@ -110,6 +112,19 @@ def native_vector_bytes() -> int:
   if "__AVX512F__" in macros: return 64
   if "__AVX__" in macros: return 32
   return 16 if macros & {"__SSE2__", "__ARM_NEON", "__ARM_NEON__"} else 0
+
+
+@functools.cache
+def last_level_cache_bytes() -> int:
+  """The size of the largest CPU cache (Linux sysfs), 32 MiB where it cannot be read: outputs at
+  least this big get streaming stores."""
+  sizes = []
+  for f in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"):
+    try: text = open(f).read().strip()
+    except OSError: continue
+    unit = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+    if (num := text.rstrip("KMG")).isdigit(): sizes.append(int(num) * unit)
+  return max(sizes, default=32 << 20)
 
 
 class ClangCompiler(Compiler):

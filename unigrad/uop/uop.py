@@ -367,6 +367,7 @@ class UOp(metaclass=UOpMetaClass):
   def log2(self) -> UOp: return self.alu(Ops.LOG2)
   def sin(self) -> UOp: return self.alu(Ops.SIN)
   def pow(self, x: Any) -> UOp: return self.alu(Ops.POW, x)
+  def mulacc(self, b: Any, c: Any) -> UOp: return self.alu(Ops.MULACC, b, c)  # self*b + c
   def threefry(self, key: UOp) -> UOp: return self.alu(Ops.THREEFRY, key)
 
 

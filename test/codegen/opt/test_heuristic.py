@@ -75,3 +75,25 @@ def test_short_reductions_and_elementwise_kernels_get_no_tile():
   k = reduce_kernel(Tensor.empty(256, 8).sum(1))
   assert plan_tiles(k, 64) == []
   assert AxisType.UPCAST not in hand_coded_optimizations(k, AVX512, threads=1).axis_types()
+
+
+def only_kernel(t: Tensor) -> OptKernel:
+  asts = [c.src[0] for c in t.schedule().src]
+  assert len(asts) == 1
+  return OptKernel(CODEGEN_STAGES[0].run(asts[0], SCALAR))
+
+
+def test_elementwise_kernels_get_one_register_of_the_contiguous_axis():
+  k = only_kernel((Tensor.empty(1024, 1024) * Tensor.empty(1024, 1024) + 1).relu())
+  out = hand_coded_optimizations(k, AVX512, threads=2)
+  assert upcasts(out) == [16] and out.axis_types().count(AxisType.THREAD) == 1
+  vec = pick_vector_range(out.ast, 64)
+  assert vec is not None and vec.src[0].arg == 16
+  assert upcasts(hand_coded_optimizations(k, SCALAR, threads=2)) == [], "no vector values"
+
+
+def test_column_sums_vectorize_the_output_and_row_sums_the_reduce():
+  cols = hand_coded_optimizations(only_kernel(Tensor.empty(512, 256).sum(0)), AVX512, threads=1)
+  assert upcasts(cols) == [16] and AxisType.GROUP_REDUCE not in cols.axis_types()
+  rows = hand_coded_optimizations(only_kernel(Tensor.empty(256, 512).sum(1)), AVX512, threads=1)
+  assert upcasts(rows) == [] and AxisType.GROUP_REDUCE in rows.axis_types()

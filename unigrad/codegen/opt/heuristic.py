@@ -11,7 +11,10 @@ The choice is read off the kernel's loads: for each input buffer read, the strid
   the vector (see codegen/vectorize.py); else the next candidate is tried.
 - THREAD: split an output axis across the cores when there is enough work per core, preferring
   one the contiguous input does not depend on (so `core_id` stays out of its addresses).
-- Other reductions split their innermost reduce axis into independent partial accumulators.
+- Vectors for everything else: the output axis along which the store is contiguous (else a load
+  is) is upcast to one vector register, unless a reduce reads contiguously along its own
+  innermost axis; such reductions (and any kernel left without a vector axis) split that reduce
+  axis into independent partial accumulators.
 """
 from __future__ import annotations
 
@@ -61,6 +64,14 @@ def _index_strides(idx: UOp, ranges: list[UOp]) -> dict[int, int | None]:
   terms, _ = linear_terms(idx)
   nonlinear = {r for t in terms if t.op is not Ops.RANGE for r in t.toposort() if r in ranges}
   return {r.arg.id: None if r in nonlinear else terms.get(r, 0) for r in ranges}
+
+
+def store_strides(k: OptKernel) -> list[Strides]:
+  """For each buffer write, the stride of each LOOP axis in its index."""
+  loops = [r for r in k.axes if r.arg.axis_type is AxisType.LOOP]
+  return [Strides(_index_strides(u.src[0].src[1], loops), u.src[0].src[0].dtype.itemsize)
+          for u in k.ast.toposort() if u.op is Ops.STORE and u.src[0].op is Ops.INDEX
+          and u.src[0].src[0].op is Ops.PARAM and len(u.src[0].src) > 1]
 
 
 def load_strides(k: OptKernel) -> list[Strides]:
@@ -160,10 +171,33 @@ def group_reduce(k: OptKernel, lanes: int) -> OptKernel:
   return k
 
 
+def contiguous_reduce(k: OptKernel) -> bool:
+  """Whether a load reads contiguously along the innermost REDUCE axis."""
+  reduces = [r for r in k.axes if r.arg.axis_type is AxisType.REDUCE]
+  if not reduces: return False
+  return any(_index_strides(u.src[1], reduces[-1:]).get(reduces[-1].arg.id) == 1
+             for u in k.ast.toposort() if u.op is Ops.INDEX and u.src[0].op is Ops.PARAM
+             and len(u.src) > 1)
+
+
+def output_vector(k: OptKernel, vector_bytes: int) -> OptKernel:
+  """Upcast the LOOP axis the store is contiguous along (else one a load is) to one register."""
+  for strides in (store_strides(k), load_strides(k)):
+    for st in strides:
+      unit = [rid for rid, s in st.of.items() if s == 1 and _axis_of(k, rid) is not None]
+      if unit:
+        up, vec = _upcast(k, unit[-1], vector_bytes // st.itemsize)
+        if vec is not None: return up
+  return k
+
+
 def hand_coded_optimizations(k: OptKernel, ren: Renderer, threads: int) -> OptKernel:
   """The heuristics' choice of opts for `k` on `ren` (see the module docstring)."""
   for plan in plan_tiles(k, ren.vector_bytes or SCALAR_VECTOR_BYTES):
     threaded = add_threads(k, threads, plan.independent) if ren.has_threads else k
     if (tiled := register_tile(threaded, plan, ren.vector_bytes)) is not None: return tiled
   threaded = add_threads(k, threads) if ren.has_threads else k
+  if ren.vector_bytes and not contiguous_reduce(threaded):
+    vectored = output_vector(threaded, ren.vector_bytes)
+    if vectored is not threaded: return vectored
   return group_reduce(threaded, 16)
