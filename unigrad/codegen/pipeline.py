@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
 
 from unigrad.codegen.expand import expand
 from unigrad.codegen.opt.heuristic import hand_coded_optimizations
@@ -18,11 +19,12 @@ from unigrad.codegen.isel import (lower_index_dtype, pm_add_loads, pm_divmod_non
                                   pm_fma_accumulate, pm_mul_recip)
 from unigrad.codegen.linearize import launch_size, linearize
 from unigrad.codegen.opt import KernelOptError
-from unigrad.codegen.opt.search import TIMED_RUNS, beam_search, kernel_key, scratch_params
+from unigrad.codegen.opt.search import beam_search, kernel_key, scratch_params
 from unigrad.codegen.simplify import pm_kernel_simplify
 from unigrad.codegen.vectorize import vectorize
 from unigrad.knobs import BEAM, DEBUG, NOOPT, SPEC
-from unigrad.runtime.device import Buffer, CompileError, Device
+from unigrad.dtype import dtypes
+from unigrad.runtime.device import Buffer, CompileError, Device, Program
 from unigrad.runtime.ops_cpu import cpu_threads
 from unigrad.renderer import Renderer
 from unigrad.uop import KernelInfo, Ops, PatternMatcher, Spec, UOp, graph_rewrite, pm_simplify
@@ -59,30 +61,73 @@ def optimize(ast: UOp, ren: Renderer) -> UOp:
     heuristic = hand_coded_optimizations(k, ren, ren_threads(ren))
     k = heuristic if BEAM < 1 else beam_search(
       k, heuristic, int(BEAM), make_timer(ast, ren), ren_threads(ren),
-      kernel_key(ast, ren.device, int(BEAM)))
+      kernel_key(ast, ren.device, int(BEAM)), ren.vector_bytes)
   if DEBUG >= 3: print(f"  opts {k.name()}: {list(k.applied)}")
+  return finish(k)
+
+
+def finish(k: OptKernel) -> UOp:
+  """The AST of `k` with its opts applied, simplified: what optimize hands on."""
   ast = k.finalize()
   return graph_rewrite(ast, pm_kernel_simplify, name="simplify opts") if k.applied else ast
 
 
-def make_timer(ast: UOp, ren: Renderer) -> Callable[[OptKernel], float]:
-  """Compile and time kernels on scratch buffers shaped like `ast`'s params (for BEAM)."""
+SCRATCH_FILL = 0x3C  # every byte of a float scratch input: small normal values (never NaN)
+BEAM_KERNEL = "beam_candidate"
+
+
+@dataclass
+class KernelTimer:
+  """BEAM's timer (see search.Timer): lowers candidates one by one (Python holds the GIL) while
+  the C compiler runs on the ones before in parallel subprocesses, then times built kernels one
+  at a time (each launch uses every core) on scratch buffers shaped like the kernel's params."""
+  ren: Renderer
+  bufs: list[Buffer]
+  programs: dict[UOp, tuple[Program, tuple[int, ...]]] = field(default_factory=dict)
+
+  def build(self, ks: Sequence[OptKernel], deadline: float) -> list[OptKernel]:
+    dev = Device[self.ren.device]
+    compile_src = dev.compiler.compile_cached if dev.compiler is not None else str.encode
+    jobs: dict[OptKernel, tuple[Future[bytes], tuple[int, ...]]] = {}
+    with ThreadPoolExecutor(max(2, cpu_threads())) as pool:
+      for k in ks:
+        if time.perf_counter() >= deadline: break
+        if (src := self._render(k)) is not None:
+          jobs[k] = (pool.submit(compile_src, src[0]), src[1])
+      wait([f for f, _ in jobs.values()], timeout=max(0.0, deadline - time.perf_counter()))
+      for f, _ in jobs.values(): f.cancel()  # queued compiles past the deadline never start
+    for k, (f, size) in jobs.items():
+      if f.cancelled() or f.exception() is not None: continue
+      try: self.programs[k.ast] = (dev.runtime(BEAM_KERNEL, f.result()), size)
+      except (RuntimeError, OSError): continue
+    return [k for k in jobs if k.ast in self.programs]
+
+  def _render(self, k: OptKernel) -> tuple[str, tuple[int, ...]] | None:
+    """The source of candidate `k` and its launch size (None if it cannot be lowered)."""
+    try:
+      linear = lower(finish(k), self.ren)
+      return self.ren.render(BEAM_KERNEL, linear), launch_size(linear)
+    except (KernelOptError, CompileError, RuntimeError): return None
+
+  def time(self, k: OptKernel, runs: int, cap: float) -> float:
+    if (built := self.programs.get(k.ast)) is None: return math.inf
+    prog, size = built
+    best = math.inf
+    for _ in range(runs):
+      t = prog(*self.bufs, global_size=size, wait=True) or 0.0
+      best = min(best, t)
+      if t > cap: break
+    return best
+
+
+def make_timer(ast: UOp, ren: Renderer) -> KernelTimer:
+  """BEAM's timer for kernels like `ast` on `ren`, with scratch buffers for its params."""
   dev = Device[ren.device]
   bufs = [Buffer(dev.name, p.shape[0], p.dtype).ensure_allocated() for p in scratch_params(ast)]
-
-  def time_kernel(k: OptKernel) -> float:
-    try:
-      linear = lower(k.finalize(), ren)
-      lib = dev.compiler.compile_cached(ren.render("beam_candidate", linear))
-      prog = dev.runtime("beam_candidate", lib)
-    except (KernelOptError, CompileError, RuntimeError): return math.inf
-    size, best = launch_size(linear), math.inf
-    for _ in range(TIMED_RUNS):
-      t = prog(*bufs, global_size=size, wait=True) or 0.0
-      best = min(best, t)
-      if t > 3 * best: break
-    return best
-  return time_kernel
+  # fresh memory reads as one shared zero page, far kinder to the caches than real data
+  for b in bufs:
+    if dtypes.is_float(b.dtype): b.copyin(bytes([SCRATCH_FILL]) * b.nbytes)
+  return KernelTimer(ren, bufs)
 
 
 def lower(ast: UOp, ren: Renderer) -> UOp:
