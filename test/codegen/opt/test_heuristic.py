@@ -40,6 +40,9 @@ def test_matmul_tiles_its_contiguous_output_axis():
   out = hand_coded_optimizations(k, AVX512, threads=2)
   assert out.axis_types().count(AxisType.THREAD) == 1
   assert upcasts(out) == [32, 8], "two registers of n, reused over 8 rows of A"
+  outer = next(r.arg.id for r in out.axes if r.arg.axis_type is AxisType.LOOP)
+  # the outermost loop walks B's 32-column panels (A does not depend on it)
+  assert sorted(st.of[outer] for st in load_strides(out)) == [0, 32], "B's panel stays in cache"
   vec = pick_vector_range(out.ast, 64)
   assert vec is not None and vec.src[0].arg == 32
 
