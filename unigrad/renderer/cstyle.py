@@ -194,12 +194,32 @@ def _ctype(st: _State, dt: DType) -> str:
   return name
 
 
+# gcc leaves small vector helpers as calls unless told
+VECTOR_INLINE = "static inline __attribute__((always_inline))"
+# float ops with a C builtin per lane: a vector helper applies it to every lane, which clang and
+# gcc turn into one instruction (vfmadd, vrndscale, vsqrt) where the target has it
+LANE_BUILTINS = {Ops.MULACC: ("fma", 3), Ops.TRUNC: ("trunc", 1), Ops.SQRT: ("sqrt", 1)}
+
+
+def _lane_fn(st: _State, op: Ops, dt: DType) -> str:
+  """The helper `__<builtin>_<vector type>(...)`, declared once per source."""
+  vt, (fn, nargs) = _ctype(st, dt), LANE_BUILTINS[op]
+  name = f"__{fn}_{vt}"
+  builtin = f"__builtin_{fn}{'' if dt.scalar() == dtypes.float64 else 'f'}"
+  params = ", ".join(f"{vt} {a}" for a in "abc"[:nargs])
+  lanes = ", ".join(f"{builtin}({', '.join(f'{a}[{i}]' for a in 'abc'[:nargs])})"
+                    for i in range(dt.count))
+  body = f"return ({vt}){{{lanes}}};"
+  st.helpers.setdefault(name, f"{VECTOR_INLINE} {vt} {name}({params}) {{ {body} }}")
+  return name
+
+
 def _stream_fn(st: _State, dt: DType) -> str:
   """A helper storing one vector around the caches (a non-temporal store) where the compiler has
   them and the address is register aligned; a plain store otherwise."""
   vt = _ctype(st, dt)
   name, sct = f"__stream_{vt}", C_TYPES[dt.scalar()]
-  st.helpers.setdefault(name, f"""static inline void {name}({sct}* p, {vt} v) {{
+  st.helpers.setdefault(name, f"""{VECTOR_INLINE} void {name}({sct}* p, {vt} v) {{
 #if defined(__has_builtin)
 #if __has_builtin(__builtin_nontemporal_store)
   if (((uintptr_t)p & {dt.itemsize - 1}) == 0) {{
@@ -367,6 +387,7 @@ class CRenderer(Renderer):
     if op is Ops.RECIP: return f"({c_const(1, dt.scalar())}/{s[0]})"
     if op is Ops.BITCAST: return f"(({vt}){s[0]})"
     if op is Ops.CAST: return _convert(st, u.src[0], dt, s[0])
+    if op in LANE_BUILTINS and dtypes.is_float(dt): return f"{_lane_fn(st, op, dt)}({', '.join(s)})"
     return self._lanewise(st, u, vt)
 
   def _lanewise(self, st: _State, u: UOp, vt: str) -> str:
