@@ -126,6 +126,7 @@ def test_matmul_tile_is_broadcast_times_vector_load():
   src = check(x(16, 64) @ x(64, 64), [Opt.upcast(1, 16), Opt.upcast(0, 4)])
   assert src.count("float_v16 acc") == 4  # four rows of 16-lane accumulators
   assert "((float_v16){} + val" in src  # A's element broadcast across the lanes
+  assert "= __fma_float_v16(" in src and "always_inline" in src  # one fused vector update
 
 
 def test_strided_store_is_one_store_per_lane():
