@@ -3,7 +3,9 @@
 `realize(uops, devices)` callifies the nodes, looks the function body up in the schedule cache
 (keyed by the body node itself: hash-consing makes equal programs the same node), compiles each
 kernel once per device (the program cache), allocates intermediates for the run, launches the
-kernels in order and returns the map from each realized node to the buffer holding it.
+kernels in order (slots and lifetimes derived once per schedule: its launch plan) and returns the
+map from each realized node to the buffer holding it. On a cache hit the work is one walk of the
+graph (tuple-device check and callify share it), the body rebuilt over PARAMs, and the launches.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 
 from unigrad.codegen.linearize import Estimates, estimate, launch_size
 from unigrad.codegen.pipeline import full_rewrite
-from unigrad.dtype import DType
+from unigrad.dtype import DType, dtypes
 from unigrad.helpers import GlobalCounters
 from unigrad.knobs import BEAM, DEBUG, NOOPT
 from unigrad.renderer import PythonRenderer, Renderer
@@ -58,7 +60,8 @@ def buffer_of(u: UOp) -> Buffer:
   if base is None: raise RuntimeError(f"{u.op.name} node is not backed by a buffer")
   buf = buffers.get(base)
   if buf is None:
-    buf = buffers[base] = Buffer(base.arg.device, base.shape[0], base.dtype)
+    size = base.src[0].arg[0] if base.src[0].op is Ops.VCONST else base.shape[0]  # shape is slower
+    buf = buffers[base] = Buffer(base.arg.device, size, base.dtype)
   return buf
 
 
@@ -107,8 +110,8 @@ def schedule(uops: list[UOp], devices: list[str]) -> UOp:
   if (plan := multi.lower_multi(uops, devices)) is not None:
     return schedule(plan.uops, plan.devices)
   res = callify(uops, devices)
-  body, args = res.call.src[0], res.call.src[1:]
-  linear = _schedule_for(body, len(args), devices[0])
+  linear = _schedule_for(res.body, len(res.bufs), devices[0])
+  args = res.bufs
   sub = {p: args[p.arg.slot] for c in linear.src for p in c.src[1:] if p.arg.slot < len(args)}
   calls = tuple(c.replace(src=(c.src[0], *(sub.get(p, p) for p in c.src[1:])))
                 for c in linear.src)
@@ -117,12 +120,13 @@ def schedule(uops: list[UOp], devices: list[str]) -> UOp:
 
 def realize(uops: list[UOp], devices: list[str]) -> dict[UOp, UOp]:
   """Compute `uops` into buffers; returns node -> buffer view for every realized node. Graphs on
-  tuple devices are first lowered to one graph per device (schedule/multi.py)."""
-  if (plan := multi.lower_multi(uops, devices)) is not None:
+  tuple devices are first lowered to one graph per device (schedule/multi.py). The one toposort
+  of the targets serves both the tuple-device check and callify."""
+  nodes = UOp(Ops.SINK, dtypes.void, tuple(uops)).toposort()
+  if (plan := multi.lower_multi(uops, devices, nodes)) is not None:
     return plan.finish(realize(plan.uops, plan.devices))
-  res = callify(uops, devices)
-  body, args = res.call.src[0], res.call.src[1:]
-  run_linear(_schedule_for(body, len(args), devices[0]), args)
+  res = callify(uops, devices, nodes)
+  run_linear(_schedule_for(res.body, len(res.bufs), devices[0]), res.bufs)
   return res.becomes
 
 
@@ -173,32 +177,68 @@ def _count(runner: Runner, device: str, t: float | None) -> None:
           f"{t * 1e6:10.2f} us {rate}")
 
 
-def _kernel_device(params: tuple[UOp, ...], fallback: str) -> str:
-  return next((p.arg.device for p in params if p.arg.device is not None), fallback)
+@dataclass(frozen=True)
+class Launch:
+  """One CALL of a schedule: the kernel, its buffers' slots, its device (None: the first
+  argument's) and the intermediate slots whose last use it is."""
+  kernel: UOp
+  slots: tuple[int, ...]
+  device: str | None
+  frees: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+  """What running a schedule needs, derived once per (schedule, number of arguments)."""
+  launches: tuple[Launch, ...]
+  inter: dict[int, tuple[int, DType]]  # intermediate slot -> (size, dtype)
+
+
+_plans: dict[tuple[UOp, int], LaunchPlan] = {}
+
+
+def launch_plan(linear: UOp, nargs: int) -> LaunchPlan:
+  """The launches of `linear` when slots below `nargs` are arguments (cached)."""
+  if (plan := _plans.get((linear, nargs))) is not None: return plan
+  last_use: dict[int, int] = {}
+  inter: dict[int, tuple[int, DType]] = {}
+  for i, call in enumerate(linear.src):
+    for p in call.src[1:]:
+      last_use[p.arg.slot] = i
+      if p.arg.slot >= nargs: inter.setdefault(p.arg.slot, (p.shape[0], p.dtype))
+  launches = []
+  for i, call in enumerate(linear.src):
+    params = call.src[1:]
+    device = next((p.arg.device for p in params if p.arg.device is not None), None)
+    frees = tuple(s for s, last in last_use.items() if last == i and s >= nargs)
+    launches.append(Launch(call.src[0], tuple(p.arg.slot for p in params),
+                           None if device is None else Device.canonicalize(device), frees))
+  if len(_plans) >= 4 * SCHEDULE_CACHE_SIZE: _plans.pop(next(iter(_plans)))
+  plan = _plans[(linear, nargs)] = LaunchPlan(tuple(launches), inter)
+  return plan
 
 
 def run_linear(linear: UOp, args: tuple[UOp, ...]) -> None:
   """Launch every CALL of a schedule; intermediates live from first to last use."""
   nargs = len(args)
-  last_use: dict[int, int] = {}
-  for i, call in enumerate(linear.src):
-    for p in call.src[1:]: last_use[p.arg.slot] = i
+  plan = launch_plan(linear, nargs)
+  arg_bufs = [buffer_of(a) for a in args]
   inter: dict[int, Buffer] = {}
   fallback = args[0].arg.device if args else Device.DEFAULT
-  for i, call in enumerate(linear.src):
-    kernel, params = call.src[0], call.src[1:]
-    device = Device.canonicalize(_kernel_device(params, fallback))
+  wait = DEBUG >= 2
+  for launch in plan.launches:
+    device = launch.device or Device.canonicalize(fallback)
     bufs = []
-    for p in params:
-      if p.arg.slot < nargs: buf = buffer_of(args[p.arg.slot])
-      else: buf = inter.setdefault(p.arg.slot, Buffer(device, p.shape[0], p.dtype))
+    for slot in launch.slots:
+      if slot < nargs: buf = arg_bufs[slot]
+      elif (buf := inter.get(slot)) is None:
+        buf = inter[slot] = Buffer(device, *plan.inter[slot])
       bufs.append(buf.ensure_allocated())
-    if kernel.op is Ops.COPY:
+    if launch.kernel.op is Ops.COPY:
       bufs[0].copyin(bufs[1].copyout())
       if DEBUG >= 2: print(f"*** COPY {bufs[1].device} -> {bufs[0].device} {bufs[0].nbytes} bytes")
     else:
-      runner = get_runner(kernel, device)
-      t = runner.program(*bufs, global_size=runner.global_size, wait=DEBUG >= 2)
+      runner = get_runner(launch.kernel, device)
+      t = runner.program(*bufs, global_size=runner.global_size, wait=wait)
       _count(runner, device, t)
-    for slot, last in last_use.items():
-      if last == i and slot >= nargs: inter.pop(slot, None)
+    for slot in launch.frees: inter.pop(slot, None)

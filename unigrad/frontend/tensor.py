@@ -199,13 +199,20 @@ def _apply_map(mapping: dict[UOp, UOp]) -> None:
   what computed each buffer (not for writes, and never behind a requires_grad leaf)."""
   leaves: set[UOp] = set()
   for t in list(all_tensors):
-    if t.uop in mapping: t.uop = mapping[t.uop]
-    elif t.uop.op not in (Ops.BUFFER, Ops.CONST): t.uop = t.uop.substitute(mapping)
+    u = t.uop
+    if (new := mapping.get(u)) is not None: t.uop = new
+    elif not _is_leaf(u, mapping): t.uop = u.substitute(mapping)
     if t.requires_grad: leaves.add(t.uop)
   for old, new in mapping.items():
     if old.op in (Ops.AFTER, Ops.CONTIGUOUS) or new in leaves: continue
     inner = old.substitute({k: v for k, v in mapping.items() if k is not old})
     engine.history[new] = inner
+
+
+def _is_leaf(u: UOp, mapping: dict[UOp, UOp]) -> bool:
+  """Whether `u` can hold no realized node: a BUFFER or CONST, or a reshaped unmapped BUFFER."""
+  if u.op in (Ops.BUFFER, Ops.CONST): return True
+  return u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER and u.src[0] not in mapping
 
 
 def _nest(flat: list, shape: Sequence[int]) -> Any:

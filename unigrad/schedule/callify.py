@@ -5,11 +5,13 @@ pending assigns `AFTER(buf, STORE(buf, x))`).
 Produces: `CALL(SINK(STORE...), *buffers)` whose body sees only PARAMs (slot i is the CALL's i-th
 buffer), and a map from each realized tensor-graph node to the buffer view that will hold it.
 Invariants: every value to materialize is a STORE into a buffer (CONTIGUOUS became
-`AFTER(buf, STORE(buf, x))`); PARAMs are numbered in discovery order, so the same program on other
-buffers gives the same body node (the schedule cache key).
+`AFTER(buf, STORE(buf, x))`); PARAMs are numbered in discovery order (the output buffers, then
+the graph's buffers in toposort order), so the same program on other buffers gives the same body
+node (the schedule cache key). One walk over the graph does all of it.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass, field
 
@@ -43,49 +45,112 @@ def is_plain_buffer(u: UOp) -> bool:
 
 @dataclass
 class CallifyResult:
-  call: UOp
+  """The function body over PARAMs, the buffers for its slots and the realized-node map."""
+  body: UOp
+  bufs: tuple[UOp, ...]
   becomes: dict[UOp, UOp] = field(default_factory=dict)
 
+  @property
+  def call(self) -> UOp:
+    """`CALL(body, *bufs)` (built on demand: realizing needs only the parts)."""
+    return UOp(Ops.CALL, dtypes.void, (self.body, *self.bufs))
 
-def _materialize_contiguous(root: UOp, device: str, becomes: dict[UOp, UOp]) -> UOp:
-  """CONTIGUOUS(x) -> AFTER(buf, STORE(buf, x)) with a new buffer; records x -> buf."""
+
+def is_assign(u: UOp) -> bool:
+  """AFTER(target, STORE...): once realized, its value is the target buffer."""
+  return u.op is Ops.AFTER and all(s.op is Ops.STORE for s in u.src[1:])
+
+
+@functools.lru_cache(maxsize=4096)
+def _param(slot: int, dtype: DType, device: str | None, addrspace: AddrSpace,
+           src: tuple[UOp, ...]) -> UOp:
+  """PARAM(slot) for a buffer (cached: the same few PARAMs are asked for on every call)."""
+  return UOp(Ops.PARAM, dtype, src, ParamArg(slot, dtype, device, addrspace))
+
+
+@dataclass
+class CallifyCtx:
+  """What one callify pass collects: the buffers in slot order and the realized-node map."""
+  device: str
+  bufs: list[UOp] = field(default_factory=list)
+  params: dict[UOp, UOp] = field(default_factory=dict)  # BUFFER -> its PARAM
+  made: set[UOp] = field(default_factory=set)  # the PARAMs above
+  becomes: dict[UOp, UOp] = field(default_factory=dict)
+
+  def param(self, b: UOp) -> UOp:
+    """The PARAM standing for BUFFER `b` (the next slot on first sight)."""
+    if (p := self.params.get(b)) is not None: return p
+    p = self.params[b] = _param(len(self.bufs), b.dtype, b.arg.device, b.arg.addrspace, b.src)
+    self.bufs.append(b)
+    self.made.add(p)
+    return p
+
+  def param_view(self, view: UOp) -> UOp:
+    """A new buffer's view (BUFFER or RESHAPE(BUFFER)) over its PARAM."""
+    if view.op is Ops.BUFFER: return self.param(view)
+    return UOp(Ops.RESHAPE, view.dtype, (self.param(view.src[0]), view.src[1]))
+
+  def is_plain(self, v: UOp) -> bool:
+    """Whether a rewritten node reads a buffer row-major (is_plain_buffer, over PARAMs)."""
+    return v in self.made or (v.op is Ops.RESHAPE and v.src[0] in self.made)
+
+
+def _rewrite_marker(ctx: CallifyCtx, u: UOp, v: UOp) -> UOp:
+  """AFTER(buf, ...) records that it becomes buf; CONTIGUOUS(x) -> AFTER(buf, STORE(buf, x))
+  with a new buffer (records u -> buf), or x itself when x already is a plain buffer."""
+  if u.op is Ops.AFTER:
+    if u.src[0].op in (Ops.BUFFER, Ops.RESHAPE): ctx.becomes.setdefault(u, u.src[0])
+    return v
+  if ctx.is_plain(v.src[0]): return v.src[0]
+  buf = new_buffer(u.src[0].device or ctx.device, u.dtype, tuple(u.shape))
+  ctx.becomes[u] = buf
+  p = ctx.param_view(buf)
+  return UOp(Ops.AFTER, u.dtype, (p, UOp(Ops.STORE, dtypes.void, (p, v.src[0]))))
+
+
+def _rewrite(ctx: CallifyCtx, nodes: dict[UOp, None], skip: UOp) -> dict[UOp, UOp]:
+  """Each node of a toposort (but `skip`) -> its body node: BUFFER -> PARAM, markers by
+  `_rewrite_marker`, anything else rebuilt on its rewritten sources (itself if none changed)."""
   out: dict[UOp, UOp] = {}
-  for u in root.toposort():
-    new_src = tuple(out.get(s, s) for s in u.src)
-    v = u if all(a is b for a, b in zip(new_src, u.src)) else u.replace(src=new_src)
-    if v.op is Ops.CONTIGUOUS and not is_plain_buffer(v.src[0]):
-      buf = new_buffer(v.src[0].device or device, v.dtype, tuple(v.shape))
-      becomes[u] = buf
-      v = UOp(Ops.AFTER, v.dtype, (buf, UOp(Ops.STORE, dtypes.void, (buf, v.src[0]))))
-    elif v.op is Ops.CONTIGUOUS: v = v.src[0]
-    out[u] = v
-  return out[root]
-
-
-def _to_params(sink: UOp) -> tuple[UOp, list[UOp]]:
-  """Replace each BUFFER by PARAM(slot) in discovery order."""
-  bufs = [u for u in sink.toposort() if u.op is Ops.BUFFER]
-  params = {b: UOp(Ops.PARAM, b.dtype, b.src, ParamArg(i, b.dtype, b.arg.device, b.arg.addrspace))
-            for i, b in enumerate(bufs)}
-  return sink.substitute(params), bufs
-
-
-def callify(targets: list[UOp], devices: list[str]) -> CallifyResult:
-  """The stateless function that computes `targets` (see the module docstring)."""
-  becomes: dict[UOp, UOp] = {}
-  stores: list[UOp] = []
-  for u, dev in zip(targets, devices):
-    if u.op is Ops.AFTER and all(s.op is Ops.STORE for s in u.src[1:]):
-      stores.extend(u.src[1:])
-      becomes[u] = u.src[0]
+  get = out.__getitem__
+  for u in nodes:
+    if u is skip: continue
+    op = u.op
+    if op is Ops.BUFFER:
+      out[u] = ctx.param(u)
       continue
-    buf = new_buffer(dev, u.dtype, tuple(as_shape(shape_uop(u.shape))))
+    src = u.src
+    new_src = tuple(map(get, src))
+    v = u if new_src == src else UOp(op, u.dtype, new_src, u.arg, u.tag)
+    out[u] = _rewrite_marker(ctx, u, v) if op is Ops.AFTER or op is Ops.CONTIGUOUS else v
+  return out
+
+
+def callify(targets: list[UOp], devices: list[str],
+            nodes: dict[UOp, None] | None = None) -> CallifyResult:
+  """The stateless function that computes `targets` (see the module docstring). `nodes`, the
+  toposort of `SINK(*targets)` when the caller has it, saves a walk over the graph."""
+  ctx = CallifyCtx(devices[0])
+  stored: list[tuple[UOp | None, UOp]] = []  # (output view over its PARAM or None, value)
+  for u, dev in zip(targets, devices):
+    if is_assign(u):  # its STOREs are the values
+      ctx.becomes[u] = u.src[0]
+      stored += [(None, s) for s in u.src[1:]]
+      continue
+    buf = new_buffer(dev, u.dtype, _static_shape(u.shape))
+    ctx.becomes[u] = buf
     value = u.src[0] if u.op is Ops.CONTIGUOUS else u  # the output buffer is the contiguous copy
-    stores.append(UOp(Ops.STORE, dtypes.void, (buf, value)))
-    becomes[u] = buf
-  sink = _materialize_contiguous(UOp(Ops.SINK, dtypes.void, tuple(stores)), devices[0], becomes)
-  for u in sink.toposort():
-    if u.op is Ops.AFTER and u.src[0].op in (Ops.BUFFER, Ops.RESHAPE):
-      becomes.setdefault(u, u.src[0])
-  body, bufs = _to_params(sink)
-  return CallifyResult(UOp(Ops.CALL, dtypes.void, (body, *bufs)), becomes)
+    stored.append((ctx.param_view(buf), value))
+  roots = tuple(v for _, v in stored)
+  if nodes is None or len(roots) != len(targets) or any(r is not t for r, t in zip(roots, targets)):
+    nodes = UOp(Ops.SINK, dtypes.void, roots).toposort()
+  out = _rewrite(ctx, nodes, next(reversed(nodes)))  # the roots' SINK (last) is not in the body
+  stores = (out[v] if p is None else UOp(Ops.STORE, dtypes.void, (p, out[v])) for p, v in stored)
+  body = UOp(Ops.SINK, dtypes.void, tuple(stores))
+  return CallifyResult(body, tuple(ctx.bufs), ctx.becomes)
+
+
+def _static_shape(shape: tuple) -> tuple:
+  """The shape with sizes that simplify to constants as ints."""
+  if all(type(s) is int for s in shape): return shape
+  return tuple(as_shape(shape_uop(shape)))

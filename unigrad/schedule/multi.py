@@ -441,21 +441,27 @@ def is_assign(u: UOp) -> bool:
   return u.op is Ops.AFTER and all(s.op is Ops.STORE for s in u.src[1:])
 
 
-def uses_tuple_devices(uops: Sequence[UOp], devices: Sequence[Device]) -> bool:
+def uses_tuple_devices(uops: Sequence[UOp], devices: Sequence[Device],
+                       nodes: dict[UOp, None] | None = None) -> bool:
   """Whether any target is on a tuple device or reads a BUFFER on one or a COPY to one (every
-  value on a tuple device comes from one of those)."""
+  value on a tuple device comes from one of those). `nodes`: the toposort of the targets' SINK,
+  when the caller has it."""
   if any(isinstance(d, tuple) for d in devices): return True
-  return any((u.op is Ops.COPY and isinstance(u.arg, tuple))
-             or (u.op is Ops.BUFFER and isinstance(u.arg.device, tuple))
-             for u in UOp(Ops.SINK, dtypes.void, tuple(uops)).toposort())
+  if nodes is None: nodes = UOp(Ops.SINK, dtypes.void, tuple(uops)).toposort()
+  for u in nodes:
+    if u.op is Ops.COPY and isinstance(u.arg, tuple): return True
+    if u.op is Ops.BUFFER and isinstance(u.arg.device, tuple): return True
+  return False
 
 
-def lower_multi(uops: Sequence[UOp], devices: Sequence[Device]) -> MultiPlan | None:
+def lower_multi(uops: Sequence[UOp], devices: Sequence[Device],
+                nodes: dict[UOp, None] | None = None) -> MultiPlan | None:
   """The single-device targets computing `uops` on `devices` (see the module docstring), or None
-  when nothing is on a tuple device."""
-  if not uses_tuple_devices(uops, devices): return None
+  when nothing is on a tuple device. `nodes`: the toposort of the targets' SINK, if known."""
+  if not uses_tuple_devices(uops, devices, nodes): return None
+  if nodes is None: nodes = UOp(Ops.SINK, dtypes.void, tuple(uops)).toposort()
   ctx = MultiCtx()
-  for u in UOp(Ops.SINK, dtypes.void, tuple(uops)).toposort():
+  for u in nodes:
     if u.op is not Ops.SINK: _lower(ctx, u)
   plan = MultiPlan(ctx, [], [], {})
   for u, dev in zip(uops, devices):

@@ -115,19 +115,27 @@ def graph_rewrite(sink: UOp, pm: PatternMatcher | None, ctx: Any = None, bottom_
 def substitute(root: UOp, dvars: dict[UOp, UOp], extra_pm: PatternMatcher | None = None) -> UOp:
   """Replace every key of `dvars` below `root` by its value. Values are not looked into, so
   `{x: x + 1}` replaces x once. `extra_pm` then rewrites the result to a fixed point."""
+  out = _substitute(root, dvars) if dvars else root
+  return graph_rewrite(out, extra_pm) if extra_pm is not None else out
+
+
+def _substitute(root: UOp, dvars: dict[UOp, UOp]) -> UOp:
+  """The substitution itself: nodes are rebuilt only where a source changed."""
   memo: dict[UOp, UOp] = {}
   stack: list[tuple[UOp, bool]] = [(root, False)]
+  push, pop, get = stack.append, stack.pop, memo.get
   while stack:
-    n, ready = stack.pop()
+    n, ready = pop()
+    if ready:
+      src = n.src
+      new_src = tuple([memo[s] for s in src])
+      memo[n] = n if new_src == src else type(n)(n.op, n.dtype, new_src, n.arg, n.tag)
+      continue
     if n in memo: continue
     if (v := dvars.get(n)) is not None:
       memo[n] = v
       continue
-    if not ready:
-      stack.append((n, True))
-      stack.extend((s, False) for s in n.src if s not in memo)
-      continue
-    new_src = tuple(memo.get(s, s) for s in n.src)
-    memo[n] = n if all(a is b for a, b in zip(new_src, n.src)) else n.replace(src=new_src)
-  out = memo[root]
-  return graph_rewrite(out, extra_pm) if extra_pm is not None else out
+    push((n, True))
+    for s in n.src:
+      if get(s) is None: push((s, False))
+  return memo[root]

@@ -166,15 +166,17 @@ class UOp(metaclass=UOpMetaClass):
     node and whatever lies only below it."""
     out: dict[UOp, None] = {}
     stack: list[tuple[UOp, bool]] = [(self, False)]
+    push, pop = stack.append, stack.pop  # a hot loop: no generator, bound methods
     while stack:
-      node, ready = stack.pop()
-      if node in out: continue
-      if ready:
+      node, ready = pop()
+      if ready:  # in a DAG a node is finished once: it is never reached again while pending
         out[node] = None
         continue
+      if node in out: continue
       if gate is not None and not gate(node): continue
-      stack.append((node, True))
-      stack.extend((s, False) for s in reversed(node.src) if s not in out)
+      push((node, True))
+      for s in reversed(node.src):
+        if s not in out: push((s, False))
     return out
 
   def topovisit(self, visitor: Callable[[UOp], T], cache: dict[UOp, T]) -> T:

@@ -1,0 +1,108 @@
+"""Realize on a schedule cache hit: no re-scheduling, one walk of the graph, same semantics."""
+import numpy as np
+import pytest
+
+from unigrad import Tensor
+from unigrad.engine import realize as engine
+from unigrad.schedule.callify import callify
+from unigrad.uop import Ops, UOp
+
+
+@pytest.fixture
+def count_schedules(monkeypatch):
+  """How many times the scheduler ran (create_schedule is only called on a cache miss)."""
+  calls = []
+  real = engine.create_schedule
+  def counting(*args):
+    calls.append(args)
+    return real(*args)
+  monkeypatch.setattr(engine, "create_schedule", counting)
+  return calls
+
+
+def test_cache_hit_does_not_reschedule(count_schedules):
+  x = Tensor([1.0, 2.0, 3.0], device="PYTHON").realize()
+  y = Tensor([5.0, 6.0, 7.0], device="PYTHON").realize()
+  first = (x * 2 + 1).realize()
+  misses = len(count_schedules)
+  for t in (x, y, x):
+    out = (t * 2 + 1).realize()
+    assert out.uop.op is Ops.BUFFER and out.uop is not first.uop, "a new buffer each time"
+  assert len(count_schedules) == misses, "the same program on other buffers is a cache hit"
+  assert out.tolist() == [3.0, 5.0, 7.0] and first.tolist() == [3.0, 5.0, 7.0]
+  assert (y * 2 + 1).tolist() == [11.0, 13.0, 15.0]
+
+
+def test_cache_hit_walks_the_graph_once(count_schedules, monkeypatch):
+  a = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4), device="PYTHON").realize()
+  b = Tensor(np.ones((4, 2), dtype=np.float32), device="PYTHON").realize()
+  (a @ b).realize()  # compiles and fills the schedule cache
+  scheduled = len(count_schedules)
+  walks, substitutes = [], []
+  toposort, substitute = UOp.toposort, UOp.substitute
+  def counting_toposort(self, *args, **kwargs):
+    walks.append(self)
+    return toposort(self, *args, **kwargs)
+  def counting_substitute(*args, **kwargs):
+    substitutes.append(args)
+    return substitute(*args, **kwargs)
+  monkeypatch.setattr(UOp, "toposort", counting_toposort)
+  monkeypatch.setattr(UOp, "substitute", counting_substitute)
+  c = a @ b
+  mapping = engine.realize([c.uop], [c.device])
+  assert len(walks) == 1 and not substitutes, "one toposort, no substitute on a cache hit"
+  assert len(count_schedules) == scheduled
+  out = mapping[c.uop]
+  np.testing.assert_allclose(np.frombuffer(engine.copyout(out), np.float32).reshape(3, 2),
+                             np.arange(12, dtype=np.float32).reshape(3, 4) @ np.ones((4, 2)))
+
+
+def test_multi_kernel_schedule_frees_intermediates_and_repeats(device):
+  rng = np.random.default_rng(0)
+  data = rng.standard_normal((8, 16)).astype(np.float32)
+  x = Tensor(data, device=device).realize()
+  want = np.exp(data - data.max(-1, keepdims=True))
+  want /= want.sum(-1, keepdims=True)
+  for _ in range(3):  # the second and third run replay the cached schedule and launch plan
+    np.testing.assert_allclose(x.softmax(-1).numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+def test_callify_maps_targets_contiguous_and_assigns():
+  x = Tensor([1.0, 2.0], device="PYTHON").realize()
+  c = (x + 1).contiguous()
+  y = c * 2
+  res = callify([y.uop], ["PYTHON"])
+  assert set(res.becomes) == {y.uop, c.uop}
+  assert res.call.src[0] is res.body and res.call.src[1:] == res.bufs
+  assert all(u.op is Ops.BUFFER for u in res.bufs) and len(res.bufs) == 3  # y, c, x
+  assert not any(u.op is Ops.BUFFER for u in res.body.toposort()), "the body sees only PARAMs"
+  other = Tensor([3.0, 4.0], device="PYTHON").realize()
+  again = callify([((other + 1).contiguous() * 2).uop], ["PYTHON"])
+  assert again.body is res.body, "the same program on other buffers is the same body"
+
+
+def test_contiguous_of_a_buffer_is_no_copy():
+  x = Tensor([1.0, 2.0], device="PYTHON").realize()
+  res = callify([(x.contiguous() + 1).uop], ["PYTHON"])
+  assert len(res.bufs) == 2 and Ops.AFTER not in {u.op for u in res.body.toposort()}
+
+
+def test_assign_holding_a_contiguous_runs_once():
+  """A pending assign read by another tensor is realized with it, and x then is its buffer: the
+  assign must not run a second time (it used to, when its value held a CONTIGUOUS)."""
+  x = Tensor([1.0, 2.0], device="PYTHON").realize()
+  x.assign(x.contiguous() + 1)
+  z = x * 2
+  z.realize()
+  assert x.uop.op is Ops.BUFFER
+  assert z.tolist() == [4.0, 6.0]
+  assert x.tolist() == [2.0, 3.0]
+  assert (x + 0).tolist() == [2.0, 3.0]
+
+
+def test_realized_intermediate_keeps_its_history_for_backward():
+  w = Tensor([1.0, 2.0, 3.0], device="PYTHON", requires_grad=True)
+  h = (w * w).realize()
+  assert h.uop in engine.history
+  h.sum().backward()
+  assert w.grad.tolist() == [2.0, 4.0, 6.0]
