@@ -1,6 +1,7 @@
 """The CPU device: compile and run C kernels, the disk cache, compile errors, parallel chunks."""
 import struct
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -17,6 +18,10 @@ ADD = """void add(float* restrict d0, const float* restrict d1, int n, int core_
   for (int i = core_id; i < n; i += 2) d0[i] += d1[i];
 }"""
 IDS = "void ids(int* restrict out, int core_id) { out[core_id] = core_id + 1; }"
+# chunk i checks it runs inside launch `gen` (its counter was bumped by every launch before)
+BUMP = """void bump(int* restrict counts, int gen, int core_id) {
+  if (counts[core_id] == gen) counts[core_id] += 1;
+}"""
 TID = """#include <pthread.h>
 void tid(unsigned long* restrict out, int core_id) {
   out[core_id] = (unsigned long)pthread_self();
@@ -86,16 +91,29 @@ def test_pool_threads_are_reused():
       out = Buffer("CPU", 8, dtypes.uint64).copyin(bytes(64))
       prog(out, global_size=(8,))
       seen |= set(out.tolist())
-    assert chunk_pool() is pool and len(pool.threads) == 1
-    assert seen <= {t.ident for t in pool.threads} | {threading.get_ident()}
+    assert chunk_pool() is pool and len(pool.thread_ids) == 1
+    assert seen <= set(pool.thread_ids) | {threading.get_ident()}
 
 
-def test_pool_propagates_errors():
+def test_pool_runs_many_launches_in_a_row_exactly_once_per_chunk():
+  """Back-to-back launches reuse the pool's two descriptor slots: every chunk of every launch
+  runs once, none of a launch runs after the next launch began."""
+  counts = ints(64)
+  prog = program("bump", BUMP)
+  with Context(THREADS=2):
+    for i in range(200): prog(counts, vals=(i,), global_size=(64,))
+  assert counts.tolist() == [200] * 64
+
+
+def test_pool_wakes_sleeping_workers_and_stops():
   pool = ChunkPool(2)
-  def fxn(core_id):
-    if core_id == 3: raise ValueError("chunk 3 failed")
-  with pytest.raises(ValueError, match="chunk 3"): pool.run(fxn, [], 6)
+  prog = program("meet", MEET)
+  time.sleep(0.01)  # past the spin: the worker sleeps on the condition variable
+  arrived, ok = ints(1), ints(2)
+  pool.run(prog.address, [arrived.address(), ok.address()], [2], 2)
+  assert ok.tolist() == [1, 1]
   pool.close()
+  pool.close()  # twice is harmless
 
 
 def test_bad_launches():

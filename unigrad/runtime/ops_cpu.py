@@ -2,9 +2,10 @@
 
 Kernel ABI: `void name(T0* data0, ..., int var0, ..., int core_id)`: buffer pointers in order,
 then the int32 variables, then always `core_id`. A launch with `global_size[0] == n` calls the
-kernel n times with core_id 0..n-1; with n > 1 the calls run in parallel on a pool of OS threads
-(ctypes releases the GIL during the call), the launching thread taking chunks too. The pool is
-sized by the `THREADS` knob (0: every core this process may run on) and reused across launches.
+kernel n times with core_id 0..n-1; with n > 1 the calls run in parallel on a native pool of OS
+threads (one ctypes call per launch, the GIL released), the launching thread taking chunks too.
+The pool is sized by the `THREADS` knob (0: every core this process may run on) and reused
+across launches.
 
 Memory is 64-byte aligned host memory, zero-copy visible as a memoryview.
 """
@@ -13,18 +14,16 @@ from __future__ import annotations
 import ctypes
 import functools
 import glob
-import itertools
 import mmap
 import os
 import pathlib
 import platform
-import queue
 import shutil
 import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from unigrad.knobs import CC, THREADS
@@ -161,48 +160,168 @@ def cpu_threads() -> int:
   return os.cpu_count() or 1
 
 
-class _Launch:
-  """One parallel launch: chunks are claimed from a shared counter until all n are taken."""
+# The pool is C: a worker that finished a launch waits for the next one spinning (SPIN_NS) before
+# it sleeps on a condition variable, so launches in a row (a schedule's kernels) start on every
+# core at once instead of after an OS wake-up (tens of microseconds, far more from an idle core),
+# and no chunk needs the GIL. A launch is (trampoline, kernel, args, n): chunks are claimed from a
+# 64-bit word holding (generation, next chunk), so a worker still finishing one launch cannot
+# claim a chunk of the next; each generation's descriptor has its own slot of two, and the
+# launching thread reuses a slot only after every chunk of the launch before was done.
+SPIN_NS = 2_000_000
+POOL_SRC = r"""#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
+typedef void (*tramp_t)(void*, uint64_t*, int);
+typedef struct { tramp_t tramp; void* fxn; uint64_t* args; uint32_t n; int remaining; } launch_t;
+typedef struct {
+  uint64_t state;  /* generation << 32 | next chunk */
+  launch_t slots[2];
+  int sleepers, stop, nthreads;
+  long spin_ns;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  pthread_t threads[];
+} pool_t;
 
-  def __init__(self, fxn: Callable[..., None], args: list[int], n: int) -> None:
-    self.fxn, self.args, self.n = fxn, args, n
-    self.next = itertools.count()  # next() is atomic under the GIL
-    self.remaining, self.lock, self.done = n, threading.Lock(), threading.Event()
-    self.error: BaseException | None = None
+static long now_ns(void) {
+  struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1000000000L + t.tv_nsec;
+}
+static void relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+/* run chunks of generation gen until none is left; 0 once the state has moved on */
+static void work(pool_t* p, uint32_t gen) {
+  launch_t* l = &p->slots[gen & 1];
+  uint64_t s = __atomic_load_n(&p->state, __ATOMIC_ACQUIRE);
+  while ((uint32_t)(s >> 32) == gen && (uint32_t)s < l->n) {
+    if (!__atomic_compare_exchange_n(&p->state, &s, s + 1, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+      continue;
+    l->tramp(l->fxn, l->args, (int)(uint32_t)s);
+    __atomic_sub_fetch(&l->remaining, 1, __ATOMIC_RELEASE);
+    s = __atomic_load_n(&p->state, __ATOMIC_ACQUIRE);
+  }
+}
+static void* serve(void* arg) {
+  pool_t* p = arg;
+  uint32_t seen = 0;
+  for (;;) {
+    long t0 = now_ns();
+    uint32_t gen;
+    for (unsigned i = 1;; i++) {
+      if ((gen = (uint32_t)(__atomic_load_n(&p->state, __ATOMIC_ACQUIRE) >> 32)) != seen) break;
+      if (__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) return 0;
+      relax();
+      if ((i & 255) == 0 && now_ns() - t0 > p->spin_ns) {
+        pthread_mutex_lock(&p->mu);
+        __atomic_add_fetch(&p->sleepers, 1, __ATOMIC_SEQ_CST);
+        while ((uint32_t)(__atomic_load_n(&p->state, __ATOMIC_SEQ_CST) >> 32) == seen
+               && !__atomic_load_n(&p->stop, __ATOMIC_SEQ_CST))
+          pthread_cond_wait(&p->cv, &p->mu);
+        __atomic_sub_fetch(&p->sleepers, 1, __ATOMIC_SEQ_CST);
+        pthread_mutex_unlock(&p->mu);
+        t0 = now_ns();
+      }
+    }
+    seen = gen;
+    work(p, gen);
+  }
+}
+void* unigrad_pool_new(int nthreads, long spin_ns) {
+  pool_t* p = calloc(1, sizeof(pool_t) + sizeof(pthread_t) * (nthreads > 1 ? nthreads - 1 : 0));
+  if (!p) return 0;
+  p->nthreads = nthreads; p->spin_ns = spin_ns;
+  pthread_mutex_init(&p->mu, 0);
+  pthread_cond_init(&p->cv, 0);
+  for (int i = 0; i < nthreads - 1; i++) pthread_create(&p->threads[i], 0, serve, p);
+  return p;
+}
+void unigrad_pool_run(void* pp, tramp_t tramp, void* fxn, uint64_t* args, uint32_t n) {
+  pool_t* p = pp;
+  uint32_t gen = (uint32_t)(__atomic_load_n(&p->state, __ATOMIC_RELAXED) >> 32) + 1;
+  launch_t* l = &p->slots[gen & 1];
+  l->tramp = tramp; l->fxn = fxn; l->args = args; l->n = n; l->remaining = (int)n;
+  __atomic_store_n(&p->state, (uint64_t)gen << 32, __ATOMIC_SEQ_CST);
+  if (__atomic_load_n(&p->sleepers, __ATOMIC_SEQ_CST)) {
+    pthread_mutex_lock(&p->mu);
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+  }
+  work(p, gen);
+  while (__atomic_load_n(&l->remaining, __ATOMIC_ACQUIRE) > 0) relax();
+}
+unsigned long unigrad_pool_thread(void* pp, int i) {
+  return (unsigned long)((pool_t*)pp)->threads[i];
+}
+void unigrad_pool_stop(void* pp) {
+  pool_t* p = pp;
+  __atomic_store_n(&p->stop, 1, __ATOMIC_SEQ_CST);
+  pthread_mutex_lock(&p->mu);
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+  for (int i = 0; i < p->nthreads - 1; i++) pthread_join(p->threads[i], 0);
+  free(p);
+}
+"""
 
-  def work(self) -> None:
-    while (i := next(self.next)) < self.n:
-      try: self.fxn(*self.args, i)
-      except BaseException as e:  # noqa: BLE001 (re-raised in the launching thread)
-        self.error = self.error or e
-      with self.lock:
-        self.remaining -= 1
-        if self.remaining == 0: self.done.set()
+
+@functools.cache
+def _pool_lib() -> ctypes.CDLL:
+  lib = _load_library(ClangCompiler().compile_cached(POOL_SRC))
+  lib.unigrad_pool_new.argtypes, lib.unigrad_pool_new.restype = [ctypes.c_int, ctypes.c_long], \
+    ctypes.c_void_p
+  lib.unigrad_pool_run.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_uint32]
+  lib.unigrad_pool_run.restype = None
+  lib.unigrad_pool_thread.argtypes = [ctypes.c_void_p, ctypes.c_int]
+  lib.unigrad_pool_thread.restype = ctypes.c_ulong
+  lib.unigrad_pool_stop.argtypes, lib.unigrad_pool_stop.restype = [ctypes.c_void_p], None
+  return lib
+
+
+@functools.cache
+def trampoline(nbufs: int, nvals: int) -> int:
+  """The address of `void t(void* kernel, uint64_t* args, int core_id)`, which calls a kernel of
+  the ABI above with `nbufs` pointers and `nvals` ints from args (so C can launch any kernel)."""
+  params = ["void*"] * nbufs + ["int"] * nvals + ["int"]
+  args = [f"(void*)a[{i}]" for i in range(nbufs)] + [f"(int)a[{nbufs + i}]" for i in range(nvals)]
+  src = (f"#include <stdint.h>\nvoid t(void* f, uint64_t* a, int core_id) {{\n"
+         f"  ((void (*)({', '.join(params)}))f)({', '.join([*args, 'core_id'])});\n}}\n")
+  lib = _load_library(ClangCompiler().compile_cached(src))
+  _libraries.append(lib)  # the address must outlive this call
+  return ctypes.cast(lib.t, ctypes.c_void_p).value or 0
+
+
+_libraries: list[ctypes.CDLL] = []
 
 
 class ChunkPool:
-  """`nthreads - 1` daemon worker threads; with the launching thread, `nthreads` run chunks."""
+  """`nthreads - 1` native worker threads (see POOL_SRC); with the launching thread, `nthreads`
+  run chunks. `run` is one ctypes call: the GIL is released for the whole launch."""
 
   def __init__(self, nthreads: int) -> None:
     self.nthreads, self.pid = max(1, nthreads), os.getpid()
-    self._tasks: queue.SimpleQueue[_Launch | None] = queue.SimpleQueue()
-    self.threads = [threading.Thread(target=self._serve, name=f"unigrad-cpu-{i}", daemon=True)
-                    for i in range(1, self.nthreads)]
-    for t in self.threads: t.start()
+    self._lib = _pool_lib()
+    self._pool = self._lib.unigrad_pool_new(self.nthreads, SPIN_NS)
+    if not self._pool: raise MemoryError("CPU: cannot allocate the thread pool")
 
-  def _serve(self) -> None:
-    while (launch := self._tasks.get()) is not None: launch.work()
+  @property
+  def thread_ids(self) -> list[int]:
+    """The pthread ids of the workers (the launching thread is not one)."""
+    return [self._lib.unigrad_pool_thread(self._pool, i) for i in range(self.nthreads - 1)]
 
-  def run(self, fxn: Callable[..., None], args: list[int], n: int) -> None:
-    """Call `fxn(*args, core_id)` for core_id in 0..n-1, in parallel; returns when all are done."""
-    launch = _Launch(fxn, args, n)
-    for _ in range(min(n, self.nthreads) - 1): self._tasks.put(launch)
-    launch.work()
-    launch.done.wait()
-    if launch.error is not None: raise launch.error
+  def run(self, fxn: int, bufs: Sequence[int], vals: Sequence[int], n: int) -> None:
+    """Call the C kernel at address `fxn` with the buffer addresses `bufs`, the int32 `vals` and
+    core_id for core_id in 0..n-1, in parallel; returns when all are done."""
+    args = [*bufs, *(v & (2 ** 64 - 1) for v in vals)]
+    arr = (ctypes.c_uint64 * max(1, len(args)))(*args)
+    self._lib.unigrad_pool_run(self._pool, trampoline(len(bufs), len(vals)), fxn, arr, n)
 
   def close(self) -> None:
-    for _ in self.threads: self._tasks.put(None)
+    if self._pool:
+      self._lib.unigrad_pool_stop(self._pool)
+      self._pool = None
 
 
 _pool: ChunkPool | None = None
@@ -242,6 +361,7 @@ class CPUProgram:
     except AttributeError:
       raise RuntimeError(f"CPU: the compiled library has no function {name!r}") from None
     self.fxn.restype = None
+    self.address = ctypes.cast(self.fxn, ctypes.c_void_p).value or 0
     self._nargs = -1
 
   def _set_signature(self, nbufs: int, nvals: int) -> None:
@@ -256,13 +376,13 @@ class CPUProgram:
     n = int(global_size[0])
     if n < 1 or any(g != 1 for g in global_size[1:]):
       raise ValueError(f"CPU launches take global_size (n, 1, 1) with n >= 1, got {global_size}")
-    args = [_address(b) for b in bufs] + [int(v) for v in vals]
+    addrs, ints = [_address(b) for b in bufs], [int(v) for v in vals]
     self._set_signature(len(bufs), len(vals))
     st = time.perf_counter()
     if n == 1 or cpu_threads() == 1:
-      for i in range(n): self.fxn(*args, i)
+      for i in range(n): self.fxn(*addrs, *ints, i)
     else:
-      chunk_pool().run(self.fxn, args, n)
+      chunk_pool().run(self.address, addrs, ints, n)
     return time.perf_counter() - st if wait else None
 
 
