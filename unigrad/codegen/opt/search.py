@@ -217,7 +217,9 @@ class BeamCtx:
       if self.out_of_time(): break
       self.times[c.ast] = self.timer.time(c, TIMED_RUNS, EARLY_STOP * self.best())
       if DEBUG >= 2: print(f"\n  {self.times[c.ast] * 1e6:10.2f} us {c.name()}: {list(c.applied)}")
-      self._progress(f"round {rnd}, timed {i + 1}/{len(cands)}")
+      # on a terminal the line updates per kernel; in a log, one line per round
+      if sys.stderr.isatty() or i + 1 == len(built):
+        self._progress(f"round {rnd}, timed {i + 1}/{len(cands)}")
 
   def pick(self) -> OptKernel:
     """Re-time the finalists, interleaved, and take the fastest (the heuristics' on a tie)."""
@@ -233,7 +235,8 @@ class BeamCtx:
     return winner
 
   def _progress(self, what: str) -> None:
-    sys.stderr.write(f"\rBEAM {self.name}: {len(self.times)} kernels, {what}, best "
+    start = "\r" if sys.stderr.isatty() else "\n"
+    sys.stderr.write(f"{start}BEAM {self.name}: {len(self.times)} kernels, {what}, best "
                      f"{self.best() * 1e6:10.2f} us (heuristic "
                      f"{self.times.get(self.heuristic.ast, math.inf) * 1e6:10.2f} us), "
                      f"{time.perf_counter() - self.start:5.1f} s   ")
