@@ -16,24 +16,13 @@ from unigrad.runtime.ops_cpu import find_c_compiler
 from unigrad.runtime.ops_python import PythonProgram
 from unigrad.uop import AxisType, KernelInfo, Ops, UOp
 
+from codegen.kernels import inputs_for
+
 pytestmark = pytest.mark.skipif(find_c_compiler() is None, reason="no C compiler")
-rng = np.random.default_rng(0)
 VEC = CRenderer("CPU", vector_bytes=64)
 
 
 def x(*shape: int, dtype=dtypes.float32) -> Tensor: return Tensor.empty(*shape, dtype=dtype)
-
-
-def inputs_for(kernel: UOp) -> list[np.ndarray]:
-  params = sorted((u for u in kernel.toposort() if u.op is Ops.PARAM and u.arg.name is None),
-                  key=lambda p: p.arg.slot)
-  out = []
-  for p in params:
-    n, dt = p.shape[0], p.dtype
-    if dt == dtypes.bool: out.append(rng.random(n) < 0.5)
-    elif dtypes.is_float(dt): out.append(rng.standard_normal(n).astype(dt.fmt))
-    else: out.append(rng.integers(-50, 50, n).astype(np.dtype(dt.fmt)))
-  return out
 
 
 def run(kernel: UOp, opts, inputs: list[np.ndarray], ren) -> np.ndarray:

@@ -189,6 +189,8 @@ def vectorize(ast: UOp) -> UOp:
     if u in ctx.dep: ctx.memo[u] = _vec_node(ctx, u)
     elif u.op is Ops.GEP and u.src[0] in ctx.dep:  # GEP(x, r): lane of x's vector
       ctx.memo[u] = u.replace(src=(ctx.memo[u.src[0]],))
+    elif u.op is Ops.GEP and u.src[1:] == (r,):  # x does not vary with r: every lane is x
+      ctx.memo[u] = ctx.memo.get(u.src[0], u.src[0])
     elif any(s in ctx.memo for s in u.src):
       ctx.memo[u] = u.replace(src=tuple(ctx.memo.get(s, s) for s in u.src))
   return ctx.memo.get(ast, ast)
