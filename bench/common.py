@@ -7,8 +7,15 @@ from collections.abc import Callable
 from typing import Any
 
 
+# a library's worker threads spin for a while after its last call (OpenBLAS ~0.1 s, OpenMP and
+# unigrad's pool a few ms), taking a core from whatever runs next on a 2-core machine
+SETTLE_S = 0.25
+
+
 def best_of(fn: Callable[[], object], repeat: int) -> float:
-  """The fastest of `repeat` runs of `fn`, after one warm-up run."""
+  """The fastest of `repeat` runs of `fn`, after the previous measurement's spinning threads
+  have gone to sleep and one warm-up run."""
+  time.sleep(SETTLE_S)
   fn()
   times = []
   for _ in range(repeat):
