@@ -67,22 +67,19 @@ def _index_strides(idx: UOp, ranges: list[UOp]) -> dict[int, int | None]:
   return {r.arg.id: None if r in nonlinear else terms.get(r, 0) for r in ranges}
 
 
-def store_strides(k: OptKernel) -> list[Strides]:
-  """For each buffer write, the stride of each LOOP axis in its index."""
-  loops = [r for r in k.axes if r.arg.axis_type is AxisType.LOOP]
-  return [Strides(_index_strides(u.src[0].src[1], loops), u.src[0].src[0].dtype.itemsize)
-          for u in k.ast.toposort() if u.op is Ops.STORE and u.src[0].op is Ops.INDEX
-          and u.src[0].src[0].op is Ops.PARAM and len(u.src[0].src) > 1]
-
-
-def load_strides(k: OptKernel) -> list[Strides]:
-  """For each input buffer read (an INDEX of a PARAM that is not stored to), the stride of
-  each LOOP axis in its index."""
+def access_strides(k: OptKernel, stored: bool,
+                   axis_type: AxisType = AxisType.LOOP) -> list[Strides]:
+  """For each buffer write (`stored`) or read (an INDEX of a PARAM that is not stored to), the
+  stride of each `axis_type` axis in its index."""
   nodes = k.ast.toposort()
-  stored = {u.src[0] for u in nodes if u.op is Ops.STORE}
-  loops = [r for r in k.axes if r.arg.axis_type is AxisType.LOOP]
-  return [Strides(_index_strides(u.src[1], loops), u.src[0].dtype.itemsize) for u in nodes
-          if u.op is Ops.INDEX and u not in stored and u.src[0].op is Ops.PARAM and len(u.src) > 1]
+  written = {u.src[0] for u in nodes if u.op is Ops.STORE}
+  axes = [r for r in k.axes if r.arg.axis_type is axis_type]
+  return [Strides(_index_strides(u.src[1], axes), u.src[0].dtype.itemsize) for u in nodes
+          if u.op is Ops.INDEX and u.src[0].op is Ops.PARAM and len(u.src) > 1
+          and (u in written) == stored]
+
+
+def load_strides(k: OptKernel) -> list[Strides]: return access_strides(k, stored=False)
 
 
 @dataclass(frozen=True)
@@ -186,15 +183,13 @@ def group_reduce(k: OptKernel, lanes: int) -> OptKernel:
 def contiguous_reduce(k: OptKernel) -> bool:
   """Whether a load reads contiguously along the innermost REDUCE axis."""
   reduces = [r for r in k.axes if r.arg.axis_type is AxisType.REDUCE]
-  if not reduces: return False
-  return any(_index_strides(u.src[1], reduces[-1:]).get(reduces[-1].arg.id) == 1
-             for u in k.ast.toposort() if u.op is Ops.INDEX and u.src[0].op is Ops.PARAM
-             and len(u.src) > 1)
+  return bool(reduces) and any(st.of[reduces[-1].arg.id] == 1
+                               for st in access_strides(k, False, AxisType.REDUCE))
 
 
 def output_vector(k: OptKernel, vector_bytes: int) -> OptKernel:
   """Upcast the LOOP axis the store is contiguous along (else one a load is) to one register."""
-  for strides in (store_strides(k), load_strides(k)):
+  for strides in (access_strides(k, stored=True), load_strides(k)):
     for st in strides:
       unit = [rid for rid, s in st.of.items() if s == 1 and _axis_of(k, rid) is not None]
       if unit:
