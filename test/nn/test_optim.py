@@ -20,6 +20,12 @@ def init_and_grads(seed: int = 0) -> tuple[list[np.ndarray], list[list[np.ndarra
   return init, grads
 
 
+def paired_params(init) -> tuple[list[Tensor], list[torch.Tensor]]:
+  """The same starting values as unigrad and as torch parameters."""
+  ours = [Tensor(x.copy()) for x in init]
+  return ours, [torch.tensor(x.copy(), requires_grad=True) for x in init]
+
+
 def run_ours(make, init, grads) -> list[list[np.ndarray]]:
   params = [Tensor(x.copy()) for x in init]
   opt = make(params)
@@ -187,8 +193,7 @@ def test_state_buffers_are_distinct():
 
 def test_lr_tensor_can_change_between_steps():
   init, grads = init_and_grads(5)
-  params = [Tensor(x.copy()) for x in init]
-  tparams = [torch.tensor(x.copy(), requires_grad=True) for x in init]
+  params, tparams = paired_params(init)
   opt = optim.SGD(params, lr=0.1, momentum=0.5)
   topt = torch.optim.SGD(tparams, lr=0.1, momentum=0.5)
   for step, g in enumerate(grads):
@@ -202,8 +207,7 @@ def test_lr_tensor_can_change_between_steps():
 
 def test_params_without_grad_are_skipped_and_zero_grad():
   init, grads = init_and_grads(6)
-  params = [Tensor(x.copy()) for x in init]
-  tparams = [torch.tensor(x.copy(), requires_grad=True) for x in init]
+  params, tparams = paired_params(init)
   opt = optim.SGD(params, lr=0.1, momentum=0.9)
   topt = torch.optim.SGD(tparams, lr=0.1, momentum=0.9)
   for step, g in enumerate(grads):
@@ -217,11 +221,10 @@ def test_params_without_grad_are_skipped_and_zero_grad():
 
 def test_optimizer_group_steps_together(monkeypatch):
   init, grads = init_and_grads(7)
-  params = [Tensor(x.copy()) for x in init]
+  params, tparams = paired_params(init)
   group = optim.OptimizerGroup(optim.SGD(params[:1], lr=0.1, momentum=0.9),
                                optim.AdamW(params[1:], lr=0.01))
   assert group[0].params == params[:1] and group.params == params
-  tparams = [torch.tensor(x.copy(), requires_grad=True) for x in init]
   topts = [torch.optim.SGD(tparams[:1], lr=0.1, momentum=0.9),
            torch.optim.AdamW(tparams[1:], lr=0.01)]
   calls = count_realizes(monkeypatch)

@@ -141,8 +141,6 @@ pm_gradient = PatternMatcher([
   (UPat(Ops.ADD), lambda ctx: (ctx, ctx)),
   # y = a*b: (g*b, g*a)
   (UPat(Ops.MUL, src=(UPat.var("a"), UPat.var("b"))), lambda ctx, a, b: (ctx * b, ctx * a)),
-  (UPat(Ops.MULACC, src=(UPat.var("a"), UPat.var("b"), UPat.var("c"))),
-   lambda ctx, a, b, c: (ctx * b, ctx * a, ctx)),
   # y = maximum(a, b): to the larger, ties 50/50
   (UPat(Ops.MAX, src=(UPat.var("a"), UPat.var("b"))), _max_grad),
   # y = 1/x: -g*y*y
