@@ -43,10 +43,11 @@ def _try(k: OptKernel, opt: Opt) -> OptKernel:
   except KernelOptError: return k
 
 
-def _axis_of(k: OptKernel, range_id: int) -> int | None:
-  """The current position of the LOOP axis with this range id (ids survive splits)."""
+def axis_of(k: OptKernel, range_id: int) -> int | None:
+  """The current position of the output (LOOP or GLOBAL) axis with this range id (ids survive
+  splits)."""
   for i, r in enumerate(k.axes):
-    if r.arg.id == range_id and r.arg.axis_type is AxisType.LOOP: return i
+    if r.arg.id == range_id and r.arg.axis_type in (AxisType.LOOP, AxisType.GLOBAL): return i
   return None
 
 
@@ -137,7 +138,7 @@ def add_threads(k: OptKernel, threads: int, prefer: tuple[int, ...] = ()) -> Opt
 
 def _upcast(k: OptKernel, range_id: int | None, lanes: int) -> tuple[OptKernel, UOp | None]:
   """Upcast the axis by up to `lanes` (see _lanes); also the new UPCAST range."""
-  axis = None if range_id is None else _axis_of(k, range_id)
+  axis = None if range_id is None else axis_of(k, range_id)
   if axis is None or (amt := _lanes(k.sizes[axis], lanes)) < 2: return k, None
   up = _try(k, Opt.upcast(axis, amt))
   new = [r for r in up.axes if r.arg.axis_type is AxisType.UPCAST and r not in k.axes]
@@ -165,7 +166,7 @@ def panel_order(k: OptKernel, plan: TilePlan) -> OptKernel:
   vector columns down the whole reduce) stays in cache while every block of the reuse axis
   streams past it (matmul 1024: 9.0 -> 6.8 ms), instead of the whole input streaming once per
   block."""
-  vec, reuse = _axis_of(k, plan.vector), _axis_of(k, plan.reuse) if plan.reuse is not None else None
+  vec, reuse = axis_of(k, plan.vector), axis_of(k, plan.reuse) if plan.reuse is not None else None
   if vec is None or reuse is None or vec < reuse: return k
   return _try(k, Opt.swap(reuse, vec))
 
@@ -191,7 +192,7 @@ def output_vector(k: OptKernel, vector_bytes: int) -> OptKernel:
   """Upcast the LOOP axis the store is contiguous along (else one a load is) to one register."""
   for strides in (access_strides(k, stored=True), load_strides(k)):
     for st in strides:
-      unit = [rid for rid, s in st.of.items() if s == 1 and _axis_of(k, rid) is not None]
+      unit = [rid for rid, s in st.of.items() if s == 1 and axis_of(k, rid) is not None]
       if unit:
         up, vec = _upcast(k, unit[-1], vector_bytes // st.itemsize)
         if vec is not None: return up

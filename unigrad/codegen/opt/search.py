@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from unigrad.codegen.opt import KernelOptError, Opt
+from unigrad.codegen.opt.heuristic import MIN_TILE_REDUCE, SCALAR_VECTOR_BYTES, axis_of
 from unigrad.codegen.opt.kernel import OptKernel
 from unigrad.codegen.vectorize import pick_vector_range
 from unigrad.knobs import BEAM_BUDGET, CACHELEVEL, DEBUG
@@ -40,10 +41,8 @@ EARLY_STOP = 3.0  # a run this many times slower than the best so far ends a can
 FINAL_TOP, FINAL_RUNS = 3, 8  # the top few re-timed at the end (with the heuristics' kernel)
 MAX_ACC_LANES = 512  # accumulator lanes (UPCAST x GROUP): 32 AVX-512 registers of float32
 MAX_EXPANSION = 1024  # lanes the expander writes out (UPCAST x UNROLL x GROUP): lowering time
-MIN_TILE_REDUCE = 16  # a reduce at least this long inside two output axes wants a register tile
 TILE_REGISTERS = (4, 32)  # accumulator registers of a matmul's register tile (fewest, most)
 MIN_THREAD_WORK = 1 << 15  # iterations per thread below which tiles from scratch take no THREAD
-SCALAR_VECTOR_BYTES = 16  # sizes the tiles where the target has no vector values
 OUTPUT_AXES = (AxisType.LOOP, AxisType.GLOBAL)
 
 
@@ -116,9 +115,8 @@ def tile_floor(k: OptKernel, vector_bytes: int) -> int:
 
 
 def _range_axis(k: OptKernel, range_id: int) -> int:
-  for i, r in enumerate(k.axes):
-    if r.arg.id == range_id and r.arg.axis_type in OUTPUT_AXES: return i
-  raise KernelOptError(f"no output axis with range id {range_id}")
+  if (axis := axis_of(k, range_id)) is None: raise KernelOptError(f"no output axis {range_id}")
+  return axis
 
 
 def _tile(k: OptKernel, vec: int, reuse: int, v: int, r: int, vector_bytes: int) -> OptKernel:
