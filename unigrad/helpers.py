@@ -77,6 +77,7 @@ class GlobalCounters:
   global_mem: int = 0
   mem_used: int = 0
   time_sum_s: float = 0.0
+  programs_compiled: int = 0  # kernels turned into device programs (program cache misses)
 
   @staticmethod
   def reset() -> None:

@@ -23,6 +23,7 @@ from unigrad.renderer.cstyle import CRenderer
 from unigrad.runtime.device import Buffer, Device
 from unigrad.runtime.ops_cpu import last_level_cache_bytes, native_vector_bytes
 from unigrad.schedule import multi
+from unigrad.schedule.function import has_function, inline_functions
 from unigrad.schedule.callify import buffer_base, callify, is_plain_buffer
 from unigrad.schedule.callify import new_buffer as new_single_buffer
 from unigrad.schedule.schedule import create_schedule
@@ -107,6 +108,8 @@ def _schedule_for(body: UOp, nargs: int, device: str) -> UOp:
 
 def schedule(uops: list[UOp], devices: list[str]) -> UOp:
   """The LINEAR of kernel CALLs that realizing `uops` would run, with the real buffers as args."""
+  if has_function(UOp(Ops.SINK, dtypes.void, tuple(uops)).toposort()):
+    uops = inline_functions(uops)
   if (plan := multi.lower_multi(uops, devices)) is not None:
     return schedule(plan.uops, plan.devices)
   res = callify(uops, devices)
@@ -123,6 +126,10 @@ def realize(uops: list[UOp], devices: list[str]) -> dict[UOp, UOp]:
   tuple devices are first lowered to one graph per device (schedule/multi.py). The one toposort
   of the targets serves both the tuple-device check and callify."""
   nodes = UOp(Ops.SINK, dtypes.void, tuple(uops)).toposort()
+  if has_function(nodes):  # realize the calls' results, then map the callers' nodes to them
+    inlined = inline_functions(uops)
+    done = realize(inlined, devices)
+    return {**done, **{u: done[v] for u, v in zip(uops, inlined) if v in done}}
   if (plan := multi.lower_multi(uops, devices, nodes)) is not None:
     return plan.finish(realize(plan.uops, plan.devices))
   res = callify(uops, devices, nodes)
@@ -158,6 +165,7 @@ def get_runner(kernel: UOp, device: str) -> Runner:
   t1 = time.perf_counter()
   lib = dev.compiler.compile_cached(src) if dev.compiler is not None else src.encode()
   r = _runners[key] = Runner(name, dev.runtime(name, lib), estimate(linear), launch_size(linear))
+  GlobalCounters.programs_compiled += 1
   if DEBUG >= 1:
     codegen_ms, compile_ms = (t1 - t0) * 1e3, (time.perf_counter() - t1) * 1e3
     print(f"compiled {name} for {device}: codegen {codegen_ms:.2f} ms, compile {compile_ms:.2f} ms")

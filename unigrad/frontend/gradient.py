@@ -19,6 +19,7 @@ hash-consing (merged leaves would get summed gradients).
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import weakref
 from collections.abc import Callable, Iterable
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from unigrad.dtype import DType, dtypes
 from unigrad.engine import realize as engine
 from unigrad.frontend.elementwise import compose_cos
+from unigrad.schedule.function import param_like
 from unigrad.uop import Ops, PatternMatcher, ReduceArg, UOp, UPat, shape_uop, sint
 
 if TYPE_CHECKING:
@@ -234,13 +236,54 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: Iterable[UOp]) -> dict[
   path = _path_to_targets(root, wanted)
   if root not in path or not dtypes.is_float(root.dtype): return {}
   grads: dict[UOp, UOp] = {root: _fit(root_grad, root)}
+  results: dict[UOp, dict[int, UOp]] = {}  # FUNCTION -> gradient of each result reached
   for u in reversed(path):
-    if (g := grads.get(u)) is None or not any(s in path for s in u.src): continue
-    for s, sg in zip(u.src, _local_grads(u, g)):
+    if u.op is Ops.FUNCTION:
+      if (outs := results.get(u)) is None: continue
+      local = function_grads(u, outs)
+    elif (g := grads.get(u)) is None or not any(s in path for s in u.src): continue
+    elif u.op is Ops.GETTUPLE and u.src[0].op is Ops.FUNCTION:
+      outs = results.setdefault(u.src[0], {})
+      outs[u.arg] = outs[u.arg] + g if u.arg in outs else g
+      continue
+    else: local = _local_grads(u, g)
+    for s, sg in zip(u.src, local):
       if sg is None or s not in path or not _carries_grad(s): continue
       sg = _fit(sg, s)
       grads[s] = grads[s] + sg if s in grads else sg
   return {t: grads[t] for t in wanted if t in grads}
+
+
+# ---- functions ----
+
+def function_grads(f: UOp, outs: dict[int, UOp]) -> Grads:
+  """The gradients of FUNCTION `f`'s sources when `outs[i]` flows into its result i: one
+  backward FUNCTION over the same arguments and the incoming gradients, a GETTUPLE per argument
+  that gets a gradient (None for the body and the others)."""
+  order = tuple(sorted(outs))
+  bw, which = backward_body(f.src[0], len(f.src) - 1, order)
+  res: list[UOp | None] = [None] * len(f.src)
+  if bw is None: return tuple(res)
+  call = UOp(Ops.FUNCTION, dtypes.void, (bw, *f.src[1:], *(outs[i] for i in order)))
+  for j, k in enumerate(which): res[1 + k] = UOp(Ops.GETTUPLE, None, (call,), j)
+  return tuple(res)
+
+
+@functools.lru_cache(maxsize=256)
+def backward_body(body: UOp, nargs: int, order: tuple[int, ...]) -> tuple[UOp | None, tuple]:
+  """The TUPLE body of the backward of `body` (a FUNCTION body over PARAM 0..nargs-1) when the
+  results in `order` get gradients (PARAMs nargs.. in that order), and the argument slots it
+  returns gradients for."""
+  params = {p.arg.slot: p for p in body.toposort()
+            if p.op is Ops.PARAM and p.arg.name is None and p.arg.slot < nargs}
+  total: dict[UOp, UOp] = {}
+  for j, i in enumerate(order):
+    incoming = param_like(nargs + j, body.src[i])
+    for p, g in compute_gradient(body.src[i], incoming, params.values()).items():
+      total[p] = total[p] + g if p in total else g
+  which = tuple(k for k in sorted(params) if params[k] in total)
+  if not which: return None, ()
+  return UOp(Ops.TUPLE, dtypes.void, tuple(total[params[k]] for k in which)), which
 
 
 # ---- no_grad and train ----

@@ -43,6 +43,16 @@ def is_plain_buffer(u: UOp) -> bool:
   return u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)
 
 
+class CallifyError(RuntimeError):
+  """The graph to realize holds a FUNCTION placeholder outside its FUNCTION."""
+
+  def __init__(self, u: UOp) -> None:
+    super().__init__(f"cannot realize a value that depends on a placeholder of a function being "
+                     f"traced (PARAM {u.arg.slot}, shape {u.shape}): inside @function, tensors "
+                     "are lazy (no realize, item, numpy or assign to outside tensors); return "
+                     "the value instead")
+
+
 @dataclass
 class CallifyResult:
   """The function body over PARAMs, the buffers for its slots and the realized-node map."""
@@ -119,6 +129,7 @@ def _rewrite(ctx: CallifyCtx, nodes: dict[UOp, None], skip: UOp) -> dict[UOp, UO
     if op is Ops.BUFFER:
       out[u] = ctx.param(u)
       continue
+    if op is Ops.PARAM and u.arg.name is None: raise CallifyError(u)
     src = u.src
     new_src = tuple(map(get, src))
     v = u if new_src == src else UOp(op, u.dtype, new_src, u.arg, u.tag)

@@ -1,0 +1,183 @@
+"""`@function`: a Python function on Tensors traced once into the spec's FUNCTION node.
+
+Calling a decorated function on Tensors (spec 000, "The @function Decorator"):
+1. finds every Tensor in the arguments (lists, tuples and dicts are walked), deduplicated by
+   identity: the explicit inputs;
+2. on the first call with a given signature (shapes, dtypes, devices, the non-Tensor arguments,
+   `Tensor.training`), runs the function lazily on placeholders whose UOps are PARAM(k), and lifts
+   what the body captured from outside (live tensors such as model weights, and buffers) into
+   extra PARAMs, so the body mentions no concrete buffer;
+3. builds `FUNCTION(TUPLE(results...), *inputs, *captured)` and returns one `GETTUPLE(i)` tensor
+   per result.
+
+Later calls with the same signature reuse the traced body: no Python code of the function runs,
+only the FUNCTION node is rebuilt over the new arguments, and its kernels come from the schedule
+and program caches. Realizing inlines each FUNCTION (schedule/function.py); gradients flow through
+it, and the backward of a FUNCTION is itself a FUNCTION (frontend/gradient.py).
+
+A traced function must be pure: writing to a tensor (assign) or reading values (item, numpy)
+inside it raises `FunctionError`. Use `TinyJit` for whole steps with side effects.
+"""
+from __future__ import annotations
+
+import functools
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from unigrad.dtype import DType, dtypes
+from unigrad.engine import realize as engine
+from unigrad.frontend.tensor import Tensor, all_tensors
+from unigrad.schedule.function import param_like
+from unigrad.uop import Ops, UOp, sint
+
+__all__ = ["function", "FunctionError", "flatten_tensors", "unflatten_tensors", "structure_key"]
+
+
+class FunctionError(RuntimeError):
+  """A traced function did something a FUNCTION body cannot hold."""
+
+
+def flatten_tensors(tree: Any, out: dict[int, Tensor]) -> Any:
+  """The structure of `tree` with each Tensor replaced by its input index (a `TensorLeaf`);
+  fills `out` (id -> Tensor, first-seen order). Lists, tuples and dicts are walked."""
+  if isinstance(tree, Tensor):
+    out.setdefault(id(tree), tree)
+    return TensorLeaf(list(out).index(id(tree)))
+  if isinstance(tree, (list, tuple)): return type(tree)(flatten_tensors(x, out) for x in tree)
+  if isinstance(tree, dict): return {k: flatten_tensors(v, out) for k, v in tree.items()}
+  return tree
+
+
+def unflatten_tensors(tree: Any, leaves: list[Any]) -> Any:
+  """`flatten_tensors` undone with `leaves[i]` in place of input i."""
+  if isinstance(tree, TensorLeaf): return leaves[tree.index]
+  if isinstance(tree, (list, tuple)): return type(tree)(unflatten_tensors(x, leaves) for x in tree)
+  if isinstance(tree, dict): return {k: unflatten_tensors(v, leaves) for k, v in tree.items()}
+  return tree
+
+
+@dataclass(frozen=True)
+class TensorLeaf:
+  """Where input `index` sat in the arguments."""
+  index: int
+
+
+def structure_key(tree: Any) -> Any:
+  """A hashable key of the non-Tensor part of the arguments (unhashable objects by identity)."""
+  if isinstance(tree, (list, tuple)): return (type(tree).__name__, *map(structure_key, tree))
+  if isinstance(tree, dict): return ("dict", *((k, structure_key(v)) for k, v in tree.items()))
+  try:
+    hash(tree)
+    return (type(tree).__name__, tree)
+  except TypeError: return ("id", id(tree))
+
+
+def tensor_signature(t: Tensor) -> tuple[tuple[sint, ...], DType, Any]:
+  return (tuple(t.shape), t.dtype, t.device)
+
+
+@dataclass
+class Traced:
+  """A traced body: FUNCTION's TUPLE over PARAM 0..n-1 (inputs), then n.. (captured values),
+  the captured values (a live tensor's current value is read at each call), and the results'
+  structure and devices."""
+  body: UOp
+  captured: tuple[tuple[UOp, weakref.ref | None], ...]
+  out_tree: Any
+  out_devices: tuple[Any, ...]
+
+
+class function:  # noqa: N801 (the spec's decorator name)
+  """Trace a function on Tensors into one reusable FUNCTION node.
+
+  >>> @function
+  ... def f(a, b): return (a * b).sum(), a + b
+  >>> s, t = f(Tensor.ones(3), Tensor.ones(3))
+  """
+
+  def __init__(self, fn: Callable[..., Any]) -> None:
+    self.fn = fn
+    self.traces: dict[Any, Traced] = {}
+    self.trace_count = 0
+    functools.update_wrapper(self, fn)
+
+  def __get__(self, obj: Any, objtype: Any = None) -> Any:
+    return self if obj is None else functools.partial(self.__call__, obj)
+
+  def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    found: dict[int, Tensor] = {}
+    tree = flatten_tensors((args, kwargs), found)
+    inputs = list(found.values())
+    key = (structure_key(tree), tuple(map(tensor_signature, inputs)), Tensor.training,
+           bool(Tensor.no_grad))
+    traced = self.traces.get(key)
+    if traced is None: traced = self.traces[key] = self._trace(tree, inputs)
+    return self._apply(traced, inputs)
+
+  def _trace(self, tree: Any, inputs: list[Tensor]) -> Traced:
+    self.trace_count += 1
+    params = [param_like(k, t.uop) for k, t in enumerate(inputs)]
+    holders = [Tensor._from_uop(p, t.device) for p, t in zip(params, inputs)]
+    before = {id(t): t.uop for t in list(all_tensors)}
+    args, kwargs = unflatten_tensors(tree, holders)
+    result = self.fn(*args, **kwargs)
+    found: dict[int, Tensor] = {}
+    out_tree = flatten_tensors(result, found)
+    outs = list(found.values())
+    if not outs: raise FunctionError(f"@function {self.fn.__name__} returned no Tensor")
+    _check_pure(self.fn.__name__, before, set(params))
+    body = UOp(Ops.TUPLE, dtypes.void, tuple(t.uop for t in outs))
+    body, captured = _lift_captured(body, set(params), len(params))
+    return Traced(body, captured, out_tree, tuple(t.device for t in outs))
+
+  def _apply(self, traced: Traced, inputs: list[Tensor]) -> Any:
+    args = [t.uop for t in inputs] + [_current(u, ref) for u, ref in traced.captured]
+    f = UOp(Ops.FUNCTION, dtypes.void, (traced.body, *args))
+    outs = [Tensor._from_uop(UOp(Ops.GETTUPLE, None, (f,), i), dev)
+            for i, dev in enumerate(traced.out_devices)]
+    return unflatten_tensors(traced.out_tree, outs)
+
+
+# ---- tracing ----
+
+def _check_pure(name: str, before: dict[int, UOp], params: set[UOp]) -> None:
+  """A tensor that existed before the trace and now refers to a placeholder was written."""
+  for t in list(all_tensors):
+    old = before.get(id(t))
+    if old is None or t.uop is old: continue
+    if any(u in params for u in t.uop.toposort()):
+      t.uop = old
+      raise FunctionError(f"@function {name} wrote to a tensor from outside the function "
+                          f"({t!r}); a FUNCTION body must be pure (use TinyJit for steps with "
+                          "assigns)")
+
+
+def _lift_captured(body: UOp, params: set[UOp], first: int) -> tuple[UOp, tuple]:
+  """Replace what the body reads from outside (values of live tensors, buffers) by PARAMs
+  numbered from `first`; returns the new body and (captured node, owning tensor ref) pairs."""
+  inner: dict[UOp, bool] = {}  # node -> depends on a placeholder
+  for u in body.toposort(): inner[u] = u in params or any(inner[s] for s in u.src)
+  owners = {t.uop: t for t in list(all_tensors) if t.uop in inner and not inner[t.uop]}
+  lifted: dict[UOp, None] = {}
+  stack, seen = [body], set()
+  while stack:
+    u = stack.pop()
+    if u in seen: continue
+    seen.add(u)
+    if not inner[u] and (u in owners or u.op is Ops.BUFFER or engine.is_realized(u)):
+      lifted[u] = None
+      continue
+    stack.extend(reversed(u.src))
+  sub = {u: param_like(first + i, u) for i, u in enumerate(lifted)}
+  captured = tuple((u, weakref.ref(owners[u]) if u in owners else None) for u in lifted)
+  return body.substitute(sub), captured
+
+
+def _current(u: UOp, ref: weakref.ref | None) -> UOp:
+  """The captured value now: its tensor's current UOp while that tensor lives with the same
+  shape and dtype (a pending assign is then seen, as without @function), else the node."""
+  t = ref() if ref is not None else None
+  if t is None or t.dtype != u.dtype or tuple(t.shape) != tuple(u.shape): return u
+  return t.uop
