@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from unigrad.codegen.linearize import Estimates, estimate, launch_size
@@ -26,6 +27,7 @@ from unigrad.schedule import multi
 from unigrad.schedule.function import has_function, inline_functions
 from unigrad.schedule.callify import buffer_base, callify, is_plain_buffer
 from unigrad.schedule.callify import new_buffer as new_single_buffer
+from unigrad.schedule.memory import Lifetime, plan_memory
 from unigrad.schedule.schedule import create_schedule
 from unigrad.uop import Ops, UOp
 
@@ -79,6 +81,10 @@ def buffer_with_data(device: str, dtype: DType, data: bytes, shape: tuple[int, .
 
 
 def copyout(u: UOp) -> memoryview:
+  if capturing:
+    raise CaptureError("a TinyJit function read tensor values (item, tolist, numpy) while it was "
+                       "being captured: a replay runs no Python code, so nothing may depend on "
+                       "them; return the tensor from the function and read it outside")
   if isinstance(u.device, tuple):  # gathered onto the first device
     g = UOp(Ops.COPY, u.dtype, (u,), u.device[0])
     u = realize([g], [u.device[0]])[g]
@@ -187,66 +193,106 @@ def _count(runner: Runner, device: str, t: float | None) -> None:
 
 @dataclass(frozen=True)
 class Launch:
-  """One CALL of a schedule: the kernel, its buffers' slots, its device (None: the first
-  argument's) and the intermediate slots whose last use it is."""
+  """One CALL of a schedule: the kernel, its buffers' slots and its device (None: the first
+  argument's)."""
   kernel: UOp
   slots: tuple[int, ...]
   device: str | None
-  frees: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Placement:
+  """Where an intermediate lives: in the arena of `device` (None: the first argument's) at
+  `offset` bytes, `size` elements of `dtype`."""
+  device: str | None
+  offset: int
+  size: int
+  dtype: DType
 
 
 @dataclass(frozen=True)
 class LaunchPlan:
-  """What running a schedule needs, derived once per (schedule, number of arguments)."""
+  """What running a schedule needs, derived once per (schedule, number of arguments): the
+  launches, and the memory plan of the intermediates (one arena per device)."""
   launches: tuple[Launch, ...]
-  inter: dict[int, tuple[int, DType]]  # intermediate slot -> (size, dtype)
+  inter: dict[int, Placement]  # intermediate slot -> its place
+  arenas: dict[str | None, int]  # device -> arena bytes
+
+  @property
+  def inter_bytes(self) -> int:
+    """What the intermediates would take without sharing memory."""
+    return sum(p.size * p.dtype.itemsize for p in self.inter.values())
 
 
 _plans: dict[tuple[UOp, int], LaunchPlan] = {}
 
 
 def launch_plan(linear: UOp, nargs: int) -> LaunchPlan:
-  """The launches of `linear` when slots below `nargs` are arguments (cached)."""
+  """The launches of `linear` when slots below `nargs` are arguments (cached); intermediates
+  are placed by lifetime (schedule/memory.py), per device."""
   if (plan := _plans.get((linear, nargs))) is not None: return plan
-  last_use: dict[int, int] = {}
-  inter: dict[int, tuple[int, DType]] = {}
-  for i, call in enumerate(linear.src):
-    for p in call.src[1:]:
-      last_use[p.arg.slot] = i
-      if p.arg.slot >= nargs: inter.setdefault(p.arg.slot, (p.shape[0], p.dtype))
-  launches = []
+  launches: list[Launch] = []
+  uses: dict[int, list[int]] = {}  # intermediate slot -> [first, last] launch
+  kinds: dict[int, tuple[str | None, int, DType]] = {}
   for i, call in enumerate(linear.src):
     params = call.src[1:]
     device = next((p.arg.device for p in params if p.arg.device is not None), None)
-    frees = tuple(s for s, last in last_use.items() if last == i and s >= nargs)
-    launches.append(Launch(call.src[0], tuple(p.arg.slot for p in params),
-                           None if device is None else Device.canonicalize(device), frees))
+    device = None if device is None else Device.canonicalize(device)
+    launches.append(Launch(call.src[0], tuple(p.arg.slot for p in params), device))
+    for p in params:
+      if p.arg.slot < nargs: continue
+      uses.setdefault(p.arg.slot, [i, i])[1] = i
+      kinds.setdefault(p.arg.slot, (device, p.shape[0], p.dtype))
+  inter: dict[int, Placement] = {}
+  arenas: dict[str | None, int] = {}
+  for dev in dict.fromkeys(d for d, _, _ in kinds.values()):
+    slots = [s for s, k in kinds.items() if k[0] == dev]
+    mem = plan_memory([Lifetime(*uses[s], kinds[s][1] * kinds[s][2].itemsize) for s in slots])
+    for s, off in zip(slots, mem.offsets): inter[s] = Placement(dev, off, kinds[s][1], kinds[s][2])
+    arenas[dev] = mem.size
   if len(_plans) >= 4 * SCHEDULE_CACHE_SIZE: _plans.pop(next(iter(_plans)))
-  plan = _plans[(linear, nargs)] = LaunchPlan(tuple(launches), inter)
+  plan = _plans[(linear, nargs)] = LaunchPlan(tuple(launches), inter, arenas)
   return plan
 
 
+class Capture:
+  """What a TinyJit capture records of the runs inside it (engine/jit.py reads it): each
+  launch with its buffers, which buffers are intermediates (arena views) and the buffers whose
+  contents a replay must refill first."""
+
+  def __init__(self) -> None:
+    self.launches: list[tuple[Runner | None, list[Buffer], str]] = []  # None: a COPY
+    self.intermediates: dict[Buffer, None] = {}
+    self.refills: list[tuple[Buffer, Callable[[], bytes]]] = []
+
+
+capturing: list[Capture] = []  # the active capture (at most one)
+
+
+class CaptureError(RuntimeError):
+  """Something happened inside a TinyJit capture that a replay could not repeat."""
+
+
 def run_linear(linear: UOp, args: tuple[UOp, ...]) -> None:
-  """Launch every CALL of a schedule; intermediates live from first to last use."""
+  """Launch every CALL of a schedule; intermediates live in one arena per device."""
   nargs = len(args)
   plan = launch_plan(linear, nargs)
   arg_bufs = [buffer_of(a) for a in args]
-  inter: dict[int, Buffer] = {}
-  fallback = args[0].arg.device if args else Device.DEFAULT
+  fallback = Device.canonicalize(args[0].arg.device if args else Device.DEFAULT)
+  arenas = {d: Buffer(d or fallback, n, dtypes.uint8) for d, n in plan.arenas.items()}
+  inter = {s: arenas[p.device].view(p.offset, p.size, p.dtype) for s, p in plan.inter.items()}
+  capture = capturing[-1] if capturing else None
+  if capture is not None: capture.intermediates.update(dict.fromkeys(inter.values()))
   wait = DEBUG >= 2
   for launch in plan.launches:
-    device = launch.device or Device.canonicalize(fallback)
-    bufs = []
-    for slot in launch.slots:
-      if slot < nargs: buf = arg_bufs[slot]
-      elif (buf := inter.get(slot)) is None:
-        buf = inter[slot] = Buffer(device, *plan.inter[slot])
-      bufs.append(buf.ensure_allocated())
+    device = launch.device or fallback
+    bufs = [(arg_bufs[s] if s < nargs else inter[s]).ensure_allocated() for s in launch.slots]
     if launch.kernel.op is Ops.COPY:
       bufs[0].copyin(bufs[1].copyout())
+      if capture is not None: capture.launches.append((None, bufs, device))
       if DEBUG >= 2: print(f"*** COPY {bufs[1].device} -> {bufs[0].device} {bufs[0].nbytes} bytes")
-    else:
-      runner = get_runner(launch.kernel, device)
-      t = runner.program(*bufs, global_size=runner.global_size, wait=wait)
-      _count(runner, device, t)
-    for slot in launch.frees: inter.pop(slot, None)
+      continue
+    runner = get_runner(launch.kernel, device)
+    t = runner.program(*bufs, global_size=runner.global_size, wait=wait)
+    if capture is not None: capture.launches.append((runner, bufs, device))
+    _count(runner, device, t)

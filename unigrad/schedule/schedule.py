@@ -41,7 +41,7 @@ def _ancestors(kernels: list[Kernel]) -> list[set[int]]:
 
 
 def order_kernels(kernels: list[Kernel]) -> list[int]:
-  """Kernel indices in an order that respects RAW and WAR dependencies."""
+  """Kernel indices in an order that respects RAW and WAR dependencies, depth first."""
   anc = _ancestors(kernels)
   # i runs after edges[i]
   edges: dict[int, set[int]] = {i: set(k.deps) for i, k in enumerate(kernels)}
@@ -55,15 +55,18 @@ def order_kernels(kernels: list[Kernel]) -> list[int]:
   users: dict[int, list[int]] = {i: [] for i in edges}
   for i, e in edges.items():
     for d in e: users[d].append(i)
-  ready = [i for i, n in indeg.items() if n == 0]
+  # among the kernels ready to run, those no kernel reads from (results) go first, then the one
+  # made ready last (then the lowest index): values are consumed soon after they are made, which
+  # keeps lifetimes short for the memory plan
+  ready = [(bool(users[i]), 0, i) for i, n in indeg.items() if n == 0]
   heapq.heapify(ready)
   order: list[int] = []
   while ready:
-    i = heapq.heappop(ready)
+    i = heapq.heappop(ready)[2]
     order.append(i)
     for u in users[i]:
       indeg[u] -= 1
-      if indeg[u] == 0: heapq.heappush(ready, u)
+      if indeg[u] == 0: heapq.heappush(ready, (bool(users[u]), -len(order), u))
   if len(order) != len(kernels):
     raise ScheduleError("cycle detected in the assign graph: "
                         "a buffer is both read and written out of order")
