@@ -82,6 +82,9 @@ THREADS = knob("THREADS", int, 0, "CPU threads for THREAD axes; 0 uses every cor
 LRU = knob("LRU", bool, True, "reuse freed device buffers of the same size")
 REWRITE_STACK_LIMIT = knob("REWRITE_STACK_LIMIT", int, 250_000, "graph_rewrite work-stack limit "
                            "that turns a rewrite loop into an error")
+JIT = knob("JIT", int, 1, "0 makes TinyJit run its function eagerly on every call (no capture)")
+JIT_CAPTURES = knob("JIT_CAPTURES", int, 8, "input signatures one TinyJit keeps captured programs "
+                    "for (the oldest is dropped)")
 SEED = knob("SEED", int, 0, "default random seed")
 XDG_CACHE_HOME = knob("XDG_CACHE_HOME", str, "", "standard cache directory root")
 HOME = knob("HOME", str, "", "the user's home directory (for the cache)")

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from unigrad.dtype import DType, dtypes, to_dtype
+from unigrad.dtype import DType, dtypes, to_bytes, to_dtype
+from unigrad.engine import realize as engine
 from unigrad.runtime.device import Device
 
 if TYPE_CHECKING:
@@ -82,7 +84,14 @@ def _random_bits(cls: type[Tensor], n: int, device: str) -> Tensor:
   """`n` words of 64 random bits (uint64, shape (n,)) from the device's stream."""
   key, base = rng.take(device, n)
   state = cls([key, base], dtype=dtypes.uint64, device=device)
+  if engine.capturing:  # a TinyJit replay draws the next words of the stream, as this call did
+    engine.capturing[-1].refills.append((engine.buffer_of(state.uop), _stream_refill(device, n)))
   return (_iota(cls, n, device) + state[1]).threefry(state[0])
+
+
+def _stream_refill(device: str, n: int) -> Callable[[], bytes]:
+  """The (key, counter) bytes for the next `n` words of `device`'s stream (advancing it)."""
+  return lambda: to_bytes(dtypes.uint64, list(rng.take(device, n)))
 
 
 def _unit32(word: Tensor, dtype: DType) -> Tensor:

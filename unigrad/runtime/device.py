@@ -29,7 +29,7 @@ from unigrad.helpers import GlobalCounters
 from unigrad.knobs import DEBUG, DEV, LRU
 from unigrad.runtime.diskcache import cache_digest, diskcache_get, diskcache_put
 
-__all__ = ["Allocator", "LRUAllocator", "Compiler", "CompileError", "Program", "Compiled",
+__all__ = ["Batch", "Allocator", "LRUAllocator", "Compiler", "CompileError", "Program", "Compiled",
            "DeviceRegistry", "Device", "Buffer"]
 
 
@@ -162,6 +162,14 @@ class Program(Protocol):
 
 # *** devices ***
 
+class Batch(Protocol):
+  """A native command buffer (see `Compiled.batch`): `set_arg(launch, index, value)` changes an
+  argument (a Buffer or an int) before the next run; calling it runs every launch in order."""
+
+  def set_arg(self, launch: int, index: int, value: Any) -> None: ...
+  def __call__(self) -> None: ...
+
+
 class Compiled:
   """The base of a device object: an allocator, a compiler (or None) and a Program class."""
 
@@ -176,6 +184,13 @@ class Compiled:
 
   def synchronize(self) -> None:
     """Wait until all work launched on the device has finished."""
+
+  def batch(self, launches: Sequence[tuple[Any, Sequence[Any], Sequence[int], Sequence[int]]]
+            ) -> Batch | None:
+    """The launches (program, buffers, global size, int values), in order, as one native command
+    buffer that a single call runs, or None where the device has none (they then run one by
+    one)."""
+    return None
 
   def __repr__(self) -> str: return f"<{type(self).__name__} {self.name}>"
 

@@ -261,6 +261,14 @@ void unigrad_pool_run(void* pp, tramp_t tramp, void* fxn, uint64_t* args, uint32
   work(p, gen);
   while (__atomic_load_n(&l->remaining, __ATOMIC_ACQUIRE) > 0) relax();
 }
+typedef struct { tramp_t tramp; void* fxn; uint64_t* args; uint64_t n; } item_t;
+/* a command buffer: each launch in order, one chunk on this thread, more through the pool */
+void unigrad_pool_run_many(void* pp, item_t* items, int count) {
+  for (int i = 0; i < count; i++) {
+    if (items[i].n == 1) items[i].tramp(items[i].fxn, items[i].args, 0);
+    else unigrad_pool_run(pp, items[i].tramp, items[i].fxn, items[i].args, (uint32_t)items[i].n);
+  }
+}
 unsigned long unigrad_pool_thread(void* pp, int i) {
   return (unsigned long)((pool_t*)pp)->threads[i];
 }
@@ -283,6 +291,8 @@ def _pool_lib() -> ctypes.CDLL:
     ctypes.c_void_p
   lib.unigrad_pool_run.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_uint32]
   lib.unigrad_pool_run.restype = None
+  lib.unigrad_pool_run_many.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+  lib.unigrad_pool_run_many.restype = None
   lib.unigrad_pool_thread.argtypes = [ctypes.c_void_p, ctypes.c_int]
   lib.unigrad_pool_thread.restype = ctypes.c_ulong
   lib.unigrad_pool_stop.argtypes, lib.unigrad_pool_stop.restype = [ctypes.c_void_p], None
@@ -395,6 +405,39 @@ class CPUProgram:
     return time.perf_counter() - st if wait else None
 
 
+class _Item(ctypes.Structure):
+  _fields_ = [("tramp", ctypes.c_void_p), ("fxn", ctypes.c_void_p), ("args", ctypes.c_void_p),
+              ("n", ctypes.c_uint64)]
+
+
+class CPUBatch:
+  """A command buffer of CPU kernel launches run by one native call (`unigrad_pool_run_many`):
+  no Python and no GIL between kernels. Arguments can be changed between runs (`set_arg`)."""
+
+  def __init__(self, launches: Sequence[tuple[Any, Sequence[Any], Sequence[int], Sequence[int]]]
+               ) -> None:
+    self.items = (_Item * max(1, len(launches)))()
+    self.count = len(launches)
+    self.args: list[Any] = []
+    for i, (prog, bufs, global_size, vals) in enumerate(launches):
+      if not isinstance(prog, CPUProgram):
+        raise TypeError(f"CPUBatch takes CPU programs, got {type(prog).__name__}")
+      words = [_address(b) for b in bufs] + [int(v) & (2 ** 64 - 1) for v in vals]
+      arr = (ctypes.c_uint64 * max(1, len(words)))(*words)
+      self.args.append(arr)
+      self.items[i] = _Item(trampoline(len(bufs), len(vals)), prog.address,
+                            ctypes.addressof(arr), int(global_size[0]))
+
+  def set_arg(self, launch: int, index: int, value: Any) -> None:
+    """Argument `index` of launch `launch`: a Buffer (its address) or an int value."""
+    self.args[launch][index] = _address(value) if not isinstance(value, int) else value & (
+      2 ** 64 - 1)
+
+  def __call__(self) -> None:
+    pool = chunk_pool()
+    pool._lib.unigrad_pool_run_many(pool._pool, ctypes.addressof(self.items), self.count)
+
+
 class CPUDevice(Compiled):
   """The host CPU: clang/gcc-compiled C kernels, run on a thread pool."""
 
@@ -408,3 +451,8 @@ class CPUDevice(Compiled):
 
   @classmethod
   def is_available(cls) -> bool: return find_c_compiler() is not None
+
+  def batch(self, launches: Sequence[tuple[Any, Sequence[Any], Sequence[int], Sequence[int]]]
+            ) -> CPUBatch:
+    """The launches (program, buffers, global size, int values) as one native command buffer."""
+    return CPUBatch(launches)

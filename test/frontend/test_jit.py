@@ -1,0 +1,213 @@
+"""TinyJit: eager first call, capture on the second, replays of the captured kernels after."""
+import numpy as np
+import pytest
+
+from unigrad import Context, Tensor, TinyJit, dtypes, nn
+from unigrad.engine.realize import CaptureError
+from unigrad.frontend.jit import JitError
+from unigrad.helpers import GlobalCounters
+from unigrad.nn.state import get_parameters
+
+
+def test_replays_run_no_python_and_compile_nothing(device):
+  calls = []
+
+  @TinyJit
+  def f(a, b):
+    calls.append(1)
+    return (a * b + 1).relu().sum(), a - b
+  rng = np.random.default_rng(0)
+  for i in range(5):
+    x, y = rng.standard_normal(7).astype(np.float32), rng.standard_normal(7).astype(np.float32)
+    if i == 2: compiled = GlobalCounters.programs_compiled
+    s, d = f(Tensor(x, device), Tensor(y, device))
+    np.testing.assert_allclose(s.item(), np.maximum(x * y + 1, 0).sum(), rtol=1e-5)
+    np.testing.assert_allclose(d.numpy(), x - y, rtol=1e-6)
+  assert len(calls) == 2  # eager, capture; then replays only
+  assert GlobalCounters.programs_compiled == compiled
+  assert f.captured is not None and f.captured.kernel_count >= 1
+
+
+def test_cpu_replay_is_one_native_batch():
+  @TinyJit
+  def f(a):
+    for _ in range(5): a = (a * 2).contiguous()
+    return a
+  x = Tensor.ones(4, device="CPU").contiguous().realize()
+  for _ in range(3): out = f(x)
+  assert out.tolist() == [32.0] * 4
+  prog = f.captured
+  assert prog.kernel_count == 5 and len(prog.segments) == 1 and prog.segments[0].batch is not None
+
+
+def _digits_step(jit: bool, steps: int, device: str = "CPU"):
+  Tensor.manual_seed(7)
+  rng = np.random.default_rng(0)
+  X = Tensor(rng.random((100, 64), dtype=np.float32), device)
+  Y = Tensor(rng.integers(0, 10, 100).astype(np.int32), device)
+  model = [nn.Linear(64, 32), nn.Linear(32, 10)]
+  for layer in model:
+    layer.weight.to_(device), layer.bias.to_(device)
+  opt = nn.optim.Adam(get_parameters(model), lr=1e-2)
+
+  def step():
+    idx = Tensor.randint(0, 100, (16,), device=device)
+    opt.zero_grad()
+    h = model[0](X[idx]).relu().dropout(0.2)
+    loss = model[1](h).sparse_categorical_crossentropy(Y[idx])
+    loss.backward()
+    Tensor.realize_all(loss, *opt.schedule_step())
+    return loss
+  fn = TinyJit(step) if jit else step
+  with Tensor.train():
+    losses = [fn().item() for _ in range(steps)]
+  return losses, model[0].weight.numpy()
+
+
+def test_training_step_with_random_batches_and_dropout_matches_eager():
+  """forward, backward, Adam assigns, randint and dropout: bit-identical to running eagerly."""
+  eager_losses, eager_w = _digits_step(False, 5)
+  jit_losses, jit_w = _digits_step(True, 5)
+  assert jit_losses == eager_losses
+  np.testing.assert_array_equal(jit_w, eager_w)
+  assert len(set(jit_losses)) == 5
+
+
+def test_random_numbers_advance_on_every_replay_like_eager():
+  @TinyJit
+  def f(a): return a + Tensor.rand(3), Tensor.randn(2)
+  Tensor.manual_seed(0)
+  jit = [[t.tolist() for t in f(Tensor.zeros(3))] for _ in range(4)]
+  Tensor.manual_seed(0)
+  eager = [[(Tensor.zeros(3) + Tensor.rand(3)).tolist(), Tensor.randn(2).tolist()]
+           for _ in range(4)]
+  assert jit == eager
+
+
+def test_output_aliasing_an_input_follows_the_new_input():
+  @TinyJit
+  def f(a, b): return a, a + b
+  for i in range(4):
+    x = Tensor([float(i), 1.0])
+    same, s = f(x, Tensor([1.0, 1.0]))
+    assert same.tolist() == [float(i), 1.0] and s.tolist() == [i + 1.0, 2.0]
+
+
+def test_outputs_are_overwritten_by_the_next_replay_unless_cloned():
+  @TinyJit
+  def f(a): return a * 2
+  f(Tensor([1.0])), f(Tensor([1.0]))
+  first = f(Tensor([3.0]))
+  kept = first.clone().realize()
+  f(Tensor([5.0]))
+  assert kept.tolist() == [6.0]
+
+
+def test_non_tensor_argument_change_recaptures():
+  calls = []
+
+  @TinyJit
+  def f(a, mode):
+    calls.append(mode)
+    return a * 2 if mode == "double" else a * 3
+  x = Tensor([1.0])
+  for _ in range(3): assert f(x, "double").tolist() == [2.0]
+  for _ in range(3): assert f(x, "triple").tolist() == [3.0]
+  assert f(x, "double").tolist() == [2.0]
+  assert calls == ["double", "double", "triple", "triple"]
+
+
+def test_shape_or_dtype_change_recaptures():
+  @TinyJit
+  def f(a): return a + 1
+  for n in (2, 2, 2, 3, 3, 3, 2):
+    assert f(Tensor([1.0] * n)).tolist() == [2.0] * n
+  for _ in range(3): assert f(Tensor([1, 2], dtype=dtypes.int32)).tolist() == [2, 3]
+
+
+def test_different_number_or_kind_of_arguments_raises():
+  @TinyJit
+  def f(a, b): return a + b
+  f(Tensor([1.0]), Tensor([2.0]))
+  with pytest.raises(JitError, match=r"expected 2 entries, got 3"):
+    f(Tensor([1.0]), Tensor([2.0]), Tensor([3.0]))
+  with pytest.raises(JitError, match=r"\[1\]: expected Tensor, got float"):
+    f(Tensor([1.0]), 2.0)
+
+
+def test_reading_values_while_capturing_raises():
+  @TinyJit
+  def f(a): return a * a.sum().item()
+  f(Tensor([1.0, 2.0]))
+  with pytest.raises(CaptureError, match="read tensor values"):
+    f(Tensor([1.0, 2.0]))
+
+
+def test_reset_starts_over():
+  calls = []
+
+  @TinyJit
+  def f(a):
+    calls.append(1)
+    return a + 1
+  for _ in range(3): f(Tensor([1.0]))
+  f.reset()
+  assert f.captured is None
+  for _ in range(3): f(Tensor([1.0]))
+  assert len(calls) == 4
+
+
+def test_jit_off_runs_eagerly():
+  calls = []
+
+  @TinyJit
+  def f(a):
+    calls.append(1)
+    return a + 1
+  with Context(JIT=0):
+    for _ in range(3): f(Tensor([1.0]))
+  assert len(calls) == 3
+
+
+def test_view_inputs_and_repeated_inputs():
+  @TinyJit
+  def f(a, b): return a - b
+  base = Tensor(np.arange(6, dtype=np.float32).reshape(2, 3))
+  for _ in range(3):
+    out = f(base.T, base.T)  # views: copied into buffers of their own
+    assert out.tolist() == [[0.0, 0.0]] * 3
+  x = Tensor([1.0, 2.0])
+  for _ in range(3): assert f(x, x).tolist() == [0.0, 0.0]
+
+
+def test_method_and_nested_jit():
+  class Model:
+    def __init__(self): self.w = Tensor([2.0, 3.0])
+    @TinyJit
+    def __call__(self, x): return inner(x) * self.w
+
+  @TinyJit
+  def inner(x): return x + 1
+  m = Model()
+  for i in range(4): assert m(Tensor([float(i), 0.0])).tolist() == [2.0 * (i + 1), 3.0]
+
+
+def test_replay_on_null_device():
+  @TinyJit
+  def f(a): return (a + 1).sum()
+  for _ in range(3): out = f(Tensor.empty(4, device="NULL"))
+  assert out.shape == (1,) or out.shape == ()
+  assert f.captured.kernel_count >= 1
+
+
+def test_captured_intermediates_share_one_arena():
+  @TinyJit
+  def f(a, b):
+    for _ in range(6): a = a @ b  # each product is an intermediate of the next
+    return a.sum()
+  x = np.random.default_rng(0).random((32, 32), dtype=np.float32)
+  for i in range(3): out = f(Tensor(x + i), Tensor(np.eye(32, dtype=np.float32)))
+  np.testing.assert_allclose(out.item(), (x + 2).sum(), rtol=1e-4)
+  prog = f.captured
+  assert prog.inter_bytes >= 5 * 32 * 32 * 4
+  assert 0 < prog.arena_bytes <= 2 * 32 * 32 * 4

@@ -1,0 +1,177 @@
+"""TinyJit: run a function on Tensors once eagerly, capture its kernels on the second call, and
+replay them afterwards with the new inputs' buffers.
+
+A replay runs none of the function's Python code: no graph building, scheduling or compiling,
+only the captured launches (one native call per device where the device batches them, see
+engine/jit.py). What a replay does and does not repeat:
+- Inputs: every Tensor in the arguments (lists, tuples and dicts are walked) is realized first;
+  the replay swaps its buffer in for the one the capture saw.
+- Side effects on buffers (optimizer `assign`s, BatchNorm running statistics) repeat: the kernels
+  that wrote them are replayed.
+- Random numbers: each replay draws fresh numbers exactly as an eager call would (the capture
+  records which buffers hold a random stream's (key, counter) and refills them).
+- Outputs: the returned Tensors are views of buffers the program owns; the next call overwrites
+  them (copy one with `.clone()` to keep it). Non-Tensor results are returned as captured.
+- Python code is not replayed: reading tensor values (`item`, `tolist`, `numpy`) inside the
+  function while it is captured raises `CaptureError`; a Python branch on a non-Tensor argument
+  is safe (each distinct non-Tensor argument value gets its own capture), on outside state not.
+- A new input signature (shapes, dtypes, devices, non-Tensor argument values, `Tensor.training`)
+  starts over for that signature (an eager call, then a capture); the last `JIT_CAPTURES`
+  signatures are kept. A different number or kind of arguments (a Tensor where the first call
+  had another type) raises `JitError`.
+- `jit.reset()` forgets every capture (needed if a captured tensor's storage was replaced, e.g.
+  by `Tensor.replace`). `JIT=0` runs the function eagerly on every call.
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from unigrad.engine import realize as engine
+from unigrad.engine.jit import CapturedProgram, capture, is_capturing
+from unigrad.frontend.function import (TensorLeaf, flatten_tensors, structure_key,
+                                       tensor_signature, unflatten_tensors)
+from unigrad.frontend.tensor import Tensor
+from unigrad.knobs import JIT, JIT_CAPTURES
+from unigrad.schedule.callify import buffer_base
+from unigrad.uop import UOp
+
+__all__ = ["TinyJit", "JitError"]
+
+
+class JitError(RuntimeError):
+  """A jitted function was called in a way its capture cannot serve."""
+
+
+@dataclass
+class Entry:
+  """What one input signature has: how often it was called, then its captured program and the
+  structure of its results (Tensors as their buffer views)."""
+  calls: int = 0
+  program: CapturedProgram | None = None
+  input_nodes: tuple[UOp, ...] = ()
+  out_tree: Any = None
+  out_uops: tuple[tuple[UOp, Any], ...] = ()
+
+
+class TinyJit:
+  """Capture a function's kernels on its second call and replay them on later calls.
+
+  >>> @TinyJit
+  ... def step(x): return (x * 2).sum()
+  >>> for _ in range(3): step(Tensor.ones(4)).item()
+  8.0
+  """
+
+  def __init__(self, fxn: Callable[..., Any]) -> None:
+    self.fxn = fxn
+    self.entries: dict[Any, Entry] = {}
+    self.skeleton: Any = None
+    functools.update_wrapper(self, fxn)
+
+  def __get__(self, obj: Any, objtype: Any = None) -> Any:
+    return self if obj is None else functools.partial(self.__call__, obj)
+
+  def reset(self) -> None:
+    """Forget every capture: the next call runs eagerly, the one after captures again."""
+    self.entries.clear()
+    self.skeleton = None
+
+  @property
+  def captured(self) -> CapturedProgram | None:
+    """The most recently captured program (None before the second call)."""
+    progs = [e.program for e in self.entries.values() if e.program is not None]
+    return progs[-1] if progs else None
+
+  def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    if not JIT or is_capturing(): return self.fxn(*args, **kwargs)  # inside another capture
+    found: dict[int, Tensor] = {}
+    tree = flatten_tensors((args, kwargs), found)
+    self._check_skeleton(tree)
+    inputs = _prepare(list(found.values()))
+    key = (structure_key(tree), tuple(map(tensor_signature, inputs)), Tensor.training,
+           bool(Tensor.no_grad))
+    entry = self.entries.pop(key, None) or Entry()
+    self.entries[key] = entry  # most recently used last
+    while len(self.entries) > max(1, int(JIT_CAPTURES)): self.entries.pop(next(iter(self.entries)))
+    entry.calls += 1
+    if entry.program is not None: return _replay(entry, inputs)
+    call_args, call_kwargs = unflatten_tensors(tree, inputs)
+    if entry.calls == 1: return _realized(self.fxn(*call_args, **call_kwargs))
+    with capture() as cap:
+      result = _realized(self.fxn(*call_args, **call_kwargs))
+    entry.program = CapturedProgram.from_capture(cap, [engine.buffer_of(t.uop) for t in inputs])
+    entry.input_nodes = tuple(buffer_base(t.uop) for t in inputs)
+    outs: dict[int, Tensor] = {}
+    entry.out_tree = flatten_tensors(result, outs)
+    entry.out_uops = tuple((t.uop, t.device) for t in outs.values())
+    return result
+
+  def _check_skeleton(self, tree: Any) -> None:
+    """The arguments' kinds (Tensor or not, counts, keyword names) must match the first call."""
+    skel = _skeleton(tree)
+    if self.skeleton is None: self.skeleton = skel
+    if skel == self.skeleton: return
+    where = _first_difference(self.skeleton, skel, "arguments")
+    raise JitError(f"TinyJit({getattr(self.fxn, '__name__', 'function')}): {where}; a jitted "
+                   "function must be called with the same number and kind of arguments (call "
+                   "reset() to start over)")
+
+
+def _prepare(inputs: list[Tensor]) -> list[Tensor]:
+  """Each input realized into a row-major buffer of its own (a view or a buffer shared with an
+  earlier input is copied first: a replay swaps whole buffers)."""
+  seen: set[UOp] = set()
+  out = []
+  for t in inputs:
+    if not engine.is_realized(t.uop) or buffer_base(t.uop) in seen:
+      t = t.contiguous() if engine.is_realized(t.uop) else t
+      t.realize()
+      if buffer_base(t.uop) in seen: t = t.contiguous().realize()
+    seen.add(buffer_base(t.uop))
+    out.append(t)
+  return out
+
+
+def _realized(result: Any) -> Any:
+  """`result` with every Tensor in it realized (in one run)."""
+  found: dict[int, Tensor] = {}
+  flatten_tensors(result, found)
+  Tensor.realize_all(*found.values())
+  return result
+
+
+def _replay(entry: Entry, inputs: list[Tensor]) -> Any:
+  assert entry.program is not None
+  entry.program.replay([engine.buffer_of(t.uop) for t in inputs])
+  sub = {old: buffer_base(t.uop) for old, t in zip(entry.input_nodes, inputs)}
+  outs = [Tensor._from_uop(u.substitute(sub), dev) for u, dev in entry.out_uops]
+  return unflatten_tensors(entry.out_tree, outs)
+
+
+def _skeleton(tree: Any) -> Any:
+  if isinstance(tree, TensorLeaf): return "Tensor"
+  if isinstance(tree, (list, tuple)): return (type(tree).__name__, *map(_skeleton, tree))
+  if isinstance(tree, dict): return ("dict", *((k, _skeleton(v)) for k, v in tree.items()))
+  return type(tree).__name__
+
+
+def _first_difference(want: Any, got: Any, path: str) -> str:
+  """Where two skeletons first differ, as `path: expected X, got Y`."""
+  if isinstance(want, tuple) and isinstance(got, tuple) and want[:1] == got[:1]:
+    if len(want) != len(got):
+      return f"{path}: expected {len(want) - 1} entries, got {len(got) - 1}"
+    for i, (w, g) in enumerate(zip(want[1:], got[1:])):
+      if w != g:
+        name = w[0] if want[0] == "dict" and isinstance(w, tuple) else i
+        inner_w = w[1] if want[0] == "dict" else w
+        inner_g = g[1] if want[0] == "dict" else g
+        if want[0] == "dict" and w[0] != g[0]:
+          return f"{path}: expected keyword {w[0]!r}, got {g[0]!r}"
+        return _first_difference(inner_w, inner_g, f"{path}[{name!r}]")
+  return f"{path}: expected {_describe(want)}, got {_describe(got)}"
+
+
+def _describe(skel: Any) -> str: return skel[0] if isinstance(skel, tuple) else skel
