@@ -10,6 +10,7 @@ constructor, so hash-consing returns the very nodes of a live equal graph. Unlik
   tuple                    ["t", *items]       DType    ["d", name] / ["v", name, count] /
   Enum member (unigrad's)  ["e", class, name]           ["p", base, addrspace, size]
   frozen dataclass (ours)  ["c", class, [fields]]      Invalid  ["i"]
+  bytes                    ["b", hex]
 
 A class is named `module:qualname` and must be defined in a loaded `unigrad` module. Any other
 arg (a function, a UOp inside an arg) raises `SerializeError`: such a graph is not cacheable.
@@ -62,6 +63,7 @@ def _arg(x: Any) -> Any:
   if x is None or isinstance(x, (bool, int, str)): return x
   if isinstance(x, float): return ["f", x.hex()]
   if isinstance(x, tuple): return ["t", *(_arg(a) for a in x)]
+  if isinstance(x, bytes): return ["b", x.hex()]
   if isinstance(x, DType): return _dtype(x)
   if isinstance(x, enum.Enum): return ["e", _class_name(type(x)), x.name]
   if isinstance(x, InvalidType): return ["i"]
@@ -153,6 +155,7 @@ def _read_arg(v: Any) -> Any:
   tag = v[0]
   if tag == "f" and len(v) == 2 and isinstance(v[1], str): return float.fromhex(v[1])
   if tag == "t": return tuple(_read_arg(a) for a in v[1:])
+  if tag == "b" and len(v) == 2 and isinstance(v[1], str): return bytes.fromhex(v[1])
   if tag in ("d", "v", "p"): return _read_dtype(v)
   if tag == "i": return InvalidType()
   if tag == "e" and len(v) == 3:
