@@ -371,14 +371,29 @@ def check_shared_object(lib: bytes) -> None:
     if offset + filesz > len(lib): raise OSError(f"truncated shared object ({len(lib)} bytes)")
 
 
+# where shared objects are written to be loaded: memory (tmpfs) first, a file on /tmp can cost
+# milliseconds to create; a tmpfs mounted noexec is dropped after its first failed load
+_load_dirs: list[str | None] = [d for d in ("/dev/shm",) if os.access(d, os.W_OK | os.X_OK)]
+
+
+def _dlopen_copy(lib: bytes, directory: str | None) -> ctypes.CDLL:
+  with tempfile.NamedTemporaryFile(prefix="unigrad-", suffix=".so", dir=directory) as f:
+    f.write(lib)
+    f.flush()
+    return ctypes.CDLL(f.name)
+
+
 def _load_library(lib: bytes) -> ctypes.CDLL:
   """dlopen `lib` from a fresh private temporary file (so nothing can change it while mapped),
   after `check_shared_object`: damaged bytes raise OSError, never crash the process."""
   check_shared_object(lib)
-  with tempfile.NamedTemporaryFile(prefix="unigrad-", suffix=".so") as f:
-    f.write(lib)
-    f.flush()
-    return ctypes.CDLL(f.name)
+  for directory in list(_load_dirs):
+    try: return _dlopen_copy(lib, directory)
+    except OSError:
+      lib_ok = _dlopen_copy(lib, None)  # raises if the bytes are at fault
+      if directory in _load_dirs: _load_dirs.remove(directory)
+      return lib_ok
+  return _dlopen_copy(lib, None)
 
 
 def _address(buf: Any) -> int:
