@@ -14,9 +14,9 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from unigrad.dtype import DType, dtypes, least_upper_float, to_dtype
+from unigrad.dtype import FLOATS, SINTS, UINTS, DType, dtypes, least_upper_float, to_dtype
 from unigrad.frontend.dtypes import result_type, scalar_dtype
-from unigrad.uop import Ops, UOp
+from unigrad.uop import Ops, UOp, shape_uop
 from unigrad.uop.properties import broadcast_shapes
 
 if TYPE_CHECKING:
@@ -99,6 +99,28 @@ def compose_cos(x: UOp) -> UOp:
   return huge.where(d * d * -2.0 + 1.0, c)
 
 
+# Python number types whose promotion with a tensor of these dtypes keeps the tensor's dtype
+_KEEPS_DTYPE: dict[type, frozenset[DType]] = {float: frozenset(FLOATS),
+                                              int: frozenset((*FLOATS, *SINTS, *UINTS))}
+_scalar_operands: dict[tuple, UOp] = {}
+SCALAR_OPERAND_CACHE = 1024
+
+
+def scalar_operand(dt: DType, v: int | float, shape: tuple) -> UOp:
+  """CONST(v) as `dt` broadcast to `shape` (RESHAPE to ones, then EXPAND: what `expand` builds),
+  cached: an eager loop asks for the same few constants at every step."""
+  key = (dt, v.hex() if isinstance(v, float) else v, shape)
+  if (u := _scalar_operands.get(key)) is not None: return u
+  u = UOp.const(dt, v)
+  if shape:
+    u = UOp(Ops.RESHAPE, dt, (u, shape_uop((1,) * len(shape))))
+    u = UOp(Ops.EXPAND, dt, (u, shape_uop(shape)))
+  if len(_scalar_operands) >= SCALAR_OPERAND_CACHE:
+    _scalar_operands.pop(next(iter(_scalar_operands)))
+  _scalar_operands[key] = u
+  return u
+
+
 class ElementwiseMixin:
   """Arithmetic, comparison, bitwise, transcendental and dtype ops."""
   uop: UOp
@@ -117,11 +139,23 @@ class ElementwiseMixin:
                    reverse: bool = False) -> tuple[Tensor, Tensor]:
     """Both operands as tensors of one dtype (promoted unless `dtype`) and one shape."""
     if reverse: x, y = y, x
+    if dtype is None and (fast := self._with_scalar(x, y)) is not None: return fast
     self._check_devices(x, y)
     dt = result_type(x, y) if dtype is None else dtype
     tx, ty = self._to_tensor(x, dt), self._to_tensor(y, dt)
     shape = broadcast_shapes(tx.shape, ty.shape)
     return tx.expand(shape), ty.expand(shape)
+
+  def _with_scalar(self, x: Operand, y: Operand) -> tuple[Tensor, Tensor] | None:
+    """`_broadcasted` for a tensor and a Python number that keeps the tensor's dtype (a float
+    tensor with a float or int, an int tensor with an int), the eager hot path: the broadcast
+    constant comes from `scalar_operand`'s cache instead of three new nodes. None otherwise."""
+    tensor_first = hasattr(x, "uop")
+    t, v = (x, y) if tensor_first else (y, x)
+    if not hasattr(t, "uop") or (keeps := _KEEPS_DTYPE.get(type(v))) is None: return None
+    if t.dtype not in keeps: return None
+    tt, c = t._wrap(t.uop), t._wrap(scalar_operand(t.dtype, v, tuple(t.shape)))
+    return (tt, c) if tensor_first else (c, tt)
 
   def _check_devices(self, *xs: Operand) -> None:
     for t in xs:
