@@ -9,12 +9,13 @@ import sys
 import numpy as np
 import pytest
 
-from unigrad import Tensor
+from unigrad import Tensor, dtypes
 from unigrad.engine import compcache
 from unigrad.engine import realize as engine
 from unigrad.knobs import Context
 from unigrad.runtime.diskcache import cache_path, diskcache_get, diskcache_put
 from unigrad.runtime.ops_cpu import ClangCompiler, check_shared_object, find_c_compiler
+from unigrad.uop import Ops, UOp
 
 needs_cc = pytest.mark.skipif(find_c_compiler() is None, reason="no C compiler")
 A = np.arange(24, dtype=np.float32).reshape(4, 6) / 10
@@ -175,7 +176,7 @@ def test_truncated_shared_object_raises_oserror():
 
 CHILD = """
 import numpy as np
-from unigrad import Tensor
+from unigrad import Tensor, dtypes
 from unigrad.engine import compcache
 a = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4))
 print(((a @ a.T).exp().sum(1) / 100).tolist(), compcache.stats.schedule_misses,
@@ -191,3 +192,20 @@ def test_fresh_process_with_a_warm_cache_schedules_nothing(tmp_path):
   (cold, cold_s, cold_k), (warm, warm_s, warm_k) = outs
   assert cold == warm and int(cold_s) >= 1 and int(cold_k) >= 1
   assert (warm_s, warm_k) == ("0", "0")
+
+
+def test_schedule_naming_a_buffer_the_body_lacks_is_not_stored(tmp_path):
+  """A buffer made while scheduling would hold nothing in the process that loads the schedule."""
+  made = Tensor.empty(4, device="PYTHON").contiguous().realize().uop
+  assert made.op is Ops.BUFFER
+  empty = UOp(Ops.LINEAR, dtypes.void, ())
+  odd = UOp(Ops.LINEAR, dtypes.void, (UOp(Ops.CALL, dtypes.void, (made,)),))
+  with Context(CACHEDIR=str(tmp_path)):
+    hits = compcache.stats.schedule_hits
+    body, other = Tensor.empty(4).uop, Tensor.empty(5).uop
+    compcache.cached_schedule(body, 1, "PYTHON", lambda: empty)
+    assert compcache.cached_schedule(body, 1, "PYTHON", lambda: odd) is empty
+    assert compcache.stats.schedule_hits == hits + 1
+    compcache.cached_schedule(other, 1, "PYTHON", lambda: odd)
+    assert compcache.cached_schedule(other, 1, "PYTHON", lambda: odd) is odd
+    assert compcache.stats.schedule_hits == hits + 1, "never stored"

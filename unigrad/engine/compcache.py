@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from unigrad.codegen.linearize import Estimates
+from unigrad.dtype import AddrSpace
 from unigrad.knobs import CACHELEVEL, DEBUG, KNOBS
 from unigrad.renderer import Renderer
 from unigrad.runtime.diskcache import cache_digest, diskcache_get, diskcache_put
@@ -139,10 +140,20 @@ def cached_schedule(body: UOp, nargs: int, device: str, build: Callable[[], UOp]
       return linear
   stats.schedule_misses += 1
   linear = build()
-  if key is not None:
+  if key is not None and _is_portable(linear, body):
     try: diskcache_put("schedule", key, _encode_schedule(linear))
     except SerializeError: pass
   return linear
+
+
+def _buffers(u: UOp) -> set[UOp]:
+  return {x for x in u.toposort() if x.op is Ops.BUFFER and x.arg.addrspace is AddrSpace.GLOBAL}
+
+
+def _is_portable(linear: UOp, body: UOp) -> bool:
+  """Whether the schedule means the same in another process: it names no device buffer that
+  the body does not (one the scheduler made would hold nothing in the process that loads it)."""
+  return _buffers(linear) <= _buffers(body)
 
 
 def _encode_kernel(ks: KernelSource) -> bytes:
