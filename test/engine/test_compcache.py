@@ -176,7 +176,7 @@ def test_truncated_shared_object_raises_oserror():
 
 CHILD = """
 import numpy as np
-from unigrad import Tensor, dtypes
+from unigrad import Tensor
 from unigrad.engine import compcache
 a = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4))
 print(((a @ a.T).exp().sum(1) / 100).tolist(), compcache.stats.schedule_misses,
