@@ -92,11 +92,11 @@ def test_keys_follow_knobs_and_source(tmp_path, counting, monkeypatch):
 def damage_table(table: str, how: str) -> int:
   """Damage every entry of `table` in the cache file; the number damaged."""
   conn = sqlite3.connect(cache_path())
-  rows = conn.execute("SELECT key, value FROM cache WHERE tbl=?", (table,)).fetchall()
+  rows = conn.execute("SELECT key, value FROM cache_v2 WHERE tbl=?", (table,)).fetchall()
   for key, value in rows:
     bad = {"truncated": value[:len(value) // 2], "random": os.urandom(max(len(value), 1)),
            "empty": b""}[how]
-    conn.execute("UPDATE cache SET value=? WHERE tbl=? AND key=?", (bad, table, key))
+    conn.execute("UPDATE cache_v2 SET value=? WHERE tbl=? AND key=?", (bad, table, key))
   conn.commit()
   conn.close()
   return len(rows)
@@ -104,7 +104,7 @@ def damage_table(table: str, how: str) -> int:
 
 def valid_entries(table: str) -> int:
   conn = sqlite3.connect(cache_path())
-  keys = [k for (k,) in conn.execute("SELECT key FROM cache WHERE tbl=?", (table,))]
+  keys = [k for (k,) in conn.execute("SELECT key FROM cache_v2 WHERE tbl=?", (table,))]
   conn.close()
   return sum(diskcache_get(table, k) is not None for k in keys)
 
@@ -149,7 +149,7 @@ def test_truncated_binary_with_a_valid_checksum_is_recompiled(tmp_path, counting
   with Context(CACHEDIR=str(tmp_path)):
     program("CPU")
     conn = sqlite3.connect(cache_path())
-    keys = [k for (k,) in conn.execute("SELECT key FROM cache WHERE tbl='compile'")]
+    keys = [k for (k,) in conn.execute("SELECT key FROM cache_v2 WHERE tbl='compile'")]
     conn.close()
     for k in keys:
       lib = diskcache_get("compile", k)

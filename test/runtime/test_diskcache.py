@@ -53,12 +53,12 @@ def test_several_processes(tmp_path):
 def damage(path, how: str, table: str | None = None) -> int:
   """Damage every entry (of `table`) in the cache file at `path` the way `how` says; the count."""
   conn = sqlite3.connect(path)
-  rows = conn.execute("SELECT tbl, key, value FROM cache").fetchall()
+  rows = conn.execute("SELECT tbl, key, value FROM cache_v2").fetchall()
   rows = [r for r in rows if table is None or r[0] == table]
   for tbl, key, value in rows:
     bad = {"truncated": value[:len(value) // 2], "random": os.urandom(max(len(value), 1)),
            "empty": b""}[how]
-    conn.execute("UPDATE cache SET value=? WHERE tbl=? AND key=?", (bad, tbl, key))
+    conn.execute("UPDATE cache_v2 SET value=? WHERE tbl=? AND key=?", (bad, tbl, key))
   conn.commit()
   conn.close()
   return len(rows)
@@ -82,7 +82,7 @@ def test_entry_moved_under_another_key_is_a_miss(tmp_path):
   with Context(CACHEDIR=str(tmp_path)):
     diskcache_put("t", "a", b"value of a")
     conn = sqlite3.connect(cache_path())
-    conn.execute("UPDATE cache SET key='b' WHERE key='a'")
+    conn.execute("UPDATE cache_v2 SET key='b' WHERE key='a'")
     conn.commit()
     conn.close()
     assert diskcache_get("t", "b") is None
@@ -100,3 +100,18 @@ def test_damaged_database_file_is_replaced(tmp_path, how):
     assert diskcache_get("t", "k") is None
     diskcache_put("t", "k", b"again")
     assert diskcache_get("t", "k") == b"again", "not a persistent failure"
+
+
+def test_raw_entries_of_older_versions_are_neither_read_nor_overwritten(tmp_path):
+  """Unigrads from before the checksum share the file: each keeps to its own SQL table."""
+  with Context(CACHEDIR=str(tmp_path)):
+    diskcache_put("compile", "k", b"\x7fELF new")
+    conn = sqlite3.connect(cache_path())
+    conn.execute("CREATE TABLE IF NOT EXISTS cache (tbl TEXT, key TEXT, value BLOB, "
+                 "PRIMARY KEY (tbl, key))")
+    conn.execute("INSERT INTO cache VALUES ('compile', 'old', ?)", (b"\x7fELF raw",))
+    conn.commit()
+    assert diskcache_get("compile", "old") is None
+    assert conn.execute("SELECT value FROM cache WHERE key='old'").fetchone() == (b"\x7fELF raw",)
+    assert conn.execute("SELECT count(*) FROM cache WHERE key='k'").fetchone() == (0,)
+    conn.close()

@@ -121,6 +121,18 @@ def scalar_operand(dt: DType, v: int | float, shape: tuple) -> UOp:
   return u
 
 
+def _scalar_uops(x: Operand, y: Operand) -> tuple[UOp, UOp] | None:
+  """The operands' nodes, in order, when one is a tensor and the other a Python number that
+  keeps the tensor's dtype (see `ElementwiseMixin._with_scalar`); None otherwise."""
+  tensor_first = hasattr(x, "uop")
+  t, v = (x, y) if tensor_first else (y, x)
+  if not hasattr(t, "uop") or (keeps := _KEEPS_DTYPE.get(type(v))) is None: return None
+  u = t.uop
+  if u.dtype not in keeps: return None
+  c = scalar_operand(u.dtype, v, tuple(u.shape))
+  return (u, c) if tensor_first else (c, u)
+
+
 class ElementwiseMixin:
   """Arithmetic, comparison, bitwise, transcendental and dtype ops."""
   uop: UOp
@@ -128,6 +140,7 @@ class ElementwiseMixin:
   # ---- plumbing ----
   def _const(self, value: Any, dtype: DType) -> Tensor: raise NotImplementedError
   def _wrap(self, u: UOp) -> Tensor: raise NotImplementedError
+  def _node(self, u: UOp) -> UOp: raise NotImplementedError
 
   def _to_tensor(self, x: Operand, dtype: DType) -> Tensor:
     if hasattr(x, "uop"): return x.cast(dtype)
@@ -150,12 +163,9 @@ class ElementwiseMixin:
     """`_broadcasted` for a tensor and a Python number that keeps the tensor's dtype (a float
     tensor with a float or int, an int tensor with an int), the eager hot path: the broadcast
     constant comes from `scalar_operand`'s cache instead of three new nodes. None otherwise."""
-    tensor_first = hasattr(x, "uop")
-    t, v = (x, y) if tensor_first else (y, x)
-    if not hasattr(t, "uop") or (keeps := _KEEPS_DTYPE.get(type(v))) is None: return None
-    if t.dtype not in keeps: return None
-    tt, c = t._wrap(t.uop), t._wrap(scalar_operand(t.dtype, v, tuple(t.shape)))
-    return (tt, c) if tensor_first else (c, tt)
+    if (uops := _scalar_uops(x, y)) is None: return None
+    t = x if hasattr(x, "uop") else y
+    return t._wrap(uops[0]), t._wrap(uops[1])
 
   def _check_devices(self, *xs: Operand) -> None:
     for t in xs:
@@ -164,6 +174,10 @@ class ElementwiseMixin:
 
   def _binary(self, op: Ops, other: Operand, reverse: bool = False,
               dtype: DType | None = None) -> Tensor:
+    if dtype is None and (uops := _scalar_uops(other, self) if reverse else
+                          _scalar_uops(self, other)) is not None:
+      out = dtypes.bool if op in (Ops.CMPLT, Ops.CMPNE) else self.dtype
+      return self._wrap(UOp(op, out, (self._node(uops[0]), self._node(uops[1]))))
     x, y = self._broadcasted(self, other, dtype, reverse)
     out = dtypes.bool if op in (Ops.CMPLT, Ops.CMPNE) else x.dtype
     return x._wrap(UOp(op, out, (x.uop, y.uop)))

@@ -11,7 +11,8 @@ A damaged entry (truncated, overwritten, emptied) fails the check and is a miss:
 and the caller rebuilds and rewrites it; damaged bytes are never handed out (a truncated shared
 object would crash the process that loads it). A damaged database file (not sqlite, malformed) is
 moved aside and a fresh one started, so one bad file is never a persistent failure. Each write is
-one sqlite transaction: readers see the old value or the new one, never part of one.
+one sqlite transaction: readers see the old value or the new one, never part of one. The entries
+are in SQL table `SQL_TABLE`; the raw values of older unigrads (table `cache`) are never read.
 """
 from __future__ import annotations
 
@@ -27,7 +28,10 @@ __all__ = ["cache_path", "diskcache_get", "diskcache_put", "cache_digest", "DIGE
 
 DIGEST_BYTES = 16
 
-_SCHEMA = ("CREATE TABLE IF NOT EXISTS cache "
+# checksummed values live in their own SQL table: unigrads from before the checksum read and
+# write raw values in table `cache` of the same file, and neither must see the other's entries
+SQL_TABLE = "cache_v2"
+_SCHEMA = (f"CREATE TABLE IF NOT EXISTS {SQL_TABLE} "
            "(tbl TEXT, key TEXT, value BLOB, PRIMARY KEY (tbl, key))")
 _lock = threading.Lock()
 _connections: dict[tuple[int, str], sqlite3.Connection] = {}
@@ -113,14 +117,14 @@ def diskcache_get(table: str, key: str) -> bytes | None:
   """The bytes stored under (table, key), or None (a miss, the cache off, an error, or a damaged
   entry, which is deleted so that the caller's rebuild rewrites it)."""
   if CACHELEVEL < 1: return None
-  rows = _execute("read", "SELECT value FROM cache WHERE tbl=? AND key=?", (table, key))
+  rows = _execute("read", f"SELECT value FROM {SQL_TABLE} WHERE tbl=? AND key=?", (table, key))
   if not rows: return None
   stored = rows[0][0]
   blob = bytes(stored) if isinstance(stored, (bytes, memoryview)) else b""
   value = blob[DIGEST_BYTES:]
   if len(blob) >= DIGEST_BYTES and blob[:DIGEST_BYTES] == _checksum(table, key, value): return value
   _warn("read", f"damaged entry ({table}, {key[:16]}...), rebuilding it")
-  _execute("delete", "DELETE FROM cache WHERE tbl=? AND key=?", (table, key))
+  _execute("delete", f"DELETE FROM {SQL_TABLE} WHERE tbl=? AND key=?", (table, key))
   return None
 
 
@@ -128,5 +132,5 @@ def diskcache_put(table: str, key: str, value: bytes) -> None:
   """Store `value` under (table, key), replacing what was there; a no-op when the cache is off."""
   if CACHELEVEL < 1: return
   blob = _checksum(table, key, value) + value
-  _execute("write", "INSERT OR REPLACE INTO cache (tbl, key, value) VALUES (?, ?, ?)",
+  _execute("write", f"INSERT OR REPLACE INTO {SQL_TABLE} (tbl, key, value) VALUES (?, ?, ?)",
            (table, key, blob))
