@@ -1,5 +1,6 @@
 """Elementwise plumbing: the scalar-operand fast path builds exactly the graph (and dtype) that
 the general promotion and broadcasting path builds."""
+import contextlib
 import itertools
 import math
 
@@ -8,7 +9,6 @@ import pytest
 
 from unigrad import Tensor, dtypes
 from unigrad.frontend import elementwise
-from unigrad.frontend.elementwise import ElementwiseMixin
 
 DTYPES = [dtypes.float32, dtypes.float16, dtypes.bfloat16, dtypes.float64, dtypes.int32,
           dtypes.int8, dtypes.uint8, dtypes.int64, dtypes.bool]
@@ -23,14 +23,20 @@ def build(t: Tensor, s, op):
   except (TypeError, ValueError, RuntimeError) as e: return type(e)
 
 
+def general(x, y):
+  return None
+
+
+@pytest.mark.parametrize("grad", [True, False])
 @pytest.mark.parametrize("shape", [(), (4,), (2, 1, 3)])
-def test_scalar_fast_path_builds_the_general_graph(shape, monkeypatch):
+def test_scalar_fast_path_builds_the_general_graph(shape, grad, monkeypatch):
   for dt, s, op in itertools.product(DTYPES, SCALARS, OPS):
-    t = Tensor.ones(*shape, dtype=dt)
-    fast = build(t, s, op)
-    with monkeypatch.context() as m:
-      m.setattr(ElementwiseMixin, "_with_scalar", lambda self, x, y: None)
-      slow = build(t, s, op)
+    t = Tensor.ones(*shape, dtype=dt, requires_grad=grad and dtypes.is_float(dt))
+    with Tensor.no_grad() if not grad else contextlib.nullcontext():
+      fast = build(t, s, op)
+      with monkeypatch.context() as m:
+        m.setattr(elementwise, "_scalar_uops", general)
+        slow = build(t, s, op)
     if isinstance(slow, type): assert fast is slow, (dt, s)
     else: assert fast.uop is slow.uop and fast.dtype == slow.dtype, (dt, s)
 
