@@ -72,7 +72,8 @@ DEV = knob("DEV", str, "", "default device (CPU, PYTHON, NULL, CL, CUDA); empty 
 CC = knob("CC", str, "", "C compiler for the CPU device; empty tries clang, then gcc")
 CACHEDIR = knob("CACHEDIR", str, "", "directory for the on-disk caches; empty uses "
                 "$XDG_CACHE_HOME/unigrad or ~/.cache/unigrad")
-CACHELEVEL = knob("CACHELEVEL", int, 1, "0 disables the on-disk compile and BEAM caches")
+CACHELEVEL = knob("CACHELEVEL", int, 2, "on-disk caches: 0 none, 1 compiled binaries and BEAM "
+                  "choices, 2 also schedules and rendered kernels (skips scheduling and codegen)")
 TRACK_MATCH_STATS = knob("TRACK_MATCH_STATS", int, 0, "1 records which rewrite rule fired, where, "
                          "with the node before and after")
 NOOPT = knob("NOOPT", bool, False, "skip kernel optimizations (heuristics and BEAM)")

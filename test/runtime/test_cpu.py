@@ -10,6 +10,7 @@ from unigrad import Tensor
 from unigrad.dtype import dtypes
 from unigrad.knobs import Context
 from unigrad.runtime import Buffer, CompileError, Device
+from unigrad.runtime import ops_cpu
 from unigrad.runtime.ops_cpu import ChunkPool, ClangCompiler, chunk_pool, find_c_compiler
 
 pytestmark = pytest.mark.skipif(find_c_compiler() is None, reason="no C compiler")
@@ -170,3 +171,16 @@ def test_buffer_made_unused_by_simplification_keeps_its_argument_position():
   # the padded sum reads only b in rows 2..3: a's buffer drops out of the kernel's body
   got = (a.pad(((0, 2), (0, 0))) + b.pad(((2, 0), (0, 0))))[2:4].numpy()
   np.testing.assert_equal(got, np.full((2, 3), 2, np.float32))
+
+
+def test_load_directory_that_fails_is_dropped(tmp_path, monkeypatch):
+  """A tmpfs mounted noexec (or gone) makes dlopen fail there: load from /tmp and stop trying it."""
+  missing = str(tmp_path / "gone")
+  monkeypatch.setattr(ops_cpu, "_load_dirs", [missing])
+  lib = ClangCompiler().compile(IDS)
+  out = np.zeros(2, np.int32)
+  buf = Buffer("CPU", 2, dtypes.int32).ensure_allocated()
+  ops_cpu.CPUProgram("ids", lib)(buf, global_size=(2,))
+  out[:] = np.frombuffer(buf.copyout(), np.int32)
+  assert out.tolist() == [1, 2] and ops_cpu._load_dirs == []
+  with pytest.raises(OSError, match="truncated"): ops_cpu.CPUProgram("ids", lib[:len(lib) // 2])

@@ -1,7 +1,13 @@
-"""The sqlite disk cache: round trip, knobs, several processes writing at once."""
+"""The sqlite disk cache: round trip, knobs, several processes writing at once, damaged entries
+and damaged files (a miss, then rebuilt)."""
 import multiprocessing
+import os
+import sqlite3
+
+import pytest
 
 from unigrad.knobs import Context
+from unigrad.runtime import diskcache
 from unigrad.runtime.diskcache import cache_path, diskcache_get, diskcache_put
 
 
@@ -42,3 +48,70 @@ def test_several_processes(tmp_path):
   assert all(p.exitcode == 0 for p in procs)
   with Context(CACHEDIR=str(tmp_path)):
     assert all(diskcache_get("t", f"{w}-{i}") == bytes([w, i]) for w in range(3) for i in range(20))
+
+
+def damage(path, how: str, table: str | None = None) -> int:
+  """Damage every entry (of `table`) in the cache file at `path` the way `how` says; the count."""
+  conn = sqlite3.connect(path)
+  rows = conn.execute("SELECT tbl, key, value FROM cache_v2").fetchall()
+  rows = [r for r in rows if table is None or r[0] == table]
+  for tbl, key, value in rows:
+    bad = {"truncated": value[:len(value) // 2], "random": os.urandom(max(len(value), 1)),
+           "empty": b""}[how]
+    conn.execute("UPDATE cache_v2 SET value=? WHERE tbl=? AND key=?", (bad, tbl, key))
+  conn.commit()
+  conn.close()
+  return len(rows)
+
+
+DAMAGES = ["truncated", "random", "empty"]
+
+
+@pytest.mark.parametrize("how", DAMAGES)
+def test_damaged_entry_is_a_miss_then_rewritten(tmp_path, how):
+  with Context(CACHEDIR=str(tmp_path)):
+    diskcache_put("t", "k", b"\x7fELF" + bytes(range(256)) * 4)
+    assert damage(cache_path(), how) == 1
+    assert diskcache_get("t", "k") is None, "damaged bytes are never handed out"
+    assert diskcache_get("t", "k") is None, "the damaged row was deleted"
+    diskcache_put("t", "k", b"fresh")
+    assert diskcache_get("t", "k") == b"fresh"
+
+
+def test_entry_moved_under_another_key_is_a_miss(tmp_path):
+  with Context(CACHEDIR=str(tmp_path)):
+    diskcache_put("t", "a", b"value of a")
+    conn = sqlite3.connect(cache_path())
+    conn.execute("UPDATE cache_v2 SET key='b' WHERE key='a'")
+    conn.commit()
+    conn.close()
+    assert diskcache_get("t", "b") is None
+
+
+@pytest.mark.parametrize("how", ["random", "empty"])
+def test_damaged_database_file_is_replaced(tmp_path, how):
+  with Context(CACHEDIR=str(tmp_path)):
+    diskcache_put("t", "k", b"v")
+    path = cache_path()
+    for conn in list(diskcache._connections.values()): conn.close()
+    diskcache._connections.clear()
+    path.write_bytes(os.urandom(8192) if how == "random" else b"")
+    for suffix in ("-wal", "-shm"): path.with_name(path.name + suffix).unlink(missing_ok=True)
+    assert diskcache_get("t", "k") is None
+    diskcache_put("t", "k", b"again")
+    assert diskcache_get("t", "k") == b"again", "not a persistent failure"
+
+
+def test_raw_entries_of_older_versions_are_neither_read_nor_overwritten(tmp_path):
+  """Unigrads from before the checksum share the file: each keeps to its own SQL table."""
+  with Context(CACHEDIR=str(tmp_path)):
+    diskcache_put("compile", "k", b"\x7fELF new")
+    conn = sqlite3.connect(cache_path())
+    conn.execute("CREATE TABLE IF NOT EXISTS cache (tbl TEXT, key TEXT, value BLOB, "
+                 "PRIMARY KEY (tbl, key))")
+    conn.execute("INSERT INTO cache VALUES ('compile', 'old', ?)", (b"\x7fELF raw",))
+    conn.commit()
+    assert diskcache_get("compile", "old") is None
+    assert conn.execute("SELECT value FROM cache WHERE key='old'").fetchone() == (b"\x7fELF raw",)
+    assert conn.execute("SELECT count(*) FROM cache WHERE key='k'").fetchone() == (0,)
+    conn.close()

@@ -11,6 +11,7 @@ Each loop's parent is the block its END lives in, so loops nest as the kernel's 
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass, field
 
 from unigrad.dtype import dtypes
@@ -160,7 +161,9 @@ class Estimates:
 
 
 def estimate(linear: UOp) -> Estimates:
-  """Count data ALU ops and global loads/stores, times the trip counts of their loops."""
+  """Count data ALU ops and global loads/stores, times the trip counts of their loops, times the
+  number of launched chunks (each SPECIAL runs the whole body once per index): the work of the
+  whole launch, every thread included, whatever THREAD/UPCAST opts shaped the kernel."""
   flops = mem = 0
   trips = [1]
   data: set[UOp] = set()
@@ -177,10 +180,12 @@ def estimate(linear: UOp) -> Estimates:
       data.add(u)
       flops += trips[-1] * u.dtype.count * (2 if u.op is Ops.MULACC else 1)
     elif u.op in (Ops.CAST, Ops.BITCAST) and u.src[0] in data: data.add(u)
-  return Estimates(flops, mem)
+  chunks = math.prod(launch_size(linear))
+  return Estimates(flops * chunks, mem * chunks)
 
 
 def launch_size(linear: UOp) -> tuple[int, ...]:
   """(number of core_id chunks,) from the kernel's SPECIAL, or (1,)."""
-  specials = [u for u in linear.src if u.op is Ops.SPECIAL]
-  return (specials[0].src[0].arg,) if specials else (1,)
+  for u in linear.src:
+    if u.op is Ops.SPECIAL: return (u.src[0].arg,)
+  return (1,)

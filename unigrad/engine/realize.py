@@ -17,12 +17,13 @@ from dataclasses import dataclass
 from unigrad.codegen.linearize import Estimates, estimate, launch_size
 from unigrad.codegen.pipeline import full_rewrite
 from unigrad.dtype import DType, dtypes
+from unigrad.engine import compcache
 from unigrad.helpers import GlobalCounters
 from unigrad.knobs import BEAM, DEBUG, NOOPT
 from unigrad.renderer import PythonRenderer, Renderer
 from unigrad.renderer.cstyle import CRenderer
-from unigrad.runtime.device import Buffer, Device
-from unigrad.runtime.ops_cpu import last_level_cache_bytes, native_vector_bytes
+from unigrad.runtime.device import Buffer, Compiled, Device
+from unigrad.runtime.ops_cpu import cpu_threads, last_level_cache_bytes, native_vector_bytes
 from unigrad.schedule import multi
 from unigrad.schedule.function import has_function, inline_functions
 from unigrad.schedule.callify import buffer_base, callify, is_plain_buffer
@@ -99,15 +100,20 @@ def is_buffer_view(u: UOp) -> bool: return buffer_base(u) is not None or multi.i
 
 
 def _schedule_for(body: UOp, nargs: int, device: str) -> UOp:
+  """The LINEAR for a function body: from this process's cache, else the disk cache (another
+  process scheduled it: engine/compcache.py), else the scheduler."""
   linear = schedule_cache.get(body)
   if linear is None:
     t0 = time.perf_counter()
-    linear = create_schedule(body, nargs, device)
+    hits = compcache.stats.schedule_hits
+    linear = compcache.cached_schedule(body, nargs, device,
+                                       lambda: create_schedule(body, nargs, device))
     if len(schedule_cache) >= SCHEDULE_CACHE_SIZE: schedule_cache.pop(next(iter(schedule_cache)))
     schedule_cache[body] = linear
     if DEBUG >= 1:
       ms = (time.perf_counter() - t0) * 1e3
-      print(f"scheduled {len(linear.src)} kernels in {ms:.2f} ms (cache miss)")
+      where = "disk cache hit" if compcache.stats.schedule_hits > hits else "cache miss"
+      print(f"scheduled {len(linear.src)} kernels in {ms:.2f} ms ({where})")
   elif DEBUG >= 1: print(f"scheduled {len(linear.src)} kernels (cache hit)")
   return linear
 
@@ -155,26 +161,43 @@ class Runner:
 _runners: dict[tuple[UOp, str, int, bool], Runner] = {}
 
 
+def _codegen(kernel: UOp, ren: Renderer) -> compcache.KernelSource:
+  """Run the codegen pipeline on a kernel AST: its source, work estimates and launch size."""
+  linear = full_rewrite(kernel, ren)
+  name = linear.arg.name if linear.arg is not None else "kernel"
+  return compcache.KernelSource(name, ren.render(name, linear), estimate(linear),
+                                launch_size(linear))
+
+
+def _load(dev: Compiled, ks: compcache.KernelSource) -> object:
+  """The loaded program for `ks`; a cached binary the loader rejects is rebuilt and rewritten."""
+  if dev.compiler is None: return dev.runtime(ks.name, ks.src.encode())
+  try: return dev.runtime(ks.name, dev.compiler.compile_cached(ks.src))
+  except OSError as e:
+    if DEBUG >= 1: print(f"loading {ks.name} failed ({e}), recompiling")
+    return dev.runtime(ks.name, dev.compiler.compile_cached(ks.src, refresh=True))
+
+
 def get_runner(kernel: UOp, device: str) -> Runner:
   """The compiled program for a kernel AST on a device (compiled once per optimizer setting:
-  BEAM and NOOPT choose different code for the same kernel)."""
+  BEAM and NOOPT choose different code for the same kernel). Codegen results come from the
+  disk cache when another process produced them (engine/compcache.py)."""
   key = (kernel, device, int(BEAM), bool(NOOPT))
   if (r := _runners.get(key)) is not None: return r
   t0 = time.perf_counter()
   dev = Device[device]
   ren = renderer_for(device)
   if DEBUG >= 3: print(f"kernel AST:\n{kernel!r}")
-  linear = full_rewrite(kernel, ren)
-  name = linear.arg.name if linear.arg is not None else "kernel"
-  src = ren.render(name, linear)
-  if DEBUG >= 4: print(src)
+  threads = cpu_threads() if ren.has_threads else 1
+  ks = compcache.cached_kernel(kernel, device, ren, threads, lambda: _codegen(kernel, ren))
+  if DEBUG >= 4: print(ks.src)
   t1 = time.perf_counter()
-  lib = dev.compiler.compile_cached(src) if dev.compiler is not None else src.encode()
-  r = _runners[key] = Runner(name, dev.runtime(name, lib), estimate(linear), launch_size(linear))
+  r = _runners[key] = Runner(ks.name, _load(dev, ks), ks.estimates, ks.global_size)
   GlobalCounters.programs_compiled += 1
   if DEBUG >= 1:
     codegen_ms, compile_ms = (t1 - t0) * 1e3, (time.perf_counter() - t1) * 1e3
-    print(f"compiled {name} for {device}: codegen {codegen_ms:.2f} ms, compile {compile_ms:.2f} ms")
+    print(f"compiled {ks.name} for {device}: codegen {codegen_ms:.2f} ms, "
+          f"compile {compile_ms:.2f} ms")
   return r
 
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from unigrad.dtype import DType, dtypes, least_upper_float, to_dtype
+from unigrad.dtype import FLOATS, SINTS, UINTS, DType, dtypes, least_upper_float, to_dtype
 from unigrad.frontend.dtypes import result_type, scalar_dtype
-from unigrad.uop import Ops, UOp
+from unigrad.uop import Ops, UOp, shape_uop
 from unigrad.uop.properties import broadcast_shapes
 
 if TYPE_CHECKING:
@@ -99,6 +99,40 @@ def compose_cos(x: UOp) -> UOp:
   return huge.where(d * d * -2.0 + 1.0, c)
 
 
+# Python number types whose promotion with a tensor of these dtypes keeps the tensor's dtype
+_KEEPS_DTYPE: dict[type, frozenset[DType]] = {float: frozenset(FLOATS),
+                                              int: frozenset((*FLOATS, *SINTS, *UINTS))}
+_scalar_operands: dict[tuple, UOp] = {}
+SCALAR_OPERAND_CACHE = 1024
+
+
+def scalar_operand(dt: DType, v: int | float, shape: tuple) -> UOp:
+  """CONST(v) as `dt` broadcast to `shape` (RESHAPE to ones, then EXPAND: what `expand` builds),
+  cached: an eager loop asks for the same few constants at every step."""
+  key = (dt, v.hex() if isinstance(v, float) else v, shape)
+  if (u := _scalar_operands.get(key)) is not None: return u
+  u = UOp.const(dt, v)
+  if shape:
+    u = UOp(Ops.RESHAPE, dt, (u, shape_uop((1,) * len(shape))))
+    u = UOp(Ops.EXPAND, dt, (u, shape_uop(shape)))
+  if len(_scalar_operands) >= SCALAR_OPERAND_CACHE:
+    _scalar_operands.pop(next(iter(_scalar_operands)))
+  _scalar_operands[key] = u
+  return u
+
+
+def _scalar_uops(x: Operand, y: Operand) -> tuple[UOp, UOp] | None:
+  """The operands' nodes, in order, when one is a tensor and the other a Python number that
+  keeps the tensor's dtype (see `ElementwiseMixin._with_scalar`); None otherwise."""
+  tensor_first = hasattr(x, "uop")
+  t, v = (x, y) if tensor_first else (y, x)
+  if not hasattr(t, "uop") or (keeps := _KEEPS_DTYPE.get(type(v))) is None: return None
+  u = t.uop
+  if u.dtype not in keeps: return None
+  c = scalar_operand(u.dtype, v, tuple(u.shape))
+  return (u, c) if tensor_first else (c, u)
+
+
 class ElementwiseMixin:
   """Arithmetic, comparison, bitwise, transcendental and dtype ops."""
   uop: UOp
@@ -106,6 +140,7 @@ class ElementwiseMixin:
   # ---- plumbing ----
   def _const(self, value: Any, dtype: DType) -> Tensor: raise NotImplementedError
   def _wrap(self, u: UOp) -> Tensor: raise NotImplementedError
+  def _node(self, u: UOp) -> UOp: raise NotImplementedError
 
   def _to_tensor(self, x: Operand, dtype: DType) -> Tensor:
     if hasattr(x, "uop"): return x.cast(dtype)
@@ -117,11 +152,20 @@ class ElementwiseMixin:
                    reverse: bool = False) -> tuple[Tensor, Tensor]:
     """Both operands as tensors of one dtype (promoted unless `dtype`) and one shape."""
     if reverse: x, y = y, x
+    if dtype is None and (fast := self._with_scalar(x, y)) is not None: return fast
     self._check_devices(x, y)
     dt = result_type(x, y) if dtype is None else dtype
     tx, ty = self._to_tensor(x, dt), self._to_tensor(y, dt)
     shape = broadcast_shapes(tx.shape, ty.shape)
     return tx.expand(shape), ty.expand(shape)
+
+  def _with_scalar(self, x: Operand, y: Operand) -> tuple[Tensor, Tensor] | None:
+    """`_broadcasted` for a tensor and a Python number that keeps the tensor's dtype (a float
+    tensor with a float or int, an int tensor with an int), the eager hot path: the broadcast
+    constant comes from `scalar_operand`'s cache instead of three new nodes. None otherwise."""
+    if (uops := _scalar_uops(x, y)) is None: return None
+    t = x if hasattr(x, "uop") else y
+    return t._wrap(uops[0]), t._wrap(uops[1])
 
   def _check_devices(self, *xs: Operand) -> None:
     for t in xs:
@@ -130,6 +174,10 @@ class ElementwiseMixin:
 
   def _binary(self, op: Ops, other: Operand, reverse: bool = False,
               dtype: DType | None = None) -> Tensor:
+    if dtype is None and (uops := _scalar_uops(other, self) if reverse else
+                          _scalar_uops(self, other)) is not None:
+      out = dtypes.bool if op in (Ops.CMPLT, Ops.CMPNE) else self.dtype
+      return self._wrap(UOp(op, out, (self._node(uops[0]), self._node(uops[1]))))
     x, y = self._broadcasted(self, other, dtype, reverse)
     out = dtypes.bool if op in (Ops.CMPLT, Ops.CMPNE) else x.dtype
     return x._wrap(UOp(op, out, (x.uop, y.uop)))

@@ -60,6 +60,10 @@ class Tensor(MultiMixin, ActivationsMixin, IndexingMixin, CompositeMixin, NNOpsM
 
   def _wrap(self, u: UOp) -> Tensor: return Tensor._from_uop(detach_if_no_grad(u), self._device)
 
+  def _node(self, u: UOp) -> UOp:
+    """`u` as `_wrap` would hold it (detached under no_grad), without making a Tensor."""
+    return detach_if_no_grad(u)
+
   def _const(self, value: Any, dtype: DType) -> Tensor:
     return Tensor._from_uop(UOp.const(dtype, value), self._device)
 

@@ -137,11 +137,12 @@ class Compiler:
 
   def compile(self, src: str) -> bytes: raise NotImplementedError(f"{type(self).__name__}.compile")
 
-  def compile_cached(self, src: str) -> bytes:
-    """`compile(src)`, looked up in and stored to the disk cache."""
+  def compile_cached(self, src: str, refresh: bool = False) -> bytes:
+    """`compile(src)`, looked up in and stored to the disk cache; `refresh` compiles anew and
+    overwrites the entry (a binary the loader rejected)."""
     if self.cache_key is None: return self.compile(src)
     key = cache_digest(self.cache_key, src)
-    if (lib := diskcache_get("compile", key)) is not None: return lib
+    if not refresh and (lib := diskcache_get("compile", key)) is not None: return lib
     lib = self.compile(src)
     diskcache_put("compile", key, lib)
     return lib

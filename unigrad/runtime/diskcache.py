@@ -5,6 +5,14 @@ The file is `cache.db` in the `CACHEDIR` knob's directory, else `$XDG_CACHE_HOME
 nothing. The cache is an optimization only: any sqlite or file-system error is reported at
 `DEBUG>=1` and treated as a miss, never raised. Several processes may share the file (WAL journal,
 a 30 s busy timeout); threads share one connection per file behind a lock.
+
+Every value is stored behind a checksum (`DIGEST_BYTES` of blake2b over table, key and value).
+A damaged entry (truncated, overwritten, emptied) fails the check and is a miss: it is deleted
+and the caller rebuilds and rewrites it; damaged bytes are never handed out (a truncated shared
+object would crash the process that loads it). A damaged database file (not sqlite, malformed) is
+moved aside and a fresh one started, so one bad file is never a persistent failure. Each write is
+one sqlite transaction: readers see the old value or the new one, never part of one. The entries
+are in SQL table `SQL_TABLE`; the raw values of older unigrads (table `cache`) are never read.
 """
 from __future__ import annotations
 
@@ -16,9 +24,14 @@ import threading
 
 from unigrad.knobs import CACHEDIR, CACHELEVEL, DEBUG, HOME, XDG_CACHE_HOME
 
-__all__ = ["cache_path", "diskcache_get", "diskcache_put", "cache_digest"]
+__all__ = ["cache_path", "diskcache_get", "diskcache_put", "cache_digest", "DIGEST_BYTES"]
 
-_SCHEMA = ("CREATE TABLE IF NOT EXISTS cache "
+DIGEST_BYTES = 16
+
+# checksummed values live in their own SQL table: unigrads from before the checksum read and
+# write raw values in table `cache` of the same file, and neither must see the other's entries
+SQL_TABLE = "cache_v2"
+_SCHEMA = (f"CREATE TABLE IF NOT EXISTS {SQL_TABLE} "
            "(tbl TEXT, key TEXT, value BLOB, PRIMARY KEY (tbl, key))")
 _lock = threading.Lock()
 _connections: dict[tuple[int, str], sqlite3.Connection] = {}
@@ -52,29 +65,72 @@ def _connect(path: pathlib.Path) -> sqlite3.Connection:
   return conn
 
 
-def _warn(what: str, err: Exception) -> None:
+def _warn(what: str, err: Exception | str) -> None:
   if DEBUG >= 1: print(f"diskcache: {what} failed, continuing without the cache: {err}")
 
 
+def _checksum(table: str, key: str, value: bytes) -> bytes:
+  """Binds the value to its (table, key): a row copied under another key fails the check too."""
+  h = hashlib.blake2b(digest_size=DIGEST_BYTES)
+  h.update(table.encode() + b"\0" + key.encode() + b"\0")
+  h.update(value)
+  return h.digest()
+
+
+def _is_damaged_file(err: sqlite3.Error) -> bool:
+  """"file is not a database", "database disk image is malformed": not a lock or a full disk."""
+  return isinstance(err, sqlite3.DatabaseError) and not isinstance(err, sqlite3.OperationalError)
+
+
+def _discard(path: pathlib.Path) -> None:
+  """Move a damaged database (and its journal files) aside; the next connection starts fresh."""
+  conn = _connections.pop((os.getpid(), str(path)), None)
+  if conn is not None: conn.close()
+  for suffix in ("", "-wal", "-shm"):
+    p = path.with_name(path.name + suffix)
+    try: p.replace(p.with_name(f"{p.name}.damaged-{os.getpid()}"))
+    except OSError: continue
+
+
+def _execute(what: str, sql: str, params: tuple) -> list | None:
+  """Run one statement on the cache file; rows, or None after an error (reported, not raised).
+  A damaged file is discarded and the statement retried once on a fresh one."""
+  path = cache_path()
+  for attempt in range(2):
+    try:
+      with _lock:
+        return _connect(path).execute(sql, params).fetchall()
+    except sqlite3.Error as e:
+      if attempt == 0 and _is_damaged_file(e):
+        _warn(what, f"{e} (damaged file {path}, starting a new one)")
+        with _lock: _discard(path)
+        continue
+      _warn(what, e)
+      return None
+    except OSError as e:
+      _warn(what, e)
+      return None
+  return None
+
+
 def diskcache_get(table: str, key: str) -> bytes | None:
-  """The bytes stored under (table, key), or None (a miss, the cache off, or an error)."""
+  """The bytes stored under (table, key), or None (a miss, the cache off, an error, or a damaged
+  entry, which is deleted so that the caller's rebuild rewrites it)."""
   if CACHELEVEL < 1: return None
-  try:
-    with _lock:
-      row = _connect(cache_path()).execute(
-        "SELECT value FROM cache WHERE tbl=? AND key=?", (table, key)).fetchone()
-  except (sqlite3.Error, OSError) as e:
-    _warn("read", e)
-    return None
-  return None if row is None else bytes(row[0])
+  rows = _execute("read", f"SELECT value FROM {SQL_TABLE} WHERE tbl=? AND key=?", (table, key))
+  if not rows: return None
+  stored = rows[0][0]
+  blob = bytes(stored) if isinstance(stored, (bytes, memoryview)) else b""
+  value = blob[DIGEST_BYTES:]
+  if len(blob) >= DIGEST_BYTES and blob[:DIGEST_BYTES] == _checksum(table, key, value): return value
+  _warn("read", f"damaged entry ({table}, {key[:16]}...), rebuilding it")
+  _execute("delete", f"DELETE FROM {SQL_TABLE} WHERE tbl=? AND key=?", (table, key))
+  return None
 
 
 def diskcache_put(table: str, key: str, value: bytes) -> None:
   """Store `value` under (table, key), replacing what was there; a no-op when the cache is off."""
   if CACHELEVEL < 1: return
-  try:
-    with _lock:
-      _connect(cache_path()).execute(
-        "INSERT OR REPLACE INTO cache (tbl, key, value) VALUES (?, ?, ?)", (table, key, value))
-  except (sqlite3.Error, OSError) as e:
-    _warn("write", e)
+  blob = _checksum(table, key, value) + value
+  _execute("write", f"INSERT OR REPLACE INTO {SQL_TABLE} (tbl, key, value) VALUES (?, ?, ?)",
+           (table, key, blob))

@@ -19,6 +19,7 @@ import os
 import pathlib
 import platform
 import shutil
+import struct
 import subprocess
 import tempfile
 import threading
@@ -358,11 +359,51 @@ def chunk_pool() -> ChunkPool:
     return _pool
 
 
-def _load_library(lib: bytes) -> ctypes.CDLL:
-  with tempfile.NamedTemporaryFile(prefix="unigrad-", suffix=".so") as f:
+ELF64_HEADER = struct.Struct("<16sHHIQQQIHHHHHH")  # e_ident ... e_shstrndx
+ELF64_PHDR = struct.Struct("<IIQQQQQQ")  # p_type, p_flags, p_offset, ..., p_filesz, ...
+
+
+def check_shared_object(lib: bytes) -> None:
+  """Raise OSError unless a 64-bit little-endian ELF `lib` holds every byte its headers point
+  to: dlopen maps segments by offset, and touching a page past the end of a truncated file kills
+  the process with SIGBUS. Other formats are left to the loader."""
+  if not lib.startswith(b"\x7fELF"):
+    if platform.system() == "Linux": raise OSError(f"not a shared object ({len(lib)} bytes)")
+    return
+  if len(lib) < ELF64_HEADER.size: raise OSError(f"truncated shared object ({len(lib)} bytes)")
+  if lib[4:6] != b"\x02\x01": return  # 32-bit or big-endian: the loader checks it
+  hdr = ELF64_HEADER.unpack_from(lib)
+  phoff, shoff, phentsize, phnum, shentsize, shnum = hdr[5], hdr[6], *hdr[9:13]
+  if phoff + phentsize * phnum > len(lib) or shoff + shentsize * shnum > len(lib):
+    raise OSError(f"truncated shared object ({len(lib)} bytes)")
+  for i in range(phnum):
+    _, _, offset, _, _, filesz, _, _ = ELF64_PHDR.unpack_from(lib, phoff + i * phentsize)
+    if offset + filesz > len(lib): raise OSError(f"truncated shared object ({len(lib)} bytes)")
+
+
+# where shared objects are written to be loaded: memory (tmpfs) first, a file on /tmp can cost
+# milliseconds to create; a tmpfs mounted noexec is dropped after its first failed load
+_load_dirs: list[str | None] = [d for d in ("/dev/shm",) if os.access(d, os.W_OK | os.X_OK)]
+
+
+def _dlopen_copy(lib: bytes, directory: str | None) -> ctypes.CDLL:
+  with tempfile.NamedTemporaryFile(prefix="unigrad-", suffix=".so", dir=directory) as f:
     f.write(lib)
     f.flush()
     return ctypes.CDLL(f.name)
+
+
+def _load_library(lib: bytes) -> ctypes.CDLL:
+  """dlopen `lib` from a fresh private temporary file (so nothing can change it while mapped),
+  after `check_shared_object`: damaged bytes raise OSError, never crash the process."""
+  check_shared_object(lib)
+  for directory in list(_load_dirs):
+    try: return _dlopen_copy(lib, directory)
+    except OSError:
+      lib_ok = _dlopen_copy(lib, None)  # raises if the bytes are at fault
+      if directory in _load_dirs: _load_dirs.remove(directory)
+      return lib_ok
+  return _dlopen_copy(lib, None)
 
 
 def _address(buf: Any) -> int:

@@ -1,0 +1,59 @@
+"""Elementwise plumbing: the scalar-operand fast path builds exactly the graph (and dtype) that
+the general promotion and broadcasting path builds."""
+import contextlib
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from unigrad import Tensor, dtypes
+from unigrad.frontend import elementwise
+
+DTYPES = [dtypes.float32, dtypes.float16, dtypes.bfloat16, dtypes.float64, dtypes.int32,
+          dtypes.int8, dtypes.uint8, dtypes.int64, dtypes.bool]
+SCALARS = [1.5, -0.0, 0.0, math.inf, math.nan, 3, 0, -7, 300, True, False]
+OPS = [lambda a, b: a + b, lambda a, b: b + a, lambda a, b: a * b, lambda a, b: b * a,
+       lambda a, b: a - b, lambda a, b: b - a, lambda a, b: a < b, lambda a, b: b < a,
+       lambda a, b: a.maximum(b), lambda a, b: a / b, lambda a, b: b / a]
+
+
+def build(t: Tensor, s, op):
+  try: return op(t, s)
+  except (TypeError, ValueError, RuntimeError) as e: return type(e)
+
+
+def general(x, y):
+  return None
+
+
+@pytest.mark.parametrize("grad", [True, False])
+@pytest.mark.parametrize("shape", [(), (4,), (2, 1, 3)])
+def test_scalar_fast_path_builds_the_general_graph(shape, grad, monkeypatch):
+  for dt, s, op in itertools.product(DTYPES, SCALARS, OPS):
+    t = Tensor.ones(*shape, dtype=dt, requires_grad=grad and dtypes.is_float(dt))
+    with Tensor.no_grad() if not grad else contextlib.nullcontext():
+      fast = build(t, s, op)
+      with monkeypatch.context() as m:
+        m.setattr(elementwise, "_scalar_uops", general)
+        slow = build(t, s, op)
+    if isinstance(slow, type): assert fast is slow, (dt, s)
+    else: assert fast.uop is slow.uop and fast.dtype == slow.dtype, (dt, s)
+
+
+def test_scalar_fast_path_under_no_grad_and_with_grad():
+  x = Tensor([1.0, 2.0], requires_grad=True)
+  with Tensor.no_grad():
+    y = x * 2.0 + 1
+    assert not y.requires_grad
+  (x * 3.0 + 0.5).sum().backward()
+  np.testing.assert_allclose(x.grad.numpy(), [3.0, 3.0])
+  np.testing.assert_allclose(y.numpy(), [3.0, 5.0])
+
+
+def test_scalar_operand_cache_is_bounded_and_keeps_signed_zero():
+  a, b = (elementwise.scalar_operand(dtypes.float32, v, (3,)) for v in (0.0, -0.0))
+  assert a is not b
+  for i in range(elementwise.SCALAR_OPERAND_CACHE + 10):
+    elementwise.scalar_operand(dtypes.float32, float(i), (2,))
+  assert len(elementwise._scalar_operands) <= elementwise.SCALAR_OPERAND_CACHE
