@@ -12,7 +12,8 @@ import safetensors.numpy
 import safetensors.torch
 import torch
 
-from unigrad import Tensor, dtypes
+from unigrad import Tensor, dtypes, nn
+from unigrad.helpers import GlobalCounters
 from unigrad.nn.state import (
   SafetensorsError, StateDictError, get_parameters, get_state_dict, load_state_dict, safe_load,
   safe_load_metadata, safe_save, torch_load)
@@ -138,6 +139,53 @@ def test_load_state_dict_non_strict():
   np.testing.assert_array_equal(m.l1.bias.numpy(), [5.0, 6.0])
   with pytest.raises(StateDictError, match="size mismatch for l1.bias"):
     load_state_dict(m, {"l1.bias": Tensor([1.0])}, strict=False)
+
+
+def test_load_state_dict_into_fresh_model_computes_no_initializer():
+  lin = nn.Linear(4, 3)
+  w, b = np.arange(12, dtype=np.float32).reshape(3, 4), np.ones(3, np.float32)
+  sd = {"weight": Tensor(w).realize(), "bias": Tensor(b).realize()}
+  before = GlobalCounters.kernel_count
+  load_state_dict(lin, sd)
+  assert GlobalCounters.kernel_count == before  # no random init, no copy kernel
+  assert lin.weight.requires_grad and lin.bias.requires_grad
+  sd["weight"].assign(Tensor.zeros(3, 4)).realize()  # the model holds a copy, not the source
+  np.testing.assert_array_equal(lin.weight.numpy(), w)
+  lin(Tensor(np.ones((2, 4), np.float32))).sum().backward()  # still a trainable leaf
+  np.testing.assert_array_equal(lin.weight.grad.numpy(), np.full((3, 4), 2.0))
+
+
+def test_load_state_dict_converts_lazy_values_into_fresh_model():
+  lin = nn.Linear(2, 2)
+  sd = {"weight": Tensor(np.eye(2)) * 3, "bias": np.array([1.0, 2.0])}  # float64, one lazy
+  load_state_dict(lin, sd)
+  assert lin.weight.dtype == dtypes.float32
+  np.testing.assert_array_equal(lin.weight.numpy(), np.eye(2) * 3)
+  np.testing.assert_array_equal(lin.bias.numpy(), [1.0, 2.0])
+
+
+def test_load_state_dict_writes_realized_tensors_in_place():
+  lin = nn.Linear(2, 2)
+  lin.weight.realize()
+  flat = lin.weight.reshape(4)  # a view of the realized buffer sees the loaded values
+  load_state_dict(lin, {"weight": Tensor([[1.0, 2.0], [3.0, 4.0]]), "bias": Tensor([0.0, 0.0])})
+  np.testing.assert_array_equal(flat.numpy(), [1.0, 2.0, 3.0, 4.0])
+
+
+def test_load_state_dict_error_lists_every_bad_key():
+  m = Model()
+  sd = {k: v for k, v in get_state_dict(m).items() if k not in ("l1.bias", "heads.a")}
+  sd.update({"x": Tensor([1.0]), "y": Tensor([1.0]), "l1.weight": Tensor.zeros(3, 2),
+             "layers.1.bias": Tensor.zeros(5)})
+  with pytest.raises(StateDictError) as e: load_state_dict(m, sd)
+  msg = str(e.value)
+  for part in ('"l1.bias", "heads.a"', '"x", "y"', "size mismatch for l1.weight",
+               "size mismatch for layers.1.bias"):
+    assert part in msg
+  fitting = {k: v for k, v in sd.items() if k not in ("l1.weight", "layers.1.bias")}
+  res = load_state_dict(m, fitting, strict=False)  # extra and missing keys are fine here
+  assert res.missing_keys == ["l1.weight", "l1.bias", "layers.1.bias", "heads.a"]
+  assert res.unexpected_keys == ["x", "y"]
 
 
 # ---- safetensors ----

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from unigrad.dtype import DType, dtypes
+from unigrad.engine import realize as engine
 from unigrad.frontend.tensor import Tensor
 
 __all__ = ["get_parameters", "get_state_dict", "load_state_dict", "safe_save", "safe_load",
@@ -107,9 +108,28 @@ def _converted(v: Tensor, like: Tensor) -> Tensor:
   return v if v.dtype == like.dtype else v.cast(like.dtype)
 
 
+def _write(t: Tensor, v: Tensor) -> Tensor:
+  """Give model tensor `t` the value of checkpoint tensor `v` (converted). A realized `t` keeps
+  its buffer and is written through `assign` (views of it see the new values); an unrealized one
+  (a parameter whose initializer never ran) takes a private copy of `v` instead, so its
+  initializer is never computed: a buffer-to-buffer copy when `v` is realized, else a lazy one."""
+  if engine.is_buffer_view(t.uop): return t.assign(_converted(v, t))
+  if v.dtype != t.dtype or not _is_single_buffer(v) or not isinstance(t.device, str):
+    return t.replace(_converted(v, t).contiguous())
+  copy = engine.new_buffer(t.device, t.dtype, tuple(t.shape))
+  engine.buffer_of(copy).copy_from(engine.buffer_of(v.uop))
+  return t.replace(Tensor._from_uop(copy, t.device))
+
+
+def _is_single_buffer(t: Tensor) -> bool:
+  """Whether `t` is realized in a buffer of its own on one device (row-major, whole)."""
+  return isinstance(t.device, str) and engine.is_realized(t.uop)
+
+
 def load_state_dict(model: Any, state_dict: dict[str, Any], strict: bool = True,
                     consume: bool = False, realize: bool = True) -> IncompatibleKeys:
-  """Write `state_dict`'s values into the tensors of `model` (in place, through `assign`),
+  """Write `state_dict`'s values into the tensors of `model` (in place: realized tensors through
+  `assign`, unrealized ones by taking a copy of the value, never computing their initializer),
   converting dtypes and devices. Shape mismatches always raise; missing and unexpected keys raise
   when `strict`. `consume` deletes loaded entries from `state_dict`. Returns the key lists like
   PyTorch. `load_state_dict(model, safe_load("model.safetensors"))`"""
@@ -128,7 +148,7 @@ def load_state_dict(model: Any, state_dict: dict[str, Any], strict: bool = True,
   for k, t in model_sd.items():
     if k not in state_dict_t or id(t) in written: continue
     v = state_dict_t[k]
-    if v is not t: written[id(t)] = t.assign(_converted(v, t))
+    if v is not t: written[id(t)] = _write(t, v)
     if consume: del state_dict[k]
   if realize: Tensor.realize_all(*written.values())
   return IncompatibleKeys(missing, unexpected)
