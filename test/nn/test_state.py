@@ -310,6 +310,37 @@ def test_corrupted_files_raise_value_error(tmp_path, kind):
   with pytest.raises(SafetensorsError): safe_load_metadata(CORRUPT[kind])
 
 
+@pytest.mark.parametrize("kind", ["header_too_long", "not_json", "past_end", "unknown_dtype"])
+def test_corrupted_file_error_names_the_file(tmp_path, kind):
+  path = tmp_path / f"broken_{kind}.safetensors"
+  path.write_bytes(CORRUPT[kind])
+  with pytest.raises(SafetensorsError, match=f"broken_{kind}.safetensors"): safe_load(path)
+  with pytest.raises(SafetensorsError, match=f"broken_{kind}.safetensors"):
+    safe_load_metadata(str(path))
+
+
+def test_truncated_file_error_names_the_file(tmp_path):
+  path = tmp_path / "cut.safetensors"
+  path.write_bytes(valid_file()[:-4])
+  with pytest.raises(SafetensorsError, match=r"truncated file\?\).*cut\.safetensors"):
+    safe_load(path)
+
+
+@pytest.mark.parametrize("bad", [12345, 3.5, None, ["a.safetensors"]])
+def test_non_path_file_argument_raises_type_error(tmp_path, bad):
+  with pytest.raises(TypeError, match="safe_load: expected a path"): safe_load(bad)
+  with pytest.raises(TypeError, match="safe_load_metadata: expected a path"):
+    safe_load_metadata(bad)
+  with pytest.raises(TypeError, match="torch_load: expected a path"): torch_load(bad)
+  with pytest.raises(TypeError, match="safe_save: expected a path"):
+    safe_save({"a": Tensor([1.0])}, bad)
+
+
+def test_safe_load_onto_unknown_device_raises_before_reading():
+  with pytest.raises(RuntimeError, match="unknown device .NOPE."):
+    safe_load(valid_file(), device="NOPE")
+
+
 def test_every_truncation_raises_value_error():
   data = valid_file()
   assert set(safe_load(data)) == {"a", "b"}

@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 from unigrad.dtype import DType, dtypes
 from unigrad.engine import realize as engine
 from unigrad.frontend.tensor import Tensor
+from unigrad.runtime.device import Device
 
 __all__ = ["get_parameters", "get_state_dict", "load_state_dict", "safe_save", "safe_load",
            "safe_load_metadata", "torch_load", "StateDictError", "IncompatibleKeys"]
@@ -32,8 +33,16 @@ __all__ = ["get_parameters", "get_state_dict", "load_state_dict", "safe_save", "
 FileLike = str | os.PathLike | bytes | bytearray | memoryview
 
 
-def _read_bytes(fn: FileLike) -> memoryview:
+def _check_file_like(fn: Any, caller: str) -> None:
+  """A path or bytes; anything else (an int would open a file descriptor) is a TypeError."""
+  if not isinstance(fn, (str, os.PathLike, bytes, bytearray, memoryview)):
+    raise TypeError(f"{caller}: expected a path (str or os.PathLike) or the file's bytes, "
+                    f"got {type(fn).__name__}")
+
+
+def _read_bytes(fn: FileLike, caller: str) -> memoryview:
   """The contents of a file (a path), or the bytes themselves."""
+  _check_file_like(fn, caller)
   if isinstance(fn, (bytes, bytearray, memoryview)): return memoryview(fn).cast("B")
   with open(fn, "rb") as f: return memoryview(f.read())
 
@@ -243,29 +252,41 @@ def _header(size_field: bytes, read: Callable[[int], bytes],
   return entries, meta, 8 + n
 
 
-def _open_safetensors(fn: FileLike,
-                      with_data: bool) -> tuple[list[SafeEntry], dict[str, str], memoryview]:
-  """The validated header of a file (a path, or its bytes) and, if `with_data`, its data section."""
+def _open_safetensors(fn: FileLike, with_data: bool,
+                      caller: str) -> tuple[list[SafeEntry], dict[str, str], memoryview]:
+  """The validated header of a file (a path, or its bytes) and, if `with_data`, its data section.
+  Errors about a file name it."""
+  _check_file_like(fn, caller)
   if isinstance(fn, (bytes, bytearray, memoryview)):
     data = memoryview(fn).cast("B")
     entries, meta, start = _header(bytes(data[:8]), lambda n: bytes(data[8:8 + n]), len(data))
     return entries, meta, data[start:]
   with open(fn, "rb") as f:
-    entries, meta, _ = _header(f.read(8), f.read, os.fstat(f.fileno()).st_size)
+    try: entries, meta, _ = _header(f.read(8), f.read, os.fstat(f.fileno()).st_size)
+    except SafetensorsError as e:
+      raise SafetensorsError(f"{e} (in {os.fspath(fn)!r})") from None
     return entries, meta, memoryview(f.read() if with_data else b"")
 
 
 def safe_load(fn: FileLike, device: str | None = None) -> dict[str, Tensor]:
   """Read a safetensors file (a path, or its bytes) into Tensors, in file order.
   Raises SafetensorsError (a ValueError) on any malformed or truncated file."""
-  entries, _, body = _open_safetensors(fn, with_data=True)
-  return {e.name: Tensor(body[e.begin:e.end], device, e.dtype).reshape(e.shape) for e in entries}
+  entries, _, body = _open_safetensors(fn, True, "safe_load")
+  dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
+  Device[dev]  # an unknown device fails here, before any buffer
+  return {e.name: _tensor_from(body[e.begin:e.end], dev, e.dtype, e.shape) for e in entries}
+
+
+def _tensor_from(data: memoryview, device: str, dtype: DType, shape: tuple[int, ...]) -> Tensor:
+  """A Tensor holding a copy of `data` (copied once, straight into its buffer)."""
+  if not data.nbytes: return Tensor(b"", device, dtype).reshape(shape)
+  return Tensor._from_uop(engine.buffer_with_data(device, dtype, data, shape), device)
 
 
 def safe_load_metadata(fn: FileLike) -> dict[str, str]:
   """The `__metadata__` strings of a safetensors file ({} when absent), after validating its
   header (the data itself is not read)."""
-  return _open_safetensors(fn, with_data=False)[1]
+  return _open_safetensors(fn, False, "safe_load_metadata")[1]
 
 
 def _check_save_args(tensors: dict[str, Tensor], metadata: dict[str, str] | None) -> None:
@@ -299,6 +320,8 @@ def safe_save(tensors: dict[str, Tensor], fn: str | os.PathLike,
               metadata: dict[str, str] | None = None) -> None:
   """Write tensors as a safetensors file, byte-identical to `safetensors.*.save_file` (header JSON
   without spaces, padded with spaces to 8 bytes, tensors ordered by dtype then name)."""
+  if not isinstance(fn, (str, os.PathLike)):
+    raise TypeError(f"safe_save: expected a path (str or os.PathLike), got {type(fn).__name__}")
   header, order = _safe_header(tensors, metadata)
   Tensor.realize_all(*tensors.values())
   with open(fn, "wb") as f:
@@ -543,7 +566,7 @@ def torch_load(fn: FileLike, device: str | None = None) -> Any:
   """Load a `torch.save` file (a path, or its bytes) without torch: tensors become Tensors (views
   of one buffer per storage, keeping strides and offsets), containers stay containers.
   `load_state_dict(model, torch_load("model.pth"))`"""
-  data = _read_bytes(fn)
+  data = _read_bytes(fn, "torch_load")
   try:
     if zipfile.is_zipfile(io.BytesIO(data)): return _load_zip(data, device)
     return _load_legacy(data, device)
