@@ -122,9 +122,9 @@ def _write(t: Tensor, v: Tensor) -> Tensor:
   its buffer and is written through `assign` (views of it see the new values); an unrealized one
   (a parameter whose initializer never ran) takes a private copy of `v` instead, so its
   initializer is never computed: a buffer-to-buffer copy when `v` is realized, else a lazy one."""
-  if engine.is_buffer_view(t.uop): return t.assign(_converted(v, t))
-  if v.dtype != t.dtype or not _is_single_buffer(v) or not isinstance(t.device, str):
-    return t.replace(_converted(v, t).contiguous())
+  if engine.is_buffer_view(t.uop) or not isinstance(t.device, str):  # (multi-device: sharding)
+    return t.assign(_converted(v, t))
+  if v.dtype != t.dtype or not _is_single_buffer(v): return t.replace(_converted(v, t).contiguous())
   copy = engine.new_buffer(t.device, t.dtype, tuple(t.shape))
   engine.buffer_of(copy).copy_from(engine.buffer_of(v.uop))
   return t.replace(Tensor._from_uop(copy, t.device))
