@@ -8,6 +8,7 @@ import pytest
 
 from unigrad.dtype import dtypes
 from unigrad.engine import realize as engine
+from unigrad.frontend import random
 from unigrad.frontend.tensor import Tensor
 from unigrad.runtime.device import Device
 from unigrad.uop.alu import threefry2x32
@@ -267,3 +268,14 @@ def test_initializer_bounds():
   kn = Tensor.kaiming_normal(*shape, device=DEV).numpy()
   std = math.sqrt(2 / (1 + 0.01**2)) / math.sqrt(fan_in)
   assert abs(kn.std() - std) < 0.02 * std and abs(kn.mean()) < 0.02 * std
+
+
+def test_iota_graph_is_built_once_per_size_and_the_cache_is_bounded():
+  random._iota_graphs.clear()
+  a, b = random._iota(Tensor, 10, "CPU"), random._iota(Tensor, 10, "CPU")
+  assert a is not b and a.uop is b.uop  # one graph, two handles
+  np.testing.assert_array_equal(a.numpy(), np.arange(10))
+  for n in range(1, random.IOTA_CACHE_SIZE + 10): random._iota(Tensor, n, "CPU")
+  assert len(random._iota_graphs) <= random.IOTA_CACHE_SIZE
+  np.testing.assert_array_equal(b.numpy(), np.arange(10))  # realizing a handle spoils no graph
+  np.testing.assert_array_equal(random._iota(Tensor, 10, "CPU").numpy(), np.arange(10))

@@ -12,7 +12,8 @@ import safetensors.numpy
 import safetensors.torch
 import torch
 
-from unigrad import Tensor, dtypes
+from unigrad import Tensor, dtypes, nn
+from unigrad.helpers import GlobalCounters
 from unigrad.nn.state import (
   SafetensorsError, StateDictError, get_parameters, get_state_dict, load_state_dict, safe_load,
   safe_load_metadata, safe_save, torch_load)
@@ -140,6 +141,53 @@ def test_load_state_dict_non_strict():
     load_state_dict(m, {"l1.bias": Tensor([1.0])}, strict=False)
 
 
+def test_load_state_dict_into_fresh_model_computes_no_initializer():
+  lin = nn.Linear(4, 3)
+  w, b = np.arange(12, dtype=np.float32).reshape(3, 4), np.ones(3, np.float32)
+  sd = {"weight": Tensor(w).realize(), "bias": Tensor(b).realize()}
+  before = GlobalCounters.kernel_count
+  load_state_dict(lin, sd)
+  assert GlobalCounters.kernel_count == before  # no random init, no copy kernel
+  assert lin.weight.requires_grad and lin.bias.requires_grad
+  sd["weight"].assign(Tensor.zeros(3, 4)).realize()  # the model holds a copy, not the source
+  np.testing.assert_array_equal(lin.weight.numpy(), w)
+  lin(Tensor(np.ones((2, 4), np.float32))).sum().backward()  # still a trainable leaf
+  np.testing.assert_array_equal(lin.weight.grad.numpy(), np.full((3, 4), 2.0))
+
+
+def test_load_state_dict_converts_lazy_values_into_fresh_model():
+  lin = nn.Linear(2, 2)
+  sd = {"weight": Tensor(np.eye(2)) * 3, "bias": np.array([1.0, 2.0])}  # float64, one lazy
+  load_state_dict(lin, sd)
+  assert lin.weight.dtype == dtypes.float32
+  np.testing.assert_array_equal(lin.weight.numpy(), np.eye(2) * 3)
+  np.testing.assert_array_equal(lin.bias.numpy(), [1.0, 2.0])
+
+
+def test_load_state_dict_writes_realized_tensors_in_place():
+  lin = nn.Linear(2, 2)
+  lin.weight.realize()
+  flat = lin.weight.reshape(4)  # a view of the realized buffer sees the loaded values
+  load_state_dict(lin, {"weight": Tensor([[1.0, 2.0], [3.0, 4.0]]), "bias": Tensor([0.0, 0.0])})
+  np.testing.assert_array_equal(flat.numpy(), [1.0, 2.0, 3.0, 4.0])
+
+
+def test_load_state_dict_error_lists_every_bad_key():
+  m = Model()
+  sd = {k: v for k, v in get_state_dict(m).items() if k not in ("l1.bias", "heads.a")}
+  sd.update({"x": Tensor([1.0]), "y": Tensor([1.0]), "l1.weight": Tensor.zeros(3, 2),
+             "layers.1.bias": Tensor.zeros(5)})
+  with pytest.raises(StateDictError) as e: load_state_dict(m, sd)
+  msg = str(e.value)
+  for part in ('"l1.bias", "heads.a"', '"x", "y"', "size mismatch for l1.weight",
+               "size mismatch for layers.1.bias"):
+    assert part in msg
+  fitting = {k: v for k, v in sd.items() if k not in ("l1.weight", "layers.1.bias")}
+  res = load_state_dict(m, fitting, strict=False)  # extra and missing keys are fine here
+  assert res.missing_keys == ["l1.weight", "l1.bias", "layers.1.bias", "heads.a"]
+  assert res.unexpected_keys == ["x", "y"]
+
+
 # ---- safetensors ----
 
 ALL_DTYPES = list(TORCH_DTYPES)
@@ -260,6 +308,37 @@ def test_corrupted_files_raise_value_error(tmp_path, kind):
   (tmp_path / "c.st").write_bytes(CORRUPT[kind])
   with pytest.raises(ValueError, match="safetensors"): safe_load(tmp_path / "c.st")
   with pytest.raises(SafetensorsError): safe_load_metadata(CORRUPT[kind])
+
+
+@pytest.mark.parametrize("kind", ["header_too_long", "not_json", "past_end", "unknown_dtype"])
+def test_corrupted_file_error_names_the_file(tmp_path, kind):
+  path = tmp_path / f"broken_{kind}.safetensors"
+  path.write_bytes(CORRUPT[kind])
+  with pytest.raises(SafetensorsError, match=f"broken_{kind}.safetensors"): safe_load(path)
+  with pytest.raises(SafetensorsError, match=f"broken_{kind}.safetensors"):
+    safe_load_metadata(str(path))
+
+
+def test_truncated_file_error_names_the_file(tmp_path):
+  path = tmp_path / "cut.safetensors"
+  path.write_bytes(valid_file()[:-4])
+  with pytest.raises(SafetensorsError, match=r"truncated file\?\).*cut\.safetensors"):
+    safe_load(path)
+
+
+@pytest.mark.parametrize("bad", [12345, 3.5, None, ["a.safetensors"]])
+def test_non_path_file_argument_raises_type_error(tmp_path, bad):
+  with pytest.raises(TypeError, match="safe_load: expected a path"): safe_load(bad)
+  with pytest.raises(TypeError, match="safe_load_metadata: expected a path"):
+    safe_load_metadata(bad)
+  with pytest.raises(TypeError, match="torch_load: expected a path"): torch_load(bad)
+  with pytest.raises(TypeError, match="safe_save: expected a path"):
+    safe_save({"a": Tensor([1.0])}, bad)
+
+
+def test_safe_load_onto_unknown_device_raises_before_reading():
+  with pytest.raises(RuntimeError, match="unknown device .NOPE."):
+    safe_load(valid_file(), device="NOPE")
 
 
 def test_every_truncation_raises_value_error():

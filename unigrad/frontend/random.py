@@ -25,6 +25,7 @@ from unigrad.runtime.device import Device
 
 if TYPE_CHECKING:
   from unigrad.frontend.tensor import Tensor
+  from unigrad.uop import UOp
 
 MASK32, MASK64 = 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF
 MANTISSA_BITS = {dtypes.float16: 10, dtypes.bfloat16: 7, dtypes.float32: 23}
@@ -67,7 +68,21 @@ def _float_dtype(dtype: Any) -> DType:
 
 def _iota(cls: type[Tensor], n: int, device: str) -> Tensor:
   """[0, n) as uint64 without a reduction: the sum over bits b of 2**b where i mod 2**(b+1) >= 2**b.
-  (arange is the spec's O(n^2) prefix sum; this is O(n log n) and fuses into its consumer.)"""
+  (arange is the spec's O(n^2) prefix sum; this is O(n log n) and fuses into its consumer.)
+  The graph is built once per (n, device): a model's initializers ask for a few sizes many times,
+  and building it (log2 n pads and expands) was most of the time a model's construction took."""
+  u = _iota_graphs.get((n, device))
+  if u is None:
+    u = _iota_graphs[(n, device)] = _build_iota(cls, n, device).uop
+    if len(_iota_graphs) > IOTA_CACHE_SIZE: _iota_graphs.pop(next(iter(_iota_graphs)))
+  return cls._from_uop(u, device)
+
+
+IOTA_CACHE_SIZE = 64
+_iota_graphs: dict[tuple[int, str], UOp] = {}
+
+
+def _build_iota(cls: type[Tensor], n: int, device: str) -> Tensor:
   k = max(1, (n - 1).bit_length())
   acc: Tensor | None = None
   for b in range(k):

@@ -23,7 +23,9 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from unigrad.dtype import DType, dtypes
+from unigrad.engine import realize as engine
 from unigrad.frontend.tensor import Tensor
+from unigrad.runtime.device import Device
 
 __all__ = ["get_parameters", "get_state_dict", "load_state_dict", "safe_save", "safe_load",
            "safe_load_metadata", "torch_load", "StateDictError", "IncompatibleKeys"]
@@ -31,8 +33,16 @@ __all__ = ["get_parameters", "get_state_dict", "load_state_dict", "safe_save", "
 FileLike = str | os.PathLike | bytes | bytearray | memoryview
 
 
-def _read_bytes(fn: FileLike) -> memoryview:
+def _check_file_like(fn: Any, caller: str) -> None:
+  """A path or bytes; anything else (an int would open a file descriptor) is a TypeError."""
+  if not isinstance(fn, (str, os.PathLike, bytes, bytearray, memoryview)):
+    raise TypeError(f"{caller}: expected a path (str or os.PathLike) or the file's bytes, "
+                    f"got {type(fn).__name__}")
+
+
+def _read_bytes(fn: FileLike, caller: str) -> memoryview:
   """The contents of a file (a path), or the bytes themselves."""
+  _check_file_like(fn, caller)
   if isinstance(fn, (bytes, bytearray, memoryview)): return memoryview(fn).cast("B")
   with open(fn, "rb") as f: return memoryview(f.read())
 
@@ -107,9 +117,28 @@ def _converted(v: Tensor, like: Tensor) -> Tensor:
   return v if v.dtype == like.dtype else v.cast(like.dtype)
 
 
+def _write(t: Tensor, v: Tensor) -> Tensor:
+  """Give model tensor `t` the value of checkpoint tensor `v` (converted). A realized `t` keeps
+  its buffer and is written through `assign` (views of it see the new values); an unrealized one
+  (a parameter whose initializer never ran) takes a private copy of `v` instead, so its
+  initializer is never computed: a buffer-to-buffer copy when `v` is realized, else a lazy one."""
+  if engine.is_buffer_view(t.uop) or not isinstance(t.device, str):  # (multi-device: sharding)
+    return t.assign(_converted(v, t))
+  if v.dtype != t.dtype or not _is_single_buffer(v): return t.replace(_converted(v, t).contiguous())
+  copy = engine.new_buffer(t.device, t.dtype, tuple(t.shape))
+  engine.buffer_of(copy).copy_from(engine.buffer_of(v.uop))
+  return t.replace(Tensor._from_uop(copy, t.device))
+
+
+def _is_single_buffer(t: Tensor) -> bool:
+  """Whether `t` is realized in a buffer of its own on one device (row-major, whole)."""
+  return isinstance(t.device, str) and engine.is_realized(t.uop)
+
+
 def load_state_dict(model: Any, state_dict: dict[str, Any], strict: bool = True,
                     consume: bool = False, realize: bool = True) -> IncompatibleKeys:
-  """Write `state_dict`'s values into the tensors of `model` (in place, through `assign`),
+  """Write `state_dict`'s values into the tensors of `model` (in place: realized tensors through
+  `assign`, unrealized ones by taking a copy of the value, never computing their initializer),
   converting dtypes and devices. Shape mismatches always raise; missing and unexpected keys raise
   when `strict`. `consume` deletes loaded entries from `state_dict`. Returns the key lists like
   PyTorch. `load_state_dict(model, safe_load("model.safetensors"))`"""
@@ -128,7 +157,7 @@ def load_state_dict(model: Any, state_dict: dict[str, Any], strict: bool = True,
   for k, t in model_sd.items():
     if k not in state_dict_t or id(t) in written: continue
     v = state_dict_t[k]
-    if v is not t: written[id(t)] = t.assign(_converted(v, t))
+    if v is not t: written[id(t)] = _write(t, v)
     if consume: del state_dict[k]
   if realize: Tensor.realize_all(*written.values())
   return IncompatibleKeys(missing, unexpected)
@@ -223,29 +252,41 @@ def _header(size_field: bytes, read: Callable[[int], bytes],
   return entries, meta, 8 + n
 
 
-def _open_safetensors(fn: FileLike,
-                      with_data: bool) -> tuple[list[SafeEntry], dict[str, str], memoryview]:
-  """The validated header of a file (a path, or its bytes) and, if `with_data`, its data section."""
+def _open_safetensors(fn: FileLike, with_data: bool,
+                      caller: str) -> tuple[list[SafeEntry], dict[str, str], memoryview]:
+  """The validated header of a file (a path, or its bytes) and, if `with_data`, its data section.
+  Errors about a file name it."""
+  _check_file_like(fn, caller)
   if isinstance(fn, (bytes, bytearray, memoryview)):
     data = memoryview(fn).cast("B")
     entries, meta, start = _header(bytes(data[:8]), lambda n: bytes(data[8:8 + n]), len(data))
     return entries, meta, data[start:]
   with open(fn, "rb") as f:
-    entries, meta, _ = _header(f.read(8), f.read, os.fstat(f.fileno()).st_size)
+    try: entries, meta, _ = _header(f.read(8), f.read, os.fstat(f.fileno()).st_size)
+    except SafetensorsError as e:
+      raise SafetensorsError(f"{e} (in {os.fspath(fn)!r})") from None
     return entries, meta, memoryview(f.read() if with_data else b"")
 
 
 def safe_load(fn: FileLike, device: str | None = None) -> dict[str, Tensor]:
   """Read a safetensors file (a path, or its bytes) into Tensors, in file order.
   Raises SafetensorsError (a ValueError) on any malformed or truncated file."""
-  entries, _, body = _open_safetensors(fn, with_data=True)
-  return {e.name: Tensor(body[e.begin:e.end], device, e.dtype).reshape(e.shape) for e in entries}
+  entries, _, body = _open_safetensors(fn, True, "safe_load")
+  dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
+  Device[dev]  # an unknown device fails here, before any buffer
+  return {e.name: _tensor_from(body[e.begin:e.end], dev, e.dtype, e.shape) for e in entries}
+
+
+def _tensor_from(data: memoryview, device: str, dtype: DType, shape: tuple[int, ...]) -> Tensor:
+  """A Tensor holding a copy of `data` (copied once, straight into its buffer)."""
+  if not data.nbytes: return Tensor(b"", device, dtype).reshape(shape)
+  return Tensor._from_uop(engine.buffer_with_data(device, dtype, data, shape), device)
 
 
 def safe_load_metadata(fn: FileLike) -> dict[str, str]:
   """The `__metadata__` strings of a safetensors file ({} when absent), after validating its
   header (the data itself is not read)."""
-  return _open_safetensors(fn, with_data=False)[1]
+  return _open_safetensors(fn, False, "safe_load_metadata")[1]
 
 
 def _check_save_args(tensors: dict[str, Tensor], metadata: dict[str, str] | None) -> None:
@@ -279,6 +320,8 @@ def safe_save(tensors: dict[str, Tensor], fn: str | os.PathLike,
               metadata: dict[str, str] | None = None) -> None:
   """Write tensors as a safetensors file, byte-identical to `safetensors.*.save_file` (header JSON
   without spaces, padded with spaces to 8 bytes, tensors ordered by dtype then name)."""
+  if not isinstance(fn, (str, os.PathLike)):
+    raise TypeError(f"safe_save: expected a path (str or os.PathLike), got {type(fn).__name__}")
   header, order = _safe_header(tensors, metadata)
   Tensor.realize_all(*tensors.values())
   with open(fn, "wb") as f:
@@ -523,7 +566,7 @@ def torch_load(fn: FileLike, device: str | None = None) -> Any:
   """Load a `torch.save` file (a path, or its bytes) without torch: tensors become Tensors (views
   of one buffer per storage, keeping strides and offsets), containers stay containers.
   `load_state_dict(model, torch_load("model.pth"))`"""
-  data = _read_bytes(fn)
+  data = _read_bytes(fn, "torch_load")
   try:
     if zipfile.is_zipfile(io.BytesIO(data)): return _load_zip(data, device)
     return _load_legacy(data, device)

@@ -1,0 +1,159 @@
+"""Whole models as a user writes them: unigrad vs PyTorch (CPU) in the same run.
+
+  python bench/models.py [--repeat 10] [--only minilm] [--no-first-call]
+
+Each case is a row of CASES: a name and a builder that returns unigrad's step and PyTorch's step
+on the same weights and inputs. Steady state: the best of `--repeat` calls after a warm-up (the
+schedule and program caches are warm), ratio > 1 when unigrad is faster; torch runs with as many
+threads as unigrad's kernels (`THREADS`, default every core). First call: the case is built and
+called once in a fresh process (python -c), with CACHEDIR an empty temporary directory (cold: every
+kernel compiles) and then the same directory again (warm: the compiled programs come from disk).
+
+MiniLM (examples/minilm.py) uses the packaged all-MiniLM-L6-v2 weights when `unigrad[minilm]` is
+installed, else its own random initialization (the same work either way).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from common import best_of, row
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "examples"))
+
+from minilm import BertConfig, MiniLM, SentenceEncoder  # noqa: E402
+
+from unigrad import Tensor, dtypes  # noqa: E402
+from unigrad.nn.state import get_state_dict  # noqa: E402
+from unigrad.runtime.ops_cpu import cpu_threads  # noqa: E402
+
+Step = Callable[[], Any]
+
+
+@dataclass(frozen=True)
+class Case:
+  """A benchmark row: `build(torch)` -> (unigrad step, torch step or None without torch). A step
+  runs the whole model call and waits for its result."""
+  name: str
+  build: Callable[[Any], tuple[Step, Step | None]]
+
+
+# ---- MiniLM ----
+
+def minilm_encoder() -> SentenceEncoder:
+  """The packaged all-MiniLM-L6-v2 when installed, else a randomly initialized one (realized)."""
+  try: return MiniLM.load().model
+  except ModuleNotFoundError:
+    model = SentenceEncoder(BertConfig())
+    Tensor.realize_all(*get_state_dict(model).values())
+    return model
+
+
+def token_batch(batch: int, seq: int) -> tuple[np.ndarray, np.ndarray]:
+  """Random token ids (CLS first) and an attention mask padding the later rows by up to half."""
+  rng = np.random.default_rng(0)
+  ids = rng.integers(1000, 30000, size=(batch, seq)).astype(np.int32)
+  ids[:, 0] = 101
+  lengths = seq - (np.arange(batch) * (seq // 2) // max(batch - 1, 1))
+  mask = (np.arange(seq)[None] < lengths[:, None]).astype(np.int32)
+  return ids * mask, mask
+
+
+def minilm_forward(batch: int, seq: int) -> Callable[[Any], tuple[Step, Step | None]]:
+  def build(torch: Any) -> tuple[Step, Step | None]:
+    model = minilm_encoder()
+    ids, mask = token_batch(batch, seq)
+    u_ids, u_mask = Tensor(ids, dtype=dtypes.int32), Tensor(mask, dtype=dtypes.int32)
+    ours: Step = lambda: model(u_ids, u_mask).realize()
+    if torch is None: return ours, None
+    from minilm_torch import torch_embed  # noqa: PLC0415 (needs torch, which is optional)
+    weights = {k: torch.from_numpy(v.numpy()) for k, v in get_state_dict(model).items()}
+    t_ids, t_mask = torch.from_numpy(ids).long(), torch.from_numpy(mask).long()
+
+    def theirs() -> Any:
+      with torch.inference_mode(): return torch_embed(weights, BertConfig(), t_ids, t_mask)
+    return ours, theirs
+  return build
+
+
+CASES: list[Case] = [
+  Case("minilm forward 8x32", minilm_forward(8, 32)),
+  Case("minilm forward 1x128", minilm_forward(1, 128)),
+]
+
+
+# ---- running ----
+
+def try_torch() -> Any:
+  """torch with as many threads as unigrad's kernels use, or None when it is not installed."""
+  try:
+    import torch  # noqa: PLC0415 (optional: compared only when installed)
+  except ImportError:
+    return None
+  torch.set_num_threads(cpu_threads())
+  return torch
+
+
+def first_call(name: str) -> None:
+  """In this (fresh) process: build case `name` and call its unigrad step twice; print the times
+  as JSON (build: model and inputs, first: the first call with its compiles, then a warm call)."""
+  case = next(c for c in CASES if c.name == name)
+  t0 = time.perf_counter()
+  ours, _ = case.build(None)
+  t1 = time.perf_counter()
+  ours()
+  t2 = time.perf_counter()
+  ours()
+  t3 = time.perf_counter()
+  print(json.dumps({"build": t1 - t0, "first": t2 - t1, "second": t3 - t2}))
+
+
+def fresh_process(name: str, cachedir: str) -> dict[str, float]:
+  code = f"import sys; sys.path.insert(0, {str(ROOT / 'bench')!r}); import models; " \
+         f"models.first_call({name!r})"
+  env = {**os.environ, "CACHEDIR": cachedir, "PYTHONPATH": str(ROOT)}
+  t0 = time.perf_counter()
+  out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       check=True, cwd=ROOT)
+  res = json.loads(out.stdout.strip().splitlines()[-1])
+  res["process"] = time.perf_counter() - t0
+  return res
+
+
+def report_first_call(name: str) -> None:
+  with tempfile.TemporaryDirectory(prefix="unigrad-bench-cache-") as cachedir:
+    for label in ("cold", "warm"):
+      r = fresh_process(name, cachedir)
+      print(f"  first call, {label} cache: {r['first']:7.2f} s  (build {r['build']:.2f} s, "
+            f"second call {r['second'] * 1e3:.1f} ms, whole process {r['process']:.2f} s)")
+
+
+def main() -> None:
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  p.add_argument("--repeat", type=int, default=10)
+  p.add_argument("--only", default="", help="run the cases whose name contains this")
+  p.add_argument("--no-first-call", action="store_true", help="skip the fresh-process timings")
+  args = p.parse_args()
+  torch = try_torch()
+  print(f"unigrad and torch threads: {cpu_threads()}" + ("" if torch else " (torch missing)"))
+  for case in CASES:
+    if args.only not in case.name: continue
+    ours, theirs = case.build(torch)
+    peers = {"torch": best_of(theirs, args.repeat)} if theirs is not None else {}
+    row(case.name, best_of(ours, args.repeat), peers)
+    if not args.no_first_call: report_first_call(case.name)
+
+
+if __name__ == "__main__":
+  main()
