@@ -4,7 +4,9 @@ from unigrad.frontend.tensor import Tensor
 from unigrad.knobs import Context
 from unigrad.runtime.device import Device
 from unigrad.uop import UOp
+from unigrad.uop.variable import UnboundVariableError, Variable
 from unigrad import nn  # noqa: E402 (nn builds on Tensor)
 from unigrad import multi  # noqa: E402 (the collectives build on Tensor)
 
-__all__ = ["Context", "Device", "Tensor", "UOp", "dtypes", "multi", "nn"]
+__all__ = ["Context", "Device", "Tensor", "UOp", "UnboundVariableError", "Variable", "dtypes",
+           "multi", "nn"]

@@ -9,6 +9,7 @@ graph (tuple-device check and callify share it), the body rebuilt over PARAMs, a
 """
 from __future__ import annotations
 
+import math
 import time
 import weakref
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from unigrad.schedule.callify import buffer_base, callify, is_plain_buffer
 from unigrad.schedule.callify import new_buffer as new_single_buffer
 from unigrad.schedule.schedule import create_schedule
 from unigrad.uop import Ops, UOp
+from unigrad.uop.variable import UnboundVariableError, concrete_shape
 
 __all__ = ["realize", "schedule", "new_buffer", "buffer_of", "buffer_with_data", "copyout",
            "is_realized", "is_buffer_view", "schedule_cache", "renderer_for"]
@@ -82,7 +84,9 @@ def copyout(u: UOp) -> memoryview:
     g = UOp(Ops.COPY, u.dtype, (u,), u.device[0])
     u = realize([g], [u.device[0]])[g]
   if not is_plain_buffer(u): raise RuntimeError("copyout needs a realized tensor")
-  return buffer_of(u).copyout()
+  if all(isinstance(s, int) for s in u.shape): return buffer_of(u).copyout()
+  numel = math.prod(concrete_shape(u.shape))  # a symbolic shape: its row-major prefix
+  return buffer_of(u).copyout()[:numel * u.dtype.itemsize]
 
 
 def is_realized(u: UOp) -> bool: return is_plain_buffer(u) or multi.is_multi_view(u)
@@ -126,7 +130,7 @@ def realize(uops: list[UOp], devices: list[str]) -> dict[UOp, UOp]:
   if (plan := multi.lower_multi(uops, devices, nodes)) is not None:
     return plan.finish(realize(plan.uops, plan.devices))
   res = callify(uops, devices, nodes)
-  run_linear(_schedule_for(res.body, len(res.bufs), devices[0]), res.bufs)
+  run_linear(_schedule_for(res.body, len(res.bufs), devices[0]), res.bufs, res.var_vals)
   return res.becomes
 
 
@@ -180,11 +184,20 @@ def _count(runner: Runner, device: str, t: float | None) -> None:
 @dataclass(frozen=True)
 class Launch:
   """One CALL of a schedule: the kernel, its buffers' slots, its device (None: the first
-  argument's) and the intermediate slots whose last use it is."""
+  argument's), the intermediate slots whose last use it is and the names of its symbolic
+  variables in kernel-argument order (their values come from the run's `var_vals`)."""
   kernel: UOp
   slots: tuple[int, ...]
   device: str | None
   frees: tuple[int, ...]
+  variables: tuple[str, ...] = ()  # symbolic
+
+
+def kernel_variables(kernel: UOp) -> tuple[str, ...]:  # symbolic
+  """The names of a kernel's variables in argument order (their slots, see finalize_kernel)."""
+  if kernel.op is Ops.COPY: return ()
+  found = {u.arg.slot: u.arg.name for u in kernel.toposort() if u.op is Ops.PARAM and u.arg.name}
+  return tuple(found[i] for i in sorted(found))
 
 
 @dataclass(frozen=True)
@@ -205,21 +218,37 @@ def launch_plan(linear: UOp, nargs: int) -> LaunchPlan:
   for i, call in enumerate(linear.src):
     for p in call.src[1:]:
       last_use[p.arg.slot] = i
-      if p.arg.slot >= nargs: inter.setdefault(p.arg.slot, (p.shape[0], p.dtype))
+      if p.arg.slot >= nargs: inter.setdefault(p.arg.slot, (_max_size(p.shape[0]), p.dtype))
   launches = []
   for i, call in enumerate(linear.src):
     params = call.src[1:]
     device = next((p.arg.device for p in params if p.arg.device is not None), None)
     frees = tuple(s for s, last in last_use.items() if last == i and s >= nargs)
     launches.append(Launch(call.src[0], tuple(p.arg.slot for p in params),
-                           None if device is None else Device.canonicalize(device), frees))
+                           None if device is None else Device.canonicalize(device), frees,
+                           kernel_variables(call.src[0])))
   if len(_plans) >= 4 * SCHEDULE_CACHE_SIZE: _plans.pop(next(iter(_plans)))
   plan = _plans[(linear, nargs)] = LaunchPlan(tuple(launches), inter)
   return plan
 
 
-def run_linear(linear: UOp, args: tuple[UOp, ...]) -> None:
-  """Launch every CALL of a schedule; intermediates live from first to last use."""
+def _max_size(size: int | UOp) -> int:  # symbolic
+  """An intermediate's size for every value of its variables: the largest."""
+  return size if isinstance(size, int) else int(size.vmax)
+
+
+def _launch_values(launch: Launch, var_vals: dict[str, int]) -> list[int]:  # symbolic
+  """The values of a kernel's variables, in its argument order."""
+  try: return [var_vals[name] for name in launch.variables]
+  except KeyError as e:
+    raise UnboundVariableError(f"kernel {launch.kernel.arg.name} needs a value for the variable "
+                               f"{e.args[0]!r}; the run binds {sorted(var_vals)}") from None
+
+
+def run_linear(linear: UOp, args: tuple[UOp, ...], var_vals: dict[str, int] | None = None) -> None:
+  """Launch every CALL of a schedule; intermediates live from first to last use. `var_vals`
+  (name -> value) gives each kernel's symbolic variables their values for this run."""
+  var_vals = var_vals or {}
   nargs = len(args)
   plan = launch_plan(linear, nargs)
   arg_bufs = [buffer_of(a) for a in args]
@@ -239,6 +268,7 @@ def run_linear(linear: UOp, args: tuple[UOp, ...]) -> None:
       if DEBUG >= 2: print(f"*** COPY {bufs[1].device} -> {bufs[0].device} {bufs[0].nbytes} bytes")
     else:
       runner = get_runner(launch.kernel, device)
-      t = runner.program(*bufs, global_size=runner.global_size, wait=wait)
+      vals = _launch_values(launch, var_vals) if launch.variables else ()  # symbolic
+      t = runner.program(*bufs, global_size=runner.global_size, vals=vals, wait=wait)
       _count(runner, device, t)
     for slot in launch.frees: inter.pop(slot, None)

@@ -83,7 +83,8 @@ class OptKernel:
     types = self.axis_types()
     is_reduce = any(t in (AxisType.REDUCE, AxisType.UNROLL, AxisType.GROUP_REDUCE) for t in types)
     prefix = "r" if is_reduce else "E"
-    return "_".join([prefix, *(f"{t.letter}{s}" for t, s in zip(types, self.sizes))])
+    sizes = (s if s >= 0 else "n" for s in self.sizes)  # n: a symbolic loop
+    return "_".join([prefix, *(f"{t.letter}{s}" for t, s in zip(types, sizes))])
 
   def finalize(self) -> UOp:
     """The AST with its KernelInfo (name and applied opts)."""

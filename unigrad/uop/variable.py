@@ -1,0 +1,114 @@
+"""Symbolic variables: bounded sizes that a program is compiled for once and run for any value.
+
+Representation (spec: "a PARAM with bounds is a symbolic variable"; ARCHITECTURE.md decisions 3
+and 6): `Variable("n", 1, 64)` is `PARAM(shape (), min, max)` with a `name` in its `ParamArg`.
+The spec has no BIND op, so a bound variable is the same PARAM with the value recorded in its
+arg (`ParamArg.value`, set by `UOp.bind`). Tensor graphs hold bound variables in their shapes
+(movement ops carry shapes as index UOps, so `x[:n]` needs no special case); callify replaces
+each bound variable by the unbound one and collects the values (`var_vals`, name -> int), so the
+function body, the schedule cache key and every kernel AST hold only the variable and one
+compiled kernel serves every value in [min, max]. The values are passed at launch: an `int`
+kernel argument on CPU, an entry of the interpreter's environment on PYTHON.
+
+A size is an `int` or an index UOp (`sint`). `concrete` evaluates one with the values bound in
+it and raises `UnboundVariableError` naming the variable when one is unbound; `resolve` decides
+a comparison of sizes from the variables' ranges (then their bound values).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from unigrad.dtype import dtypes
+from unigrad.uop.ops import Ops
+from unigrad.uop.symbolic import sym_infer
+from unigrad.uop.uop import UOp, sint
+
+__all__ = ["Variable", "UnboundVariableError", "VariableBindError", "variables", "bound_values",
+           "concrete", "concrete_shape", "resolve", "unbind_values"]
+
+
+class UnboundVariableError(ValueError):
+  """A symbolic size where a concrete one is needed, with a variable that has no value."""
+
+
+class VariableBindError(ValueError):
+  """One program binds a variable to two values (or two variables share a name)."""
+
+
+def Variable(name: str, vmin: int, vmax: int) -> UOp:  # noqa: N802 (tinygrad's public name)
+  """A symbolic size in [vmin, vmax]: `n = Variable("n", 1, 64)`; `n.bind(3)` gives it a value.
+  Tensors can have it in their shapes (`x[:n.bind(3)]`); their kernels compile once for all n."""
+  if isinstance(vmin, bool) or isinstance(vmax, bool) or not isinstance(vmin, int) \
+     or not isinstance(vmax, int):
+    raise TypeError(f"Variable {name!r}: min and max must be ints, got {vmin!r}, {vmax!r}")
+  if vmin < 0: raise ValueError(f"Variable {name!r}: a size variable needs min >= 0, got {vmin}")
+  return UOp.variable(name, vmin, vmax, dtypes.index)
+
+
+def variables(x: sint | Iterable[sint]) -> list[UOp]:
+  """The variables (bound or not) in a size or a shape, in first-seen order."""
+  sizes = (x,) if isinstance(x, (int, UOp)) else tuple(x)
+  out: dict[UOp, None] = {}
+  for s in sizes:
+    if isinstance(s, UOp): out.update((u, None) for u in s.toposort() if u.is_variable)
+  return list(out)
+
+
+def _describe(v: UOp) -> str: return f"{v.arg.name!r} in [{v.vmin}, {v.vmax}]"
+
+
+def bound_values(x: sint | Iterable[sint]) -> dict[str, int]:
+  """name -> value of the bound variables in a size or shape (VariableBindError on a conflict)."""
+  out: dict[str, int] = {}
+  for v in variables(x):
+    if v.arg.value is None: continue
+    if out.setdefault(v.arg.name, v.arg.value) != v.arg.value:
+      raise VariableBindError(f"variable {_describe(v)} is bound to both {out[v.arg.name]} and "
+                              f"{v.arg.value}")
+  return out
+
+
+def concrete(x: sint, what: str = "size") -> int:
+  """The int value of a size for the values bound in it. Raises UnboundVariableError naming the
+  variable when one has no value."""
+  if isinstance(x, int): return x
+  unbound = [v for v in variables(x) if v.arg.value is None]
+  if unbound:
+    names = ", ".join(_describe(v) for v in unbound)
+    raise UnboundVariableError(f"symbolic shape where a concrete one is needed: the {what} "
+                               f"{x.render()} has the unbound variable {names}; bind a value "
+                               f"with `{unbound[0].arg.name}.bind(k)`")
+  return int(sym_infer(x, {v: v.arg.value for v in variables(x)}))
+
+
+def concrete_shape(shape: Iterable[sint]) -> tuple[int, ...]:
+  """A shape with every symbolic size evaluated (see `concrete`)."""
+  shape = tuple(shape)
+  return tuple(concrete(s, f"size of axis {i} of shape {shape_str(shape)}")
+               for i, s in enumerate(shape))
+
+
+def shape_str(shape: Iterable[sint]) -> str:
+  """`(n, 4)` for a shape with a variable n."""
+  parts = [str(s) if isinstance(s, int) else s.render() for s in shape]
+  return f"({parts[0]},)" if len(parts) == 1 else f"({', '.join(parts)})"
+
+
+def resolve(cond: UOp | bool) -> bool:
+  """A comparison of sizes decided from the variables' ranges, else from their bound values.
+  Raises UnboundVariableError when neither decides it."""
+  if isinstance(cond, bool): return cond
+  lo, hi = cond.simplify().min_max
+  if lo == hi: return bool(lo)
+  return bool(concrete(cond.cast(dtypes.index), "condition"))
+
+
+def unbind_values(u: UOp) -> tuple[UOp, dict[str, int]]:
+  """`u` with each bound variable replaced by its variable, and name -> value."""
+  vals = bound_values([u])
+  sub = {v: v.unbind()[0] for v in variables([u]) if v.arg.value is not None}
+  return (u.substitute(sub) if sub else u), vals
+
+
+def is_symbolic(shape: Iterable[sint]) -> bool:
+  return any(isinstance(s, UOp) and s.op is not Ops.CONST for s in shape)
