@@ -345,6 +345,7 @@ def _broadcast_idx(src: UOp, out_shape: tuple, idx: tuple[UOp, ...]) -> tuple[UO
 def push_index(ctx: RangeifyCtx, ix: UOp) -> UOp | None:
   """INDEX(x, *idx) -> x's value at idx, one step closer to buffers and constants."""
   x, idx = ix.src[0], ix.src[1:]
+  if x.op is Ops.PARAM and x.arg.name is not None: return x  # a variable: a value, not memory
   if x.op in (Ops.PARAM, Ops.BUFFER) or len(idx) != len(x.shape): return None
   if x in ctx.realize and (ctx.current is None or x is not ctx.current.key):
     return _read_realized(ctx, x, idx)

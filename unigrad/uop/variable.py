@@ -24,7 +24,8 @@ from unigrad.uop.symbolic import sym_infer
 from unigrad.uop.uop import UOp, sint
 
 __all__ = ["Variable", "UnboundVariableError", "VariableBindError", "variables", "bound_values",
-           "concrete", "concrete_shape", "resolve", "unbind_values"]
+           "concrete", "concrete_shape", "resolve", "unbind_values", "simplify_size", "sizes_equal",
+           "is_size", "divide_sizes"]
 
 
 class UnboundVariableError(ValueError):
@@ -101,6 +102,48 @@ def resolve(cond: UOp | bool) -> bool:
   lo, hi = cond.simplify().min_max
   if lo == hi: return bool(lo)
   return bool(concrete(cond.cast(dtypes.index), "condition"))
+
+
+def is_size(x: object) -> bool:
+  """An int or a ()-shaped index UOp (a symbolic size)."""
+  if isinstance(x, UOp): return x.dtype == dtypes.index and x.shape == ()
+  return isinstance(x, int) and not isinstance(x, bool)
+
+
+def simplify_size(x: sint) -> sint:
+  """A size in its simplest form (an int when it is constant), so equal sizes are one node."""
+  return x if isinstance(x, int) else x.simplify().sintify()
+
+
+def sizes_equal(a: sint, b: sint) -> bool:
+  """Whether two sizes are equal for every value of their variables (proven, not evaluated)."""
+  if isinstance(a, int) and isinstance(b, int): return a == b
+  diff = (b - a if isinstance(b, UOp) else -(a - b)).simplify()
+  return diff.op is Ops.CONST and diff.arg == 0
+
+
+def _factors(sizes: Iterable[sint]) -> tuple[int, list[UOp]]:
+  """(the product of the int sizes, the symbolic sizes)."""
+  const, syms = 1, []
+  for s in sizes:
+    if isinstance(s, int): const *= s
+    else: syms.append(s)
+  return const, syms
+
+
+def divide_sizes(num: Iterable[sint], den: Iterable[sint]) -> sint | None:
+  """prod(num) / prod(den) when it divides for every value of the variables (each symbolic
+  factor of den cancels one equal factor of num), else None."""
+  nc, ns = _factors(num)
+  dc, ds = _factors(den)
+  for d in ds:
+    match = next((i for i, x in enumerate(ns) if sizes_equal(x, d)), None)
+    if match is None: return None
+    ns.pop(match)
+  if dc == 0 or nc % dc: return None
+  out: sint = nc // dc
+  for x in ns: out = x * out if isinstance(out, int) else out * x
+  return simplify_size(out)
 
 
 def unbind_values(u: UOp) -> tuple[UOp, dict[str, int]]:
