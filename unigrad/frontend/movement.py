@@ -224,6 +224,10 @@ def _size_arg(x: Any) -> sint:
 def _s(x: sint) -> str: return str(x) if isinstance(x, int) else x.render()
 
 
+def _less(a: sint, b: sint) -> bool:
+  return resolve(a < b) if isinstance(a, UOp) or isinstance(b, UOp) else a < b
+
+
 def _in_order(*xs: sint) -> bool:
   """xs[0] <= xs[1] <= ... for sizes (symbolic ones decided by `resolve`)."""
   return all(resolve(a <= b) if isinstance(a, UOp) or isinstance(b, UOp) else a <= b
@@ -316,8 +320,10 @@ def _symbolic_window(it: Any, size: sint, axis: int) -> tuple[sint, sint]:
       raise IndexError(f"a slice with a symbolic bound or size needs step 1, got {it.step}")
     lo = _from_end(0 if it.start is None else _size_arg(it.start), size)
     hi = _from_end(size if it.stop is None else _size_arg(it.stop), size)
-    lo, hi = (size if _in_order(size, lo) else lo), (size if _in_order(size, hi) else hi)
-    return lo, (lo if _in_order(hi, lo) else hi)
+    # clamped like Python's slices, but a bound equal to the size stays symbolic (x[:n] with
+    # n == len(x) keeps its shape (n, ...), whatever n's value)
+    lo, hi = (size if _less(size, lo) else lo), (size if _less(size, hi) else hi)
+    return lo, (lo if _less(hi, lo) else hi)
   i = _from_end(_size_arg(it), size)
   if not (_in_order(0, i) and not _in_order(size, i)):
     raise IndexError(f"index {_s(it)} is out of bounds for dimension {axis} with size {_s(size)}")

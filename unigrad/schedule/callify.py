@@ -26,17 +26,31 @@ _slots = itertools.count()
 
 
 def new_buffer(device: str, dtype: DType, shape: tuple[sint, ...]) -> UOp:
-  """A fresh BUFFER (unique slot: never merged with another) viewed with `shape`. A symbolic
-  shape gets a buffer for its largest size, viewed as the row-major prefix
-  `RESHAPE(SHRINK(BUFFER, 0, numel), shape)`, so one buffer serves every bound value."""
+  """A fresh BUFFER (unique slot: never merged with another) viewed with `shape` (see
+  `buffer_view` for a symbolic shape)."""
+  arg = ParamArg(next(_slots), dtype, device, AddrSpace.GLOBAL)
+  buf = UOp(Ops.BUFFER, dtype, (shape_uop((max_numel(shape),)),), arg)
+  return buffer_view(buf, shape)
+
+
+def max_numel(shape: tuple[sint, ...]) -> int:
+  """The number of elements of a shape, for the largest value of each variable in it."""
+  numel = 1
+  for s in shape: numel *= s if isinstance(s, int) else int(s.vmax)
+  return numel
+
+
+def buffer_view(buf: UOp, shape: tuple[sint, ...]) -> UOp:
+  """A flat buffer (BUFFER or PARAM) viewed with `shape`. A symbolic shape is the buffer's
+  row-major prefix `RESHAPE(SHRINK(buf, 0, numel), shape)`: a buffer for the largest values
+  serves every bound value."""
   numel: sint = 1
   for s in shape: numel = numel * s if isinstance(numel, UOp) or isinstance(s, int) else s * numel
-  size = numel if isinstance(numel, int) else int(numel.vmax)
-  arg = ParamArg(next(_slots), dtype, device, AddrSpace.GLOBAL)
-  buf = UOp(Ops.BUFFER, dtype, (shape_uop((size,)),), arg)
+  if tuple(shape) == tuple(buf.shape): return buf
   if not isinstance(numel, int):
-    buf = UOp(Ops.SHRINK, dtype, (buf, shape_uop((0,)), shape_uop((numel,))))
-  return buf if tuple(shape) == (numel,) else UOp(Ops.RESHAPE, dtype, (buf, shape_uop(shape)))
+    numel = numel.simplify().sintify()
+    buf = UOp(Ops.SHRINK, buf.dtype, (buf, shape_uop((0,)), shape_uop((numel,))))
+  return buf if tuple(shape) == (numel,) else UOp(Ops.RESHAPE, buf.dtype, (buf, shape_uop(shape)))
 
 
 def buffer_base(u: UOp) -> UOp | None:
@@ -116,7 +130,7 @@ class CallifyCtx:
   def param_view(self, view: UOp) -> UOp:
     """A new buffer's view (BUFFER, RESHAPE(BUFFER) or a symbolic prefix) over its PARAM."""
     if view.op is Ops.BUFFER: return self.param(view)
-    if view.src[0].op is Ops.BUFFER and view.src[1].op is Ops.VCONST:
+    if view.op is Ops.RESHAPE and view.src[0].op is Ops.BUFFER and view.src[1].op is Ops.VCONST:
       return UOp(Ops.RESHAPE, view.dtype, (self.param(view.src[0]), view.src[1]))
     nodes = view.toposort()
     return _rewrite(self, nodes, None)[view]

@@ -28,6 +28,7 @@ from unigrad.uop import AxisType, GroupOp, Invalid, Ops, ParamArg, PatternMatche
 from unigrad.uop import UPat, graph_rewrite, shape_uop
 from unigrad.codegen.expand import identity_element
 from unigrad.codegen.simplify import pm_kernel_simplify
+from unigrad.schedule.callify import buffer_view, max_numel
 from unigrad.schedule.scatter import compares_position, scatter_kernels, scatter_plan
 from unigrad.uop.properties import as_shape
 from unigrad.uop.symbolic import pm_invalid
@@ -122,7 +123,7 @@ def _collapses(red: UOp) -> bool:
 def _loaded(red: UOp, loaded: list[UOp]) -> UOp:
   """`red` reading each node of `loaded` from a buffer (a placeholder PARAM) of its own."""
   def buf(u: UOp, i: int) -> UOp:
-    numel = math.prod(u.shape)
+    numel = max_numel(u.shape)
     return UOp(Ops.PARAM, u.dtype, (shape_uop((numel,)),), ParamArg(-1 - i, u.dtype, "NULL"))
   return red.substitute({u: _view(buf(u, i), u.shape) for i, u in enumerate(loaded)})
 
@@ -388,13 +389,12 @@ def _read_realized(ctx: RangeifyCtx, x: UOp, idx: tuple[UOp, ...]) -> UOp:
 
 
 def _view(buf: UOp, shape: tuple) -> UOp:
-  if tuple(buf.shape) == tuple(shape): return buf
-  return UOp(Ops.RESHAPE, buf.dtype, (buf, shape_uop(shape)))
+  return buffer_view(buf, shape)  # a symbolic shape: the buffer's prefix
 
 
 def _intermediate(ctx: RangeifyCtx, x: UOp) -> UOp:
   slot = ctx.nargs + len(ctx.buffers)
-  numel = math.prod(x.shape)
+  numel = max_numel(x.shape)  # symbolic: sized for the variables' largest values
   dev = x.device or ctx.device
   buf = UOp(Ops.PARAM, x.dtype, (shape_uop((numel,)),), ParamArg(slot, x.dtype, dev))
   ctx.buffers[x] = buf
