@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from unigrad import Tensor, Variable
-from unigrad.codegen.pipeline import full_rewrite
+from unigrad.codegen.pipeline import full_rewrite, make_timer
 from unigrad.engine import realize as engine
 from unigrad.helpers import GlobalCounters
 from unigrad.runtime.ops_cpu import find_c_compiler
@@ -72,3 +72,11 @@ def test_cpu_kernel_takes_the_value_as_an_int_argument():
 
 def _linear(kernel):
   return full_rewrite(kernel, engine.renderer_for("CPU"))
+
+
+def test_beam_times_symbolic_kernels_at_the_largest_values():
+  """BEAM's scratch buffers are sized for the variables' largest values; it launches with them."""
+  n = Variable("n", 1, 64)
+  kernel = kernels((Tensor(X, device="PYTHON").realize()[:n.bind(3)] * 2).sum(axis=0))[0]
+  timer = make_timer(kernel, engine.renderer_for("PYTHON"))
+  assert timer.vals == [64]

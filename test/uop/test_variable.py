@@ -1,9 +1,11 @@
 """Symbolic variables (uop/variable.py): Variable, bind/unbind, the size helpers, their errors."""
+from dataclasses import replace
+
 import pytest
 
 from unigrad import UnboundVariableError, Variable
 from unigrad.dtype import dtypes
-from unigrad.uop import Ops, UOp
+from unigrad.uop import Ops, SpecError, UOp, spec_tensor
 from unigrad.uop.variable import (VariableBindError, bound_values, concrete, concrete_shape,
                                   divide_sizes, resolve, simplify_size, sizes_equal, unbind_values)
 
@@ -77,3 +79,10 @@ def test_unbind_values_strips_every_bound_variable():
   n = Variable("n", 1, 64)
   u, vals = unbind_values(n.bind(7) * 4 + 1)
   assert vals == {"n": 7} and u is n * 4 + 1
+
+
+def test_spec_rejects_a_bound_value_outside_the_range():
+  n = Variable("n", 1, 4)
+  spec_tensor.verify(n.bind(4))
+  bad = UOp(Ops.PARAM, dtypes.index, n.src, replace(n.arg, value=9))
+  with pytest.raises(SpecError, match=r"bound value 9 outside \[1, 4\]"): spec_tensor.verify(bad)

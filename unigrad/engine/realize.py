@@ -218,7 +218,7 @@ def launch_plan(linear: UOp, nargs: int) -> LaunchPlan:
   for i, call in enumerate(linear.src):
     for p in call.src[1:]:
       last_use[p.arg.slot] = i
-      if p.arg.slot >= nargs: inter.setdefault(p.arg.slot, (_max_size(p.shape[0]), p.dtype))
+      if p.arg.slot >= nargs: inter.setdefault(p.arg.slot, (p.shape[0], p.dtype))
   launches = []
   for i, call in enumerate(linear.src):
     params = call.src[1:]
@@ -230,11 +230,6 @@ def launch_plan(linear: UOp, nargs: int) -> LaunchPlan:
   if len(_plans) >= 4 * SCHEDULE_CACHE_SIZE: _plans.pop(next(iter(_plans)))
   plan = _plans[(linear, nargs)] = LaunchPlan(tuple(launches), inter)
   return plan
-
-
-def _max_size(size: int | UOp) -> int:  # symbolic
-  """An intermediate's size for every value of its variables: the largest."""
-  return size if isinstance(size, int) else int(size.vmax)
 
 
 def _launch_values(launch: Launch, var_vals: dict[str, int]) -> list[int]:  # symbolic

@@ -28,7 +28,7 @@ from unigrad.frontend.random import RandomMixin
 from unigrad.frontend.reduce import ReduceMixin
 from unigrad.runtime.device import Device
 from unigrad.uop import Ops, UOp, sint
-from unigrad.uop.variable import concrete_shape
+from unigrad.uop.variable import concrete_shape, shape_str
 
 all_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
 _storage_ids = itertools.count()  # tags that give CONTIGUOUS nodes their own storage
@@ -91,7 +91,7 @@ class Tensor(MultiMixin, ActivationsMixin, IndexingMixin, CompositeMixin, NNOpsM
 
   def __repr__(self) -> str:
     op, dt = self.uop.op.name, self.dtype
-    return f"<Tensor {op} shape={self.shape} dtype={dt!r} device={self.device}>"
+    return f"<Tensor {op} shape={shape_str(self.shape)} dtype={dt!r} device={self.device}>"
 
   def __bool__(self) -> bool:
     if self.numel() != 1:
