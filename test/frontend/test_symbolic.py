@@ -121,3 +121,16 @@ def test_symbolic_ops_run_through_the_pipeline_on_null():
   for name, (ours, _) in CASES.items():
     t = ours(x, w, N.bind(7)).realize()
     assert t.concrete_shape == CASES[name][1](7).shape, name
+
+
+def test_cat_and_stack_with_symbolic_sizes(device):
+  n = N.bind(3)
+  a = Tensor(X[:, 0], device=device)[:n]
+  np.testing.assert_allclose(Tensor.cat(a, Tensor([7.0, 8.0], device=device)).numpy(),
+                             np.concatenate([X[:3, 0], [7.0, 8.0]]), rtol=1e-6)
+  np.testing.assert_allclose(Tensor.stack(a, a * 2).numpy(), np.stack([X[:3, 0], X[:3, 0] * 2]),
+                             rtol=1e-6)
+
+
+def test_symbolic_arange_says_how_to_get_one():
+  with pytest.raises(TypeError, match=r"arange\(max\)\[:n\]"): Tensor.arange(N.bind(3))

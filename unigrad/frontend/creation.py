@@ -68,6 +68,9 @@ class CreationMixin:
     start + i*step, computed in int64 (float64 when an argument is a float) and then cast, like
     PyTorch. `Tensor.arange(1, 7, 2)` is `[1, 3, 5]`."""
     if stop is None: start, stop = 0, start
+    if any(isinstance(v, UOp) for v in (start, stop, step)):
+      raise TypeError("arange: symbolic bounds are not supported; slice a static one instead: "
+                      "Tensor.arange(max)[:n]")
     if step == 0: raise ValueError("arange: step must be nonzero")
     if (stop - start) * step < 0:
       raise ValueError(f"arange: bounds [{start}, {stop}) and step {step} have opposite directions")

@@ -248,9 +248,11 @@ def _normalize_pads(padding: Sequence[Any], ndim: int) -> list[tuple[int, int]]:
 def _pad_amount(x: Any) -> sint:
   """An int, or a symbolic amount (never negative: negative padding shrinks by an int)."""
   if not isinstance(x, UOp): return int(x)
-  if _size_arg(x).vmin < 0:
+  amount = _size_arg(x)
+  if isinstance(amount, int): return amount
+  if amount.vmin < 0:
     raise ValueError(f"a symbolic padding amount must be >= 0 for every value, got {x.render()}")
-  return simplify_size(x)
+  return amount
 
 
 def _expand_ellipsis(idx: tuple, ndim: int) -> list:
