@@ -13,8 +13,8 @@ from unigrad.dtype import dtypes
 from unigrad.frontend.dtypes import scalar_dtype
 from unigrad.uop import Ops, UOp, shape_uop, sint
 from unigrad.uop.alu import exec_cast
-from unigrad.uop.variable import (divide_sizes, is_size, resolve, shape_str, simplify_size,
-                                  sizes_equal)
+from unigrad.uop.variable import (divide_sizes, is_size, products_equal, resolve, shape_str,
+                                  simplify_size)
 
 if TYPE_CHECKING:
   from unigrad.frontend.tensor import Tensor
@@ -72,18 +72,21 @@ class MovementMixin:
 
   def _reshape_symbolic(self, new: list) -> Tensor:
     """reshape with symbolic sizes: -1 and the size check proven for every value."""
-    bad = ValueError(f"shape {shape_str(new)} is invalid for input of shape {shape_str(self.shape)}"
-                     " (the sizes must match for every value of the variables)")
     if any(not is_size(s) or (isinstance(s, int) and s < -1) for s in new):
       raise ValueError(f"invalid shape {shape_str(new)}: sizes must be ints >= 0, index UOps "
                        "(symbolic sizes) or one -1")
     if any(_is_minus_one(s) for s in new):
       i = next(i for i, s in enumerate(new) if _is_minus_one(s))
       inferred = divide_sizes(self.shape, [s for s in new if not _is_minus_one(s)])
-      if inferred is None: raise bad
+      if inferred is None: raise self._bad_reshape(new)
       new[i] = inferred
-    if not sizes_equal(math.prod(self.shape), math.prod(new)): raise bad
+    if not products_equal(self.shape, new): raise self._bad_reshape(new)
     return self._reshape_to(new)
+
+  def _bad_reshape(self, new: Sequence[sint]) -> ValueError:
+    return ValueError(f"shape {shape_str(new)} is invalid for input of shape "
+                      f"{shape_str(self.shape)} (the sizes must match for every value of the "
+                      "variables)")
 
   def view(self, *shape: Any) -> Tensor: return self.reshape(*shape)
 
@@ -142,9 +145,9 @@ class MovementMixin:
       if not _in_order(0, b, e, s):
         raise ValueError(f"shrink ({_s(b)}, {_s(e)}) is out of bounds for axis {axis} of "
                          f"{shape_str(self.shape)}")
-    if all(sizes_equal(b, 0) and sizes_equal(e, s) for (b, e), s in zip(rng, self.shape)):
+    if all(_is_zero(b) and (e is s or e == s) for (b, e), s in zip(rng, self.shape)):
       return self._wrap(self.uop)
-    offs, sizes = [b for b, _ in rng], [simplify_size(e - b) for b, e in rng]
+    offs, sizes = [b for b, _ in rng], [e if _is_zero(b) else simplify_size(e - b) for b, e in rng]
     return self._wrap(UOp(Ops.SHRINK, self.uop.dtype, (self.uop, shape_uop(offs),
                                                        shape_uop(sizes))))
 
@@ -285,7 +288,7 @@ def getitem_basic(t: Tensor, idx: Any) -> Tensor:
     if _is_symbolic_item(it, size):
       lo, hi = _symbolic_window(it, size, axis)
       bounds.append((lo, hi)); flips.append(False); steps.append(1)  # noqa: E702
-      if isinstance(it, slice): out_shape.append(simplify_size(hi - lo))
+      if isinstance(it, slice): out_shape.append(hi if _is_zero(lo) else simplify_size(hi - lo))
       axis += 1
       continue
     if isinstance(it, bool) or not isinstance(it, (int, slice)):

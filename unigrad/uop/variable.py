@@ -25,7 +25,7 @@ from unigrad.uop.uop import UOp, sint
 
 __all__ = ["Variable", "UnboundVariableError", "VariableBindError", "variables", "bound_values",
            "concrete", "concrete_shape", "resolve", "unbind_values", "simplify_size", "sizes_equal",
-           "is_size", "divide_sizes"]
+           "is_size", "divide_sizes", "products_equal"]
 
 
 class UnboundVariableError(ValueError):
@@ -99,6 +99,8 @@ def resolve(cond: UOp | bool) -> bool:
   """A comparison of sizes decided from the variables' ranges, else from their bound values.
   Raises UnboundVariableError when neither decides it."""
   if isinstance(cond, bool): return cond
+  lo, hi = cond.min_max  # most comparisons of sizes are decided by the bounds alone
+  if lo == hi: return bool(lo)
   lo, hi = cond.simplify().min_max
   if lo == hi: return bool(lo)
   return bool(concrete(cond.cast(dtypes.index), "condition"))
@@ -112,23 +114,47 @@ def is_size(x: object) -> bool:
 
 def simplify_size(x: sint) -> sint:
   """A size in its simplest form (an int when it is constant), so equal sizes are one node."""
-  return x if isinstance(x, int) else x.simplify().sintify()
+  if isinstance(x, int) or x.op is Ops.PARAM: return x
+  return x.simplify().sintify()
 
 
 def sizes_equal(a: sint, b: sint) -> bool:
-  """Whether two sizes are equal for every value of their variables (proven, not evaluated)."""
+  """Whether two sizes are equal for every value of their variables (proven, not evaluated):
+  the same factors, else their difference simplifies to 0."""
+  if a is b: return True
   if isinstance(a, int) and isinstance(b, int): return a == b
+  (ac, asyms), (bc, bsyms) = _factors((a,)), _factors((b,))
+  if not asyms and not bsyms: return ac == bc
+  if ac == bc and sorted(map(id, asyms)) == sorted(map(id, bsyms)): return True
   diff = (b - a if isinstance(b, UOp) else -(a - b)).simplify()
   return diff.op is Ops.CONST and diff.arg == 0
 
 
 def _factors(sizes: Iterable[sint]) -> tuple[int, list[UOp]]:
-  """(the product of the int sizes, the symbolic sizes)."""
+  """(the product of the int sizes, the symbolic sizes), products of sizes split into factors."""
   const, syms = 1, []
-  for s in sizes:
+  stack = list(sizes)
+  while stack:
+    s = stack.pop()
     if isinstance(s, int): const *= s
+    elif s.op is Ops.CONST: const *= s.arg
+    elif s.op is Ops.MUL: stack.extend(s.src)
     else: syms.append(s)
   return const, syms
+
+
+def products_equal(a: Iterable[sint], b: Iterable[sint]) -> bool:
+  """Whether prod(a) == prod(b) for every value of the variables (see `sizes_equal`)."""
+  a, b = tuple(a), tuple(b)
+  (ac, asyms), (bc, bsyms) = _factors(a), _factors(b)
+  if ac == bc and sorted(map(id, asyms)) == sorted(map(id, bsyms)): return True
+  return sizes_equal(_product(a), _product(b))
+
+
+def _product(sizes: Iterable[sint]) -> sint:
+  out: sint = 1
+  for s in sizes: out = s * out if isinstance(out, int) and isinstance(s, UOp) else out * s
+  return out
 
 
 def divide_sizes(num: Iterable[sint], den: Iterable[sint]) -> sint | None:
