@@ -134,3 +134,14 @@ def test_cat_and_stack_with_symbolic_sizes(device):
 
 def test_symbolic_arange_says_how_to_get_one():
   with pytest.raises(TypeError, match=r"arange\(max\)\[:n\]"): Tensor.arange(N.bind(3))
+
+
+def test_assign_into_a_symbolic_buffer(device):
+  x = Tensor(X, device=device).realize()
+  for v in (3, 5):
+    n = N.bind(v)
+    t = Tensor.empty(n, 6, device=device)
+    t.assign(x[:n] + 1).realize()
+    np.testing.assert_allclose(t.numpy(), X[:v] + 1, rtol=1e-6)
+    t.assign(t * 2).realize()
+    np.testing.assert_allclose(t.numpy(), (X[:v] + 1) * 2, rtol=1e-6)
