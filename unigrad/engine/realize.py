@@ -6,6 +6,8 @@ kernel once per device (the program cache), allocates intermediates for the run,
 kernels in order (slots and lifetimes derived once per schedule: its launch plan) and returns the
 map from each realized node to the buffer holding it. On a cache hit the work is one walk of the
 graph (tuple-device check and callify share it), the body rebuilt over PARAMs, and the launches.
+Symbolic variables: callify returns the bound values (`var_vals`, name -> int) beside the body,
+which holds only the variables; each launch passes its kernel's variables' values as arguments.
 """
 from __future__ import annotations
 

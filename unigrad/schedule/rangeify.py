@@ -5,7 +5,9 @@ tensor-graph REDUCE(axes), AFTER(buf, STORE) for earlier writes).
 Produces: a list of `Kernel`s, each `SINK(END(STORE(INDEX(PARAM, flat), value), ranges...))`, where
 every value is scalar-shaped: movement ops became index arithmetic on RANGEs, PAD became a
 validity `WHERE(valid, idx, Invalid)` on the index (gated loads) and `WHERE(valid, x, 0)` on the
-value, and REDUCE is `REDUCE(value, *ranges)`.
+value, and REDUCE is `REDUCE(value, *ranges)`. A symbolic variable (a named PARAM) is a scalar
+value, never indexed; loops and views over symbolic sizes keep the variable in their bounds, and
+intermediate buffers are sized for the variables' largest values (read as row-major prefixes).
 Fusion policy (which values get their own kernel and buffer): every STORE is a kernel; a REDUCE
 read under an EXPAND that broadcasts, inside another REDUCE, or by several kernels is realized
 (unless it has a closed form: arange, cumsum windows), and so is an expensive
