@@ -145,3 +145,15 @@ def test_assign_into_a_symbolic_buffer(device):
     np.testing.assert_allclose(t.numpy(), X[:v] + 1, rtol=1e-6)
     t.assign(t * 2).realize()
     np.testing.assert_allclose(t.numpy(), (X[:v] + 1) * 2, rtol=1e-6)
+
+
+def test_gradients_through_symbolic_shapes_match_torch(device):
+  torch = pytest.importorskip("torch")
+  for v in (2, 7):
+    x = Tensor(X, device=device, requires_grad=True)
+    w = Tensor(W, device=device, requires_grad=True)
+    (x[:N.bind(v)] @ w).softmax(0).max(1).mean().backward()
+    tx, tw = torch.tensor(X, requires_grad=True), torch.tensor(W, requires_grad=True)
+    (tx[:v] @ tw).softmax(0).max(1).values.mean().backward()
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-5, atol=1e-6)
