@@ -4,7 +4,7 @@ variable (not the value), the schedule cache key holds no value, the value is a 
 import numpy as np
 import pytest
 
-from unigrad import Tensor, Variable
+from unigrad import Context, Tensor, Variable
 from unigrad.codegen.pipeline import full_rewrite, make_timer
 from unigrad.engine import realize as engine
 from unigrad.helpers import GlobalCounters
@@ -80,3 +80,12 @@ def test_beam_times_symbolic_kernels_at_the_largest_values():
   kernel = kernels((Tensor(X, device="PYTHON").realize()[:n.bind(3)] * 2).sum(axis=0))[0]
   timer = make_timer(kernel, engine.renderer_for("PYTHON"))
   assert timer.vals == [64]
+
+
+def test_symbolic_kernel_counts_its_largest_work_for_threads():
+  """A symbolic axis counts at its largest size: (x[:n] * 2) with n <= 4096 rows of 1024 is
+  enough work to thread its static axis (it was left on one core)."""
+  n = Variable("n", 1, 4096)
+  (kernel,) = kernels(Tensor.empty(4096, 1024, device="NULL")[:n.bind(5)] * 2)
+  with Context(THREADS=2): linear = full_rewrite(kernel, engine.renderer_for("CPU"))
+  assert linear.arg.name.startswith("E_t2_")

@@ -76,6 +76,11 @@ class OptKernel:
   def sizes(self) -> list[int]:
     return [r.src[0].arg if r.src[0].op is Ops.CONST else -1 for r in self.axes]
 
+  @property
+  def max_sizes(self) -> list[int]:
+    """Each loop's size, a symbolic one at its largest value (for work estimates)."""
+    return [int(r.src[0].vmax) for r in self.axes]
+
   def axis_types(self) -> list[AxisType]: return [r.arg.axis_type for r in self.axes]
 
   def name(self) -> str:
