@@ -177,7 +177,3 @@ def unbind_values(u: UOp) -> tuple[UOp, dict[str, int]]:
   vals = bound_values([u])
   sub = {v: v.unbind()[0] for v in variables([u]) if v.arg.value is not None}
   return (u.substitute(sub) if sub else u), vals
-
-
-def is_symbolic(shape: Iterable[sint]) -> bool:
-  return any(isinstance(s, UOp) and s.op is not Ops.CONST for s in shape)
