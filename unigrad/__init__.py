@@ -6,7 +6,9 @@ from unigrad.frontend.jit import TinyJit
 from unigrad.knobs import Context
 from unigrad.runtime.device import Device
 from unigrad.uop import UOp
+from unigrad.uop.variable import UnboundVariableError, Variable
 from unigrad import nn  # noqa: E402 (nn builds on Tensor)
 from unigrad import multi  # noqa: E402 (the collectives build on Tensor)
 
-__all__ = ["Context", "Device", "Tensor", "TinyJit", "UOp", "dtypes", "function", "multi", "nn"]
+__all__ = ["Context", "Device", "Tensor", "TinyJit", "UOp", "UnboundVariableError", "Variable",
+           "dtypes", "function", "multi", "nn"]

@@ -10,6 +10,8 @@ Invariants: no Invalid constant and no index dtype remain; LOAD/STORE addresses 
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from unigrad.dtype import AddrSpace, DType, dtypes
 from unigrad.uop import GroupOp, Ops, PatternMatcher, UOp, UPat
 from unigrad.uop.ops import InvalidType
@@ -116,6 +118,8 @@ def lower_index_dtype(sink: UOp) -> UOp:
     new_src = tuple(memo[s] for s in u.src)
     if u.op is Ops.VCONST: memo[u] = u  # shapes stay index-typed
     elif u.dtype == dtypes.index and u.op is Ops.CONST: memo[u] = UOp.const(dt, u.arg)
+    elif u.dtype == dtypes.index and u.op is Ops.PARAM:  # a variable: its arg names the dtype
+      memo[u] = u.replace(dtype=dt, src=new_src, arg=replace(u.arg, dtype=dt))
     elif u.dtype == dtypes.index: memo[u] = u.replace(dtype=dt, src=new_src)
     else: memo[u] = u if all(a is b for a, b in zip(new_src, u.src)) else u.replace(src=new_src)
   return memo[sink]

@@ -83,6 +83,7 @@ class KernelTimer:
   at a time (each launch uses every core) on scratch buffers shaped like the kernel's params."""
   ren: Renderer
   bufs: list[Buffer]
+  vals: list[int]  # each symbolic variable at its largest value (the scratch buffers fit it)
   programs: dict[UOp, tuple[Program, tuple[int, ...]]] = field(default_factory=dict)
 
   def build(self, ks: Sequence[OptKernel], deadline: float) -> list[OptKernel]:
@@ -114,7 +115,7 @@ class KernelTimer:
     prog, size = built
     best = math.inf
     for _ in range(runs):
-      t = prog(*self.bufs, global_size=size, wait=True) or 0.0
+      t = prog(*self.bufs, global_size=size, vals=self.vals, wait=True) or 0.0
       best = min(best, t)
       if t > cap: break
     return best
@@ -127,7 +128,9 @@ def make_timer(ast: UOp, ren: Renderer) -> KernelTimer:
   # fresh memory reads as one shared zero page, far kinder to the caches than real data
   for b in bufs:
     if dtypes.is_float(b.dtype): b.copyin(bytes([SCRATCH_FILL]) * b.nbytes)
-  return KernelTimer(ren, bufs)
+  variables = sorted((u for u in ast.toposort() if u.op is Ops.PARAM and u.arg.name is not None),
+                     key=lambda v: v.arg.slot)
+  return KernelTimer(ren, bufs, [int(v.vmax) for v in variables])
 
 
 def lower(ast: UOp, ren: Renderer) -> UOp:

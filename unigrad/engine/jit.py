@@ -24,7 +24,7 @@ from unigrad.helpers import GlobalCounters
 from unigrad.knobs import DEBUG
 from unigrad.runtime.device import Batch, Buffer, Device
 from unigrad.schedule.memory import Lifetime, plan_memory
-from unigrad.engine.realize import Capture, Runner, _count, capturing
+from unigrad.engine.realize import Capture, Runner, _count, capturing, launch_values
 
 __all__ = ["capture", "CapturedProgram", "is_capturing"]
 
@@ -44,10 +44,13 @@ def is_capturing() -> bool: return bool(capturing)
 
 @dataclass
 class ReplayLaunch:
-  """One launch of a replay: a compiled kernel (None: a COPY from bufs[1] into bufs[0])."""
+  """One launch of a replay: a compiled kernel (None: a COPY from bufs[1] into bufs[0]), its
+  buffers, device, symbolic variables (names) and their current values."""
   runner: Runner | None
   bufs: list[Buffer]
   device: str
+  variables: tuple[str, ...] = ()
+  vals: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -61,19 +64,26 @@ class Segment:
 @dataclass
 class CapturedProgram:
   """A capture ready to replay (see the module docstring). `inputs` are the buffers the capture
-  saw for each input; `replay(new_inputs)` runs the same launches on the new buffers."""
+  saw for each input; `replay(new_inputs, var_vals)` runs the same launches on the new buffers
+  with new values of the symbolic variables (no kernel is compiled again: one program serves
+  every value in a variable's range)."""
   launches: list[ReplayLaunch]
   inputs: list[Buffer]
   refills: list[tuple[Buffer, Callable[[], bytes]]]
   arena_bytes: int = 0
   inter_bytes: int = 0  # what the intermediates would take without sharing
   positions: list[list[tuple[int, int]]] = field(default_factory=list)
+  var_vals: dict[str, int] = field(default_factory=dict)
   segments: list[Segment] = field(default_factory=list)
 
   @classmethod
   def from_capture(cls, cap: Capture, inputs: list[Buffer]) -> CapturedProgram:
-    launches = [ReplayLaunch(r, list(bufs), dev) for r, bufs, dev in cap.launches]
+    launches = [ReplayLaunch(c.runner, list(c.bufs), c.device, c.variables,
+                             launch_values(c.variables, cap.var_vals, c.runner.name)
+                             if c.runner is not None and c.variables else [])
+                for c in cap.launches]
     prog = cls(launches, list(inputs), list(cap.refills))
+    prog.var_vals = dict(cap.var_vals)
     prog.arena_bytes = _replan(launches, cap.intermediates)
     prog.inter_bytes = sum(b.nbytes for b in cap.intermediates)
     for b in inputs:
@@ -85,8 +95,10 @@ class CapturedProgram:
   @property
   def kernel_count(self) -> int: return sum(1 for lau in self.launches if lau.runner is not None)
 
-  def replay(self, inputs: list[Buffer]) -> None:
-    """Run the captured launches with `inputs[i]` in place of the capture's input i."""
+  def replay(self, inputs: list[Buffer], var_vals: dict[str, int] | None = None) -> None:
+    """Run the captured launches with `inputs[i]` in place of the capture's input i and the
+    variables at `var_vals` (name -> value; those not given keep their last values)."""
+    if var_vals and var_vals != self.var_vals: self._set_values(var_vals)
     for i, new in enumerate(inputs):
       if new is self.inputs[i]: continue
       for li, j in self.positions[i]: self._set(li, j, new.ensure_allocated())
@@ -109,6 +121,15 @@ class CapturedProgram:
       if seg.batch is not None and seg.start <= li < seg.stop:
         seg.batch.set_arg(li - seg.start, j, buf)
 
+  def _set_values(self, var_vals: dict[str, int]) -> None:
+    self.var_vals = {**self.var_vals, **var_vals}
+    for li, lau in enumerate(self.launches):
+      if not lau.variables or lau.runner is None: continue
+      lau.vals = launch_values(lau.variables, self.var_vals, lau.runner.name)
+      seg = next(s for s in self.segments if s.start <= li < s.stop)
+      if seg.batch is None: continue
+      for k, v in enumerate(lau.vals): seg.batch.set_arg(li - seg.start, len(lau.bufs) + k, v)
+
   def _run_timed(self) -> None:
     """DEBUG >= 2: each launch on its own, timed and printed like an eager run."""
     for lau in self.launches:
@@ -122,7 +143,7 @@ def _launch(lau: ReplayLaunch, wait: bool) -> float | None:
     lau.bufs[0].copyin(lau.bufs[1].copyout())
     return time.perf_counter() - st
   r = lau.runner
-  return r.program(*lau.bufs, global_size=r.global_size, wait=wait)
+  return r.program(*lau.bufs, global_size=r.global_size, vals=lau.vals, wait=wait)
 
 
 def _replan(launches: list[ReplayLaunch], inter: dict[Buffer, None]) -> int:
@@ -162,6 +183,6 @@ def _segment(launches: list[ReplayLaunch], start: int, stop: int) -> Segment:
   if launches[start].runner is None: return Segment(start, stop)
   for lau in launches[start:stop]:
     for b in lau.bufs: b.ensure_allocated()
-  items = [(lau.runner.program, lau.bufs, lau.runner.global_size, ())
+  items = [(lau.runner.program, lau.bufs, lau.runner.global_size, lau.vals)
            for lau in launches[start:stop] if lau.runner is not None]
   return Segment(start, stop, Device[launches[start].device].batch(items))

@@ -6,9 +6,12 @@ kernel once per device (the program cache), allocates intermediates for the run,
 kernels in order (slots and lifetimes derived once per schedule: its launch plan) and returns the
 map from each realized node to the buffer holding it. On a cache hit the work is one walk of the
 graph (tuple-device check and callify share it), the body rebuilt over PARAMs, and the launches.
+Symbolic variables: callify returns the bound values (`var_vals`, name -> int) beside the body,
+which holds only the variables; each launch passes its kernel's variables' values as arguments.
 """
 from __future__ import annotations
 
+import math
 import time
 import weakref
 from collections.abc import Callable
@@ -31,6 +34,7 @@ from unigrad.schedule.callify import new_buffer as new_single_buffer
 from unigrad.schedule.memory import Lifetime, plan_memory
 from unigrad.schedule.schedule import create_schedule
 from unigrad.uop import Ops, UOp
+from unigrad.uop.variable import UnboundVariableError, concrete_shape
 
 __all__ = ["realize", "schedule", "new_buffer", "buffer_of", "buffer_with_data", "copyout",
            "is_realized", "is_buffer_view", "schedule_cache", "renderer_for"]
@@ -90,7 +94,9 @@ def copyout(u: UOp) -> memoryview:
     g = UOp(Ops.COPY, u.dtype, (u,), u.device[0])
     u = realize([g], [u.device[0]])[g]
   if not is_plain_buffer(u): raise RuntimeError("copyout needs a realized tensor")
-  return buffer_of(u).copyout()
+  if all(isinstance(s, int) for s in u.shape): return buffer_of(u).copyout()
+  numel = math.prod(concrete_shape(u.shape))  # a symbolic shape: its row-major prefix
+  return buffer_of(u).copyout()[:numel * u.dtype.itemsize]
 
 
 def is_realized(u: UOp) -> bool: return is_plain_buffer(u) or multi.is_multi_view(u)
@@ -145,7 +151,7 @@ def realize(uops: list[UOp], devices: list[str]) -> dict[UOp, UOp]:
   if (plan := multi.lower_multi(uops, devices, nodes)) is not None:
     return plan.finish(realize(plan.uops, plan.devices))
   res = callify(uops, devices, nodes)
-  run_linear(_schedule_for(res.body, len(res.bufs), devices[0]), res.bufs)
+  run_linear(_schedule_for(res.body, len(res.bufs), devices[0]), res.bufs, res.var_vals)
   return res.becomes
 
 
@@ -216,11 +222,20 @@ def _count(runner: Runner, device: str, t: float | None) -> None:
 
 @dataclass(frozen=True)
 class Launch:
-  """One CALL of a schedule: the kernel, its buffers' slots and its device (None: the first
-  argument's)."""
+  """One CALL of a schedule: the kernel, its buffers' slots, its device (None: the first
+  argument's) and the names of its symbolic variables in kernel-argument order (their values
+  come from the run's `var_vals`)."""
   kernel: UOp
   slots: tuple[int, ...]
   device: str | None
+  variables: tuple[str, ...] = ()
+
+
+def kernel_variables(kernel: UOp) -> tuple[str, ...]:
+  """The names of a kernel's variables in argument order (their slots, see finalize_kernel)."""
+  if kernel.op is Ops.COPY: return ()
+  found = {u.arg.slot: u.arg.name for u in kernel.toposort() if u.op is Ops.PARAM and u.arg.name}
+  return tuple(found[i] for i in sorted(found))
 
 
 @dataclass(frozen=True)
@@ -261,7 +276,8 @@ def launch_plan(linear: UOp, nargs: int) -> LaunchPlan:
     params = call.src[1:]
     device = next((p.arg.device for p in params if p.arg.device is not None), None)
     device = None if device is None else Device.canonicalize(device)
-    launches.append(Launch(call.src[0], tuple(p.arg.slot for p in params), device))
+    launches.append(Launch(call.src[0], tuple(p.arg.slot for p in params), device,
+                           kernel_variables(call.src[0])))
     for p in params:
       if p.arg.slot < nargs: continue
       uses.setdefault(p.arg.slot, [i, i])[1] = i
@@ -278,15 +294,26 @@ def launch_plan(linear: UOp, nargs: int) -> LaunchPlan:
   return plan
 
 
+@dataclass
+class CapturedLaunch:
+  """A launch as a capture saw it: the program (None: a COPY from bufs[1] into bufs[0]), its
+  buffers, device and symbolic variables (names, in kernel-argument order)."""
+  runner: Runner | None
+  bufs: list[Buffer]
+  device: str
+  variables: tuple[str, ...] = ()
+
+
 class Capture:
   """What a TinyJit capture records of the runs inside it (engine/jit.py reads it): each
-  launch with its buffers, which buffers are intermediates (arena views) and the buffers whose
-  contents a replay must refill first."""
+  launch, which buffers are intermediates (arena views), the buffers whose contents a replay
+  must refill first, and the variable values the runs used."""
 
   def __init__(self) -> None:
-    self.launches: list[tuple[Runner | None, list[Buffer], str]] = []  # None: a COPY
+    self.launches: list[CapturedLaunch] = []
     self.intermediates: dict[Buffer, None] = {}
     self.refills: list[tuple[Buffer, Callable[[], bytes]]] = []
+    self.var_vals: dict[str, int] = {}
 
 
 capturing: list[Capture] = []  # the active capture (at most one)
@@ -296,8 +323,18 @@ class CaptureError(RuntimeError):
   """Something happened inside a TinyJit capture that a replay could not repeat."""
 
 
-def run_linear(linear: UOp, args: tuple[UOp, ...]) -> None:
-  """Launch every CALL of a schedule; intermediates live in one arena per device."""
+def launch_values(variables: tuple[str, ...], var_vals: dict[str, int], name: str) -> list[int]:
+  """The values of a kernel's variables, in its argument order."""
+  try: return [var_vals[v] for v in variables]
+  except KeyError as e:
+    raise UnboundVariableError(f"kernel {name} needs a value for the variable {e.args[0]!r}; the "
+                               f"run binds {sorted(var_vals)}") from None
+
+
+def run_linear(linear: UOp, args: tuple[UOp, ...], var_vals: dict[str, int] | None = None) -> None:
+  """Launch every CALL of a schedule; intermediates live in one arena per device. `var_vals`
+  (name -> value) gives each kernel's symbolic variables their values for this run."""
+  var_vals = var_vals or {}
   nargs = len(args)
   plan = launch_plan(linear, nargs)
   arg_bufs = [buffer_of(a) for a in args]
@@ -312,10 +349,13 @@ def run_linear(linear: UOp, args: tuple[UOp, ...]) -> None:
     bufs = [(arg_bufs[s] if s < nargs else inter[s]).ensure_allocated() for s in launch.slots]
     if launch.kernel.op is Ops.COPY:
       bufs[0].copyin(bufs[1].copyout())
-      if capture is not None: capture.launches.append((None, bufs, device))
+      if capture is not None: capture.launches.append(CapturedLaunch(None, bufs, device))
       if DEBUG >= 2: print(f"*** COPY {bufs[1].device} -> {bufs[0].device} {bufs[0].nbytes} bytes")
       continue
     runner = get_runner(launch.kernel, device)
-    t = runner.program(*bufs, global_size=runner.global_size, wait=wait)
-    if capture is not None: capture.launches.append((runner, bufs, device))
+    vals = launch_values(launch.variables, var_vals, runner.name) if launch.variables else ()
+    t = runner.program(*bufs, global_size=runner.global_size, vals=vals, wait=wait)
+    if capture is not None:
+      capture.launches.append(CapturedLaunch(runner, bufs, device, launch.variables))
+      capture.var_vals.update(var_vals)
     _count(runner, device, t)

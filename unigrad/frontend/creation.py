@@ -10,17 +10,19 @@ from typing import TYPE_CHECKING, Any
 from unigrad.dtype import PtrDType, dtypes, to_dtype
 from unigrad.engine import realize as engine
 from unigrad.runtime.device import Device
-from unigrad.uop import UOp
+from unigrad.uop import UOp, sint
+from unigrad.uop.variable import is_size, simplify_size
 
 if TYPE_CHECKING:
   from unigrad.frontend.tensor import Tensor
 
 
-def _shape(args: tuple) -> tuple[int, ...]:
+def _shape(args: tuple) -> tuple[sint, ...]:
+  """A shape of non-negative ints and symbolic sizes (index UOps, e.g. a bound Variable)."""
   shape = tuple(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else tuple(args)
-  if any(not isinstance(s, int) or isinstance(s, bool) or s < 0 for s in shape):
-    raise ValueError(f"a shape needs non-negative ints, got {shape}")
-  return shape
+  if any(not is_size(s) or (isinstance(s, int) and s < 0) for s in shape):
+    raise ValueError(f"a shape needs non-negative ints or symbolic sizes, got {shape}")
+  return tuple(simplify_size(s) for s in shape)
 
 
 def _device(device: str | None) -> str:
@@ -66,6 +68,9 @@ class CreationMixin:
     start + i*step, computed in int64 (float64 when an argument is a float) and then cast, like
     PyTorch. `Tensor.arange(1, 7, 2)` is `[1, 3, 5]`."""
     if stop is None: start, stop = 0, start
+    if any(isinstance(v, UOp) for v in (start, stop, step)):
+      raise TypeError("arange: symbolic bounds are not supported; slice a static one instead: "
+                      "Tensor.arange(max)[:n]")
     if step == 0: raise ValueError("arange: step must be nonzero")
     if (stop - start) * step < 0:
       raise ValueError(f"arange: bounds [{start}, {stop}) and step {step} have opposite directions")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from unigrad.dtype import DType, dtypes, least_upper_dtype
+from unigrad.uop import UOp
 
 
 def _category(dt: DType) -> int:
@@ -31,6 +32,7 @@ def scalar_dtype(x: Any) -> DType:
   if isinstance(x, bool): return dtypes.bool
   if isinstance(x, int): return dtypes.default_int
   if isinstance(x, float): return dtypes.default_float
+  if isinstance(x, UOp) and x.dtype == dtypes.index and x.shape == (): return dtypes.default_int
   raise TypeError(f"expected a Tensor or a Python number, got {type(x).__name__}")
 
 

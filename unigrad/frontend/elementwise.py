@@ -144,6 +144,8 @@ class ElementwiseMixin:
 
   def _to_tensor(self, x: Operand, dtype: DType) -> Tensor:
     if hasattr(x, "uop"): return x.cast(dtype)
+    if isinstance(x, UOp) and x.dtype == dtypes.index and x.shape == ():  # a symbolic size
+      return self._wrap(x.cast(dtype))
     if not isinstance(x, (int, float, bool)):
       raise TypeError(f"unsupported operand type {type(x).__name__} for a Tensor op")
     return self._const(x, dtype)

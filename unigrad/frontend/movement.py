@@ -13,6 +13,8 @@ from unigrad.dtype import dtypes
 from unigrad.frontend.dtypes import scalar_dtype
 from unigrad.uop import Ops, UOp, shape_uop, sint
 from unigrad.uop.alu import exec_cast
+from unigrad.uop.variable import (divide_sizes, is_size, products_equal, resolve, shape_str,
+                                  simplify_size)
 
 if TYPE_CHECKING:
   from unigrad.frontend.tensor import Tensor
@@ -49,9 +51,10 @@ class MovementMixin:
 
   def reshape(self, *shape: Any) -> Tensor:
     """A view with a new shape of the same size; one dim may be -1. `x.reshape(2, -1)`"""
-    new = list(_shape_arg(shape))
-    if sum(1 for s in new if s == -1) > 1:
+    new = [simplify_size(s) if isinstance(s, UOp) else s for s in _shape_arg(shape)]
+    if sum(1 for s in new if _is_minus_one(s)) > 1:
       raise ValueError(f"only one dimension can be inferred, got {tuple(new)}")
+    if any(isinstance(s, UOp) for s in (*new, *self.shape)): return self._reshape_symbolic(new)
     numel = math.prod(self.shape)
     bad = ValueError(f"shape '{tuple(new)}' is invalid for input of size {numel} {self.shape}")
     if -1 in new:
@@ -61,8 +64,29 @@ class MovementMixin:
     if any(not isinstance(s, int) or isinstance(s, bool) or s < 0 for s in new):
       raise ValueError(f"invalid shape {tuple(new)}: sizes must be ints >= 0 (or one -1)")
     if math.prod(new) != numel: raise bad
+    return self._reshape_to(new)
+
+  def _reshape_to(self, new: Sequence[sint]) -> Tensor:
     if tuple(new) == self.shape: return self._wrap(self.uop)
     return self._wrap(UOp(Ops.RESHAPE, self.uop.dtype, (self.uop, shape_uop(new))))
+
+  def _reshape_symbolic(self, new: list) -> Tensor:
+    """reshape with symbolic sizes: -1 and the size check proven for every value."""
+    if any(not is_size(s) or (isinstance(s, int) and s < -1) for s in new):
+      raise ValueError(f"invalid shape {shape_str(new)}: sizes must be ints >= 0, index UOps "
+                       "(symbolic sizes) or one -1")
+    if any(_is_minus_one(s) for s in new):
+      i = next(i for i, s in enumerate(new) if _is_minus_one(s))
+      inferred = divide_sizes(self.shape, [s for s in new if not _is_minus_one(s)])
+      if inferred is None: raise self._bad_reshape(new)
+      new[i] = inferred
+    if not products_equal(self.shape, new): raise self._bad_reshape(new)
+    return self._reshape_to(new)
+
+  def _bad_reshape(self, new: Sequence[sint]) -> ValueError:
+    return ValueError(f"shape {shape_str(new)} is invalid for input of shape "
+                      f"{shape_str(self.shape)} (the sizes must match for every value of the "
+                      "variables)")
 
   def view(self, *shape: Any) -> Tensor: return self.reshape(*shape)
 
@@ -89,18 +113,18 @@ class MovementMixin:
     if len(old) != self.ndim: x = UOp(Ops.RESHAPE, x.dtype, (x, shape_uop(old)))
     return self._wrap(UOp(Ops.EXPAND, x.dtype, (x, shape_uop(full))))
 
-  def _pad_raw(self, pads: Sequence[tuple[int, int]]) -> UOp:
-    new = tuple(b + s + a for (b, a), s in zip(pads, self.shape))
+  def _pad_raw(self, pads: Sequence[tuple[sint, sint]]) -> UOp:
+    new = tuple(simplify_size(s + b + a) for (b, a), s in zip(pads, self.shape))
     return UOp(Ops.PAD, self.uop.dtype, (self.uop, shape_uop([b for b, _ in pads]), shape_uop(new)))
 
   def pad(self, padding: Sequence[Any], value: float = 0.0) -> Tensor:
     """Pad with `value`: `padding` is ((before, after), ...) per axis, or PyTorch's flat
     (last_before, last_after, ...) form. Negative amounts shrink."""
     pads = _normalize_pads(padding, self.ndim)
-    if all(p == (0, 0) for p in pads): return self._wrap(self.uop)
-    shrink = tuple((max(0, -b), s - max(0, -a)) for (b, a), s in zip(pads, self.shape))
-    x = self.shrink(shrink) if any(b < 0 or a < 0 for b, a in pads) else self
-    pos = [(max(0, b), max(0, a)) for b, a in pads]
+    if all(_is_zero(b) and _is_zero(a) for b, a in pads): return self._wrap(self.uop)
+    shrink = tuple((_neg_part(b), s - _neg_part(a)) for (b, a), s in zip(pads, self.shape))
+    x = self.shrink(shrink) if any(_neg_part(b) or _neg_part(a) for b, a in pads) else self
+    pos = [(b + _neg_part(b), a + _neg_part(a)) for b, a in pads]
     padded = x._wrap(x._pad_raw(pos))
     if value == 0: return padded
     mask = x._wrap(UOp.const(dtypes.bool, True)).expand(x.shape)._wrap_pad(pos)
@@ -116,12 +140,14 @@ class MovementMixin:
     if len(arg) != self.ndim:
       raise ValueError(f"shrink needs {self.ndim} (start, end) pairs for shape {self.shape}, "
                        f"got {len(arg)}")
-    rng = [(0, s) if a is None else tuple(a) for a, s in zip(arg, self.shape)]
+    rng = [(0, s) if a is None else tuple(map(_size_arg, a)) for a, s in zip(arg, self.shape)]
     for axis, ((b, e), s) in enumerate(zip(rng, self.shape)):
-      if not 0 <= b <= e <= s:
-        raise ValueError(f"shrink ({b}, {e}) is out of bounds for axis {axis} of {self.shape}")
-    if all(b == 0 and e == s for (b, e), s in zip(rng, self.shape)): return self._wrap(self.uop)
-    offs, sizes = [b for b, _ in rng], [e - b for b, e in rng]
+      if not _in_order(0, b, e, s):
+        raise ValueError(f"shrink ({_s(b)}, {_s(e)}) is out of bounds for axis {axis} of "
+                         f"{shape_str(self.shape)}")
+    if all(_is_zero(b) and (e is s or e == s) for (b, e), s in zip(rng, self.shape)):
+      return self._wrap(self.uop)
+    offs, sizes = [b for b, _ in rng], [e if _is_zero(b) else simplify_size(e - b) for b, e in rng]
     return self._wrap(UOp(Ops.SHRINK, self.uop.dtype, (self.uop, shape_uop(offs),
                                                        shape_uop(sizes))))
 
@@ -179,15 +205,57 @@ class MovementMixin:
     return getitem_basic(self, idx)
 
 
+def _is_minus_one(s: Any) -> bool: return isinstance(s, int) and s == -1
+
+
+def _is_zero(x: sint) -> bool: return isinstance(x, int) and x == 0
+
+
+def _neg_part(x: sint) -> int:
+  """-x for a negative int amount, else 0 (symbolic amounts are never negative)."""
+  return -x if isinstance(x, int) and x < 0 else 0
+
+
+def _size_arg(x: Any) -> sint:
+  """A movement argument: an int or a symbolic size (simplified)."""
+  if isinstance(x, UOp):
+    if not is_size(x): raise TypeError(f"a symbolic size must be a ()-shaped index UOp, got {x!r}")
+    return simplify_size(x)
+  return x
+
+
+def _s(x: sint) -> str: return str(x) if isinstance(x, int) else x.render()
+
+
+def _less(a: sint, b: sint) -> bool:
+  return resolve(a < b) if isinstance(a, UOp) or isinstance(b, UOp) else a < b
+
+
+def _in_order(*xs: sint) -> bool:
+  """xs[0] <= xs[1] <= ... for sizes (symbolic ones decided by `resolve`)."""
+  return all(resolve(a <= b) if isinstance(a, UOp) or isinstance(b, UOp) else a <= b
+             for a, b in zip(xs, xs[1:]))
+
+
 def _normalize_pads(padding: Sequence[Any], ndim: int) -> list[tuple[int, int]]:
-  if all(isinstance(p, int) for p in padding):
+  if all(isinstance(p, (int, UOp)) for p in padding):
     if len(padding) % 2 or len(padding) // 2 > ndim:
       raise ValueError(f"flat padding {tuple(padding)} needs pairs for at most {ndim} axes")
     pairs = [(padding[i], padding[i + 1]) for i in range(0, len(padding), 2)]
     return [(0, 0)] * (ndim - len(pairs)) + pairs[::-1]
   if len(padding) != ndim:
     raise ValueError(f"padding needs {ndim} (before, after) pairs, got {len(padding)}")
-  return [(0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding]
+  return [(0, 0) if p is None else (_pad_amount(p[0]), _pad_amount(p[1])) for p in padding]
+
+
+def _pad_amount(x: Any) -> sint:
+  """An int, or a symbolic amount (never negative: negative padding shrinks by an int)."""
+  if not isinstance(x, UOp): return int(x)
+  amount = _size_arg(x)
+  if isinstance(amount, int): return amount
+  if amount.vmin < 0:
+    raise ValueError(f"a symbolic padding amount must be >= 0 for every value, got {x.render()}")
+  return amount
 
 
 def _expand_ellipsis(idx: tuple, ndim: int) -> list:
@@ -217,6 +285,12 @@ def getitem_basic(t: Tensor, idx: Any) -> Tensor:
       out_shape.append(1)
       continue
     size = t.shape[axis]
+    if _is_symbolic_item(it, size):
+      lo, hi = _symbolic_window(it, size, axis)
+      bounds.append((lo, hi)); flips.append(False); steps.append(1)  # noqa: E702
+      if isinstance(it, slice): out_shape.append(hi if _is_zero(lo) else simplify_size(hi - lo))
+      axis += 1
+      continue
     if isinstance(it, bool) or not isinstance(it, (int, slice)):
       raise IndexError("only integers, slices, None and Ellipsis are valid indices here, got "
                        f"{type(it).__name__}")
@@ -235,6 +309,34 @@ def getitem_basic(t: Tensor, idx: Any) -> Tensor:
   if any(flips): x = x.flip(*[i for i, f in enumerate(flips) if f])
   if any(s > 1 for s in steps): x = _strided(x, steps)
   return x.reshape(*out_shape)
+
+
+def _is_symbolic_item(it: Any, size: sint) -> bool:
+  """A slice (or int) with a symbolic size or bound."""
+  if isinstance(it, slice): return any(isinstance(v, UOp) for v in (it.start, it.stop, size))
+  return isinstance(it, UOp) or (isinstance(it, int) and isinstance(size, UOp))
+
+
+def _symbolic_window(it: Any, size: sint, axis: int) -> tuple[sint, sint]:
+  """[lo, hi) of a step-1 slice or an index where a bound or the size is symbolic (negative int
+  bounds count from the end, like Python's)."""
+  if isinstance(it, slice):
+    if it.step not in (None, 1):
+      raise IndexError(f"a slice with a symbolic bound or size needs step 1, got {it.step}")
+    lo = _from_end(0 if it.start is None else _size_arg(it.start), size)
+    hi = _from_end(size if it.stop is None else _size_arg(it.stop), size)
+    # clamped like Python's slices, but a bound equal to the size stays symbolic (x[:n] with
+    # n == len(x) keeps its shape (n, ...), whatever n's value)
+    lo, hi = (size if _less(size, lo) else lo), (size if _less(size, hi) else hi)
+    return lo, (lo if _less(hi, lo) else hi)
+  i = _from_end(_size_arg(it), size)
+  if not (_in_order(0, i) and not _in_order(size, i)):
+    raise IndexError(f"index {_s(it)} is out of bounds for dimension {axis} with size {_s(size)}")
+  return i, simplify_size(i + 1)
+
+
+def _from_end(x: sint, size: sint) -> sint:
+  return simplify_size(size + x) if isinstance(x, int) and x < 0 else x
 
 
 def _strided(x: Tensor, steps: list[int]) -> Tensor:

@@ -28,6 +28,7 @@ from unigrad.frontend.random import RandomMixin
 from unigrad.frontend.reduce import ReduceMixin
 from unigrad.runtime.device import Device
 from unigrad.uop import Ops, UOp, sint
+from unigrad.uop.variable import concrete_shape, shape_str
 
 all_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
 _storage_ids = itertools.count()  # tags that give CONTIGUOUS nodes their own storage
@@ -94,7 +95,7 @@ class Tensor(MultiMixin, ActivationsMixin, IndexingMixin, CompositeMixin, NNOpsM
 
   def __repr__(self) -> str:
     op, dt = self.uop.op.name, self.dtype
-    return f"<Tensor {op} shape={self.shape} dtype={dt!r} device={self.device}>"
+    return f"<Tensor {op} shape={shape_str(self.shape)} dtype={dt!r} device={self.device}>"
 
   def __bool__(self) -> bool:
     if self.numel() != 1:
@@ -174,16 +175,23 @@ class Tensor(MultiMixin, ActivationsMixin, IndexingMixin, CompositeMixin, NNOpsM
   def numpy(self) -> Any:
     """The values as a numpy array (a copy). bfloat16 is returned as float32."""
     import numpy as np  # noqa: PLC0415 (numpy is optional: only needed here)
+    shape = self.concrete_shape
     if self.dtype == dtypes.bfloat16:
-      return np.array(self.tolist(), dtype=np.float32).reshape(self.shape)
-    arr = np.frombuffer(self._bytes(), dtype=to_numpy_name(self.dtype))
-    return arr.reshape(self.shape).copy()
+      return np.array(self.tolist(), dtype=np.float32).reshape(shape)
+    return np.frombuffer(self._bytes(), dtype=to_numpy_name(self.dtype)).reshape(shape).copy()
 
   def tolist(self) -> Any:
     """The values as (nested) Python lists."""
-    flat = from_bytes(self.dtype, self._bytes()) if self.numel() else []
+    shape = self.concrete_shape
+    flat = from_bytes(self.dtype, self._bytes()) if math.prod(shape) else []
     if self.dtype == dtypes.bool: flat = [bool(v) for v in flat]
-    return _nest(flat, self.shape)
+    return _nest(flat, shape)
+
+  @property
+  def concrete_shape(self) -> tuple[int, ...]:
+    """The shape with each symbolic size evaluated for its bound variables; an unbound one
+    raises UnboundVariableError naming it."""
+    return concrete_shape(self.shape)
 
   def item(self) -> Any:
     """The single value of a one-element tensor as a Python number."""

@@ -54,6 +54,11 @@ static inline float __rbf(float f) { return __bf2f(__f2bf(f)); }
 """
 
 
+def _var_name(name: str) -> str:
+  """A variable's C identifier: `var_` and its name (any other character as `_`)."""
+  return "var_" + "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+
+
 def _fn(ct: str, name: str, body: str) -> str:
   """A binary helper `static inline T name(T a, T b) { body }`."""
   return f"static inline {ct} {name}({ct} a, {ct} b) {{ {body} }}"
@@ -308,13 +313,14 @@ class CRenderer(Renderer):
     else: st.emit(f"*{_vector_address(st, ix, dt)} = {val};")
 
   def _param_decl(self, p: UOp, st: _State) -> str:
-    if p.arg.name is not None: return f"{C_TYPES[p.dtype]} {st.names[p]}"
-    return f"{STORAGE[p.dtype]}* restrict {st.names[p]}"
+    if p.arg.name is None: return f"{STORAGE[p.dtype]}* restrict {st.names[p]}"
+    # the ABI passes integer variables as int (runtime/ops_cpu.py); C widens them where used
+    return f"{'int' if dtypes.is_int(p.dtype) else C_TYPES[p.dtype]} {st.names[p]}"
 
   def _node(self, st: _State, u: UOp, uses: dict[UOp, int]) -> None:
     op = u.op
     if op is Ops.PARAM:
-      st.names[u] = u.arg.name if u.arg.name is not None else f"data{u.arg.slot}"
+      st.names[u] = f"data{u.arg.slot}" if u.arg.name is None else _var_name(u.arg.name)
     elif op is Ops.BUFFER:
       st.names[u] = st.fresh("acc")
       ct = _ctype(st, u.dtype) if u.dtype.count > 1 else STORAGE[u.dtype]

@@ -77,13 +77,12 @@ class PythonProgram:
   def _run(self, bufs: Sequence[Any], vals: Sequence[int], core_id: int) -> None:
     prog = self.linear.src
     env: dict[UOp, Any] = {}
-    variables = iter(vals)
     pc = 0
     while pc < len(prog):
       u = prog[pc]
       op = u.op
       if op is Ops.PARAM:
-        if u.arg.name is not None: env[u] = next(variables)
+        if u.arg.name is not None: env[u] = vals[u.arg.slot]  # slots: see finalize_kernel
         else: env[u] = _Memory(_mv(bufs[u.arg.slot]), u.dtype)
       elif op is Ops.BUFFER:
         env[u] = _Memory(memoryview(bytearray(u.dtype.itemsize * u.shape[0])), u.dtype)

@@ -7,7 +7,9 @@ buffer), and a map from each realized tensor-graph node to the buffer view that 
 Invariants: every value to materialize is a STORE into a buffer (CONTIGUOUS became
 `AFTER(buf, STORE(buf, x))`); PARAMs are numbered in discovery order (the output buffers, then
 the graph's buffers in toposort order), so the same program on other buffers gives the same body
-node (the schedule cache key). One walk over the graph does all of it.
+node (the schedule cache key). Bound symbolic variables become their unbound variable and their
+values are returned beside the body (`var_vals`), so the key holds no value; an unbound variable
+raises UnboundVariableError. One walk over the graph does all of it.
 """
 from __future__ import annotations
 
@@ -16,19 +18,39 @@ import itertools
 from dataclasses import dataclass, field
 
 from unigrad.dtype import AddrSpace, DType, dtypes
-from unigrad.uop import Ops, ParamArg, UOp, shape_uop
+from unigrad.uop import Ops, ParamArg, UOp, shape_uop, sint
 from unigrad.uop.properties import as_shape
+from unigrad.uop.variable import UnboundVariableError, VariableBindError
 
 _slots = itertools.count()
 
 
-def new_buffer(device: str, dtype: DType, shape: tuple[int, ...]) -> UOp:
-  """A fresh BUFFER (unique slot: never merged with another) viewed with `shape`."""
-  numel = 1
-  for s in shape: numel *= s
+def new_buffer(device: str, dtype: DType, shape: tuple[sint, ...]) -> UOp:
+  """A fresh BUFFER (unique slot: never merged with another) viewed with `shape` (see
+  `buffer_view` for a symbolic shape)."""
   arg = ParamArg(next(_slots), dtype, device, AddrSpace.GLOBAL)
-  buf = UOp(Ops.BUFFER, dtype, (shape_uop((numel,)),), arg)
-  return buf if tuple(shape) == (numel,) else UOp(Ops.RESHAPE, dtype, (buf, shape_uop(shape)))
+  buf = UOp(Ops.BUFFER, dtype, (shape_uop((max_numel(shape),)),), arg)
+  return buffer_view(buf, shape)
+
+
+def max_numel(shape: tuple[sint, ...]) -> int:
+  """The number of elements of a shape, for the largest value of each variable in it."""
+  numel = 1
+  for s in shape: numel *= s if isinstance(s, int) else int(s.vmax)
+  return numel
+
+
+def buffer_view(buf: UOp, shape: tuple[sint, ...]) -> UOp:
+  """A flat buffer (BUFFER or PARAM) viewed with `shape`. A symbolic shape is the buffer's
+  row-major prefix `RESHAPE(SHRINK(buf, 0, numel), shape)`: a buffer for the largest values
+  serves every bound value."""
+  numel: sint = 1
+  for s in shape: numel = numel * s if isinstance(numel, UOp) or isinstance(s, int) else s * numel
+  if tuple(shape) == tuple(buf.shape): return buf
+  if not isinstance(numel, int):
+    numel = numel.simplify().sintify()
+    buf = UOp(Ops.SHRINK, buf.dtype, (buf, shape_uop((0,)), shape_uop((numel,))))
+  return buf if tuple(shape) == (numel,) else UOp(Ops.RESHAPE, buf.dtype, (buf, shape_uop(shape)))
 
 
 def buffer_base(u: UOp) -> UOp | None:
@@ -39,8 +61,11 @@ def buffer_base(u: UOp) -> UOp | None:
 
 
 def is_plain_buffer(u: UOp) -> bool:
-  """A BUFFER, or a RESHAPE of one: data already laid out row-major in its own buffer."""
-  return u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)
+  """A BUFFER, or a RESHAPE of one: data already laid out row-major in its own buffer (for a
+  symbolic shape, its row-major prefix: see `new_buffer`)."""
+  if u.op is Ops.RESHAPE: u = u.src[0]
+  if u.op is Ops.SHRINK and u.src[2].op is Ops.STACK and u.src[1].arg == (0,): u = u.src[0]
+  return u.op is Ops.BUFFER
 
 
 class CallifyError(RuntimeError):
@@ -59,6 +84,7 @@ class CallifyResult:
   body: UOp
   bufs: tuple[UOp, ...]
   becomes: dict[UOp, UOp] = field(default_factory=dict)
+  var_vals: dict[str, int] = field(default_factory=dict)  # bound variable name -> value
 
   @property
   def call(self) -> UOp:
@@ -86,6 +112,22 @@ class CallifyCtx:
   params: dict[UOp, UOp] = field(default_factory=dict)  # BUFFER -> its PARAM
   made: set[UOp] = field(default_factory=set)  # the PARAMs above
   becomes: dict[UOp, UOp] = field(default_factory=dict)
+  var_vals: dict[str, int] = field(default_factory=dict)
+  variables: dict[str, UOp] = field(default_factory=dict)  # name -> the unbound variable
+
+  def unbind(self, v: UOp) -> UOp:
+    """The unbound variable of a bound one, its value recorded (one value, one variable a name)."""
+    if v.arg.value is None:
+      raise UnboundVariableError(f"variable {v.arg.name!r} in [{v.vmin}, {v.vmax}] has no value "
+                                 f"where one is needed (realizing): bind it with "
+                                 f"`{v.arg.name}.bind(k)`")
+    var, val = v.unbind()
+    if self.variables.setdefault(var.arg.name, var) is not var:
+      raise VariableBindError(f"two different variables are named {var.arg.name!r}")
+    if self.var_vals.setdefault(var.arg.name, val) != val:
+      raise VariableBindError(f"variable {var.arg.name!r} is bound to both "
+                              f"{self.var_vals[var.arg.name]} and {val} in one program")
+    return var
 
   def param(self, b: UOp) -> UOp:
     """The PARAM standing for BUFFER `b` (the next slot on first sight)."""
@@ -96,9 +138,12 @@ class CallifyCtx:
     return p
 
   def param_view(self, view: UOp) -> UOp:
-    """A new buffer's view (BUFFER or RESHAPE(BUFFER)) over its PARAM."""
+    """A new buffer's view (BUFFER, RESHAPE(BUFFER) or a symbolic prefix) over its PARAM."""
     if view.op is Ops.BUFFER: return self.param(view)
-    return UOp(Ops.RESHAPE, view.dtype, (self.param(view.src[0]), view.src[1]))
+    if view.op is Ops.RESHAPE and view.src[0].op is Ops.BUFFER and view.src[1].op is Ops.VCONST:
+      return UOp(Ops.RESHAPE, view.dtype, (self.param(view.src[0]), view.src[1]))
+    nodes = view.toposort()
+    return _rewrite(self, nodes, None)[view]
 
   def is_plain(self, v: UOp) -> bool:
     """Whether a rewritten node reads a buffer row-major (is_plain_buffer, over PARAMs)."""
@@ -118,7 +163,7 @@ def _rewrite_marker(ctx: CallifyCtx, u: UOp, v: UOp) -> UOp:
   return UOp(Ops.AFTER, u.dtype, (p, UOp(Ops.STORE, dtypes.void, (p, v.src[0]))))
 
 
-def _rewrite(ctx: CallifyCtx, nodes: dict[UOp, None], skip: UOp) -> dict[UOp, UOp]:
+def _rewrite(ctx: CallifyCtx, nodes: dict[UOp, None], skip: UOp | None) -> dict[UOp, UOp]:
   """Each node of a toposort (but `skip`) -> its body node: BUFFER -> PARAM, markers by
   `_rewrite_marker`, anything else rebuilt on its rewritten sources (itself if none changed)."""
   out: dict[UOp, UOp] = {}
@@ -129,7 +174,10 @@ def _rewrite(ctx: CallifyCtx, nodes: dict[UOp, None], skip: UOp) -> dict[UOp, UO
     if op is Ops.BUFFER:
       out[u] = ctx.param(u)
       continue
-    if op is Ops.PARAM and u.arg.name is None: raise CallifyError(u)
+    if op is Ops.PARAM:
+      if u.arg.name is None: raise CallifyError(u)
+      out[u] = ctx.unbind(u)
+      continue
     src = u.src
     new_src = tuple(map(get, src))
     v = u if new_src == src else UOp(op, u.dtype, new_src, u.arg, u.tag)
@@ -158,7 +206,7 @@ def callify(targets: list[UOp], devices: list[str],
   out = _rewrite(ctx, nodes, next(reversed(nodes)))  # the roots' SINK (last) is not in the body
   stores = (out[v] if p is None else UOp(Ops.STORE, dtypes.void, (p, out[v])) for p, v in stored)
   body = UOp(Ops.SINK, dtypes.void, tuple(stores))
-  return CallifyResult(body, tuple(ctx.bufs), ctx.becomes)
+  return CallifyResult(body, tuple(ctx.bufs), ctx.becomes, ctx.var_vals)
 
 
 def _static_shape(shape: tuple) -> tuple:

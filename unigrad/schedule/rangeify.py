@@ -5,7 +5,9 @@ tensor-graph REDUCE(axes), AFTER(buf, STORE) for earlier writes).
 Produces: a list of `Kernel`s, each `SINK(END(STORE(INDEX(PARAM, flat), value), ranges...))`, where
 every value is scalar-shaped: movement ops became index arithmetic on RANGEs, PAD became a
 validity `WHERE(valid, idx, Invalid)` on the index (gated loads) and `WHERE(valid, x, 0)` on the
-value, and REDUCE is `REDUCE(value, *ranges)`.
+value, and REDUCE is `REDUCE(value, *ranges)`. A symbolic variable (a named PARAM) is a scalar
+value, never indexed; loops and views over symbolic sizes keep the variable in their bounds, and
+intermediate buffers are sized for the variables' largest values (read as row-major prefixes).
 Fusion policy (which values get their own kernel and buffer): every STORE is a kernel; a REDUCE
 read under an EXPAND that broadcasts, inside another REDUCE, or by several kernels is realized
 (unless it has a closed form: arange, cumsum windows), and so is an expensive
@@ -28,6 +30,7 @@ from unigrad.uop import AxisType, GroupOp, Invalid, Ops, ParamArg, PatternMatche
 from unigrad.uop import UPat, graph_rewrite, shape_uop
 from unigrad.codegen.expand import identity_element
 from unigrad.codegen.simplify import pm_kernel_simplify
+from unigrad.schedule.callify import buffer_view, max_numel
 from unigrad.schedule.scatter import compares_position, scatter_kernels, scatter_plan
 from unigrad.uop.properties import as_shape
 from unigrad.uop.symbolic import pm_invalid
@@ -122,7 +125,7 @@ def _collapses(red: UOp) -> bool:
 def _loaded(red: UOp, loaded: list[UOp]) -> UOp:
   """`red` reading each node of `loaded` from a buffer (a placeholder PARAM) of its own."""
   def buf(u: UOp, i: int) -> UOp:
-    numel = math.prod(u.shape)
+    numel = max_numel(u.shape)
     return UOp(Ops.PARAM, u.dtype, (shape_uop((numel,)),), ParamArg(-1 - i, u.dtype, "NULL"))
   return red.substitute({u: _view(buf(u, i), u.shape) for i, u in enumerate(loaded)})
 
@@ -345,6 +348,7 @@ def _broadcast_idx(src: UOp, out_shape: tuple, idx: tuple[UOp, ...]) -> tuple[UO
 def push_index(ctx: RangeifyCtx, ix: UOp) -> UOp | None:
   """INDEX(x, *idx) -> x's value at idx, one step closer to buffers and constants."""
   x, idx = ix.src[0], ix.src[1:]
+  if x.op is Ops.PARAM and x.arg.name is not None: return x  # a variable: a value, not memory
   if x.op in (Ops.PARAM, Ops.BUFFER) or len(idx) != len(x.shape): return None
   if x in ctx.realize and (ctx.current is None or x is not ctx.current.key):
     return _read_realized(ctx, x, idx)
@@ -387,13 +391,12 @@ def _read_realized(ctx: RangeifyCtx, x: UOp, idx: tuple[UOp, ...]) -> UOp:
 
 
 def _view(buf: UOp, shape: tuple) -> UOp:
-  if tuple(buf.shape) == tuple(shape): return buf
-  return UOp(Ops.RESHAPE, buf.dtype, (buf, shape_uop(shape)))
+  return buffer_view(buf, shape)  # a symbolic shape: the buffer's prefix
 
 
 def _intermediate(ctx: RangeifyCtx, x: UOp) -> UOp:
   slot = ctx.nargs + len(ctx.buffers)
-  numel = math.prod(x.shape)
+  numel = max_numel(x.shape)  # symbolic: sized for the variables' largest values
   dev = x.device or ctx.device
   buf = UOp(Ops.PARAM, x.dtype, (shape_uop((numel,)),), ParamArg(slot, x.dtype, dev))
   ctx.buffers[x] = buf

@@ -12,6 +12,7 @@ intermediates, allocated per run). Order: a kernel runs after the kernels whose 
 from __future__ import annotations
 
 import heapq
+from dataclasses import replace
 
 from unigrad.dtype import dtypes
 from unigrad.knobs import SPEC
@@ -74,14 +75,18 @@ def order_kernels(kernels: list[Kernel]) -> list[int]:
 
 
 def finalize_kernel(ast: UOp) -> tuple[UOp, tuple[UOp, ...]]:
-  """Renumber the kernel's PARAMs (0..) and RANGEs (0..) in discovery order; returns the kernel
-  SINK and the body PARAMs its slots refer to."""
+  """Renumber the kernel's PARAMs (0..) and RANGEs (0..) in discovery order and its variables
+  (0..) in name order (the launch passes their values in that order); returns the kernel SINK
+  and the body PARAMs its slots refer to."""
   topo = ast.toposort()
   params = [u for u in topo if u.op is Ops.PARAM and u.arg.name is None]
   ranges = [u for u in topo if u.op is Ops.RANGE]
+  variables = sorted((u for u in topo if u.op is Ops.PARAM and u.arg.name is not None),
+                     key=lambda v: v.arg.name)
   sub: dict[UOp, UOp] = {}
   for i, p in enumerate(params):
     sub[p] = p.replace(arg=ParamArg(i, p.arg.dtype, p.arg.device, p.arg.addrspace))
+  for i, v in enumerate(variables): sub[v] = v.replace(arg=replace(v.arg, slot=i))
   for i, r in enumerate(ranges):
     sub[r] = r.replace(arg=RangeArg(i, r.arg.axis_type))
   new = _substitute_nodes(ast, sub)

@@ -125,12 +125,15 @@ class ParamArg:
   """Arg of PARAM and BUFFER: a slot number, the element dtype, device and address space.
 
   A PARAM with a `name` and bounds in its sources is a symbolic variable (slot -1 until numbered).
+  A bound variable (`UOp.bind`) also carries its `value`; callify strips it (the function body and
+  every kernel see the unbound variable, the value travels beside them to each launch).
   """
   slot: int
   dtype: DType
   device: str | tuple[str, ...] | None = None
   addrspace: AddrSpace = AddrSpace.GLOBAL
   name: str | None = None
+  value: int | None = None
 
 
 @dataclass(frozen=True)

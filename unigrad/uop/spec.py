@@ -202,7 +202,10 @@ def _param_bounds(u: UOp) -> str | None:
   lo, hi = u.src[1], u.src[2]
   if lo.shape != () or hi.shape != () or lo.dtype != u.dtype or hi.dtype != u.dtype:
     return f"bounds must be ()-shaped {u.dtype!r} values"
-  return None if lo.vmin <= hi.vmax else f"empty bounds [{lo.vmin}, {hi.vmax}]"
+  if lo.vmin > hi.vmax: return f"empty bounds [{lo.vmin}, {hi.vmax}]"
+  value = u.arg.value if isinstance(u.arg, ParamArg) else None
+  if value is None or lo.vmin <= value <= hi.vmax: return None
+  return f"bound value {value} outside [{lo.vmin}, {hi.vmax}]"
 
 
 def _param_dtype(u: UOp) -> str | None:

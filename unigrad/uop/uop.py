@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Callable, Iterable
+from dataclasses import replace as dc_replace
 from typing import Any, TypeVar, Union
 
 from unigrad.dtype import AddrSpace, DType, dtypes, truncate
@@ -269,6 +270,30 @@ class UOp(metaclass=UOpMetaClass):
     bounds = (UOp.const(dtype, vmin), UOp.const(dtype, vmax))
     arg = ParamArg(-1, dtype, None, AddrSpace.REG, name)
     return UOp(Ops.PARAM, dtype, (shape_uop(()), *bounds), arg)
+
+  def bind(self, value: int) -> UOp:
+    """This variable bound to `value`: the same variable, carrying the value to the launches.
+    `UOp.variable("n", 1, 64).bind(3)`; a value outside [min, max] raises ValueError."""
+    if self.op is not Ops.PARAM or self.arg.name is None or len(self.src) != 3:
+      raise TypeError(f"bind needs a variable (UOp.variable), got {self.op!r}")
+    if isinstance(value, bool) or not isinstance(value, int):
+      raise TypeError(f"variable {self.arg.name!r}: bind needs an int, got {value!r}")
+    lo, hi = self.vmin, self.vmax
+    if not lo <= value <= hi:
+      raise ValueError(f"variable {self.arg.name!r}: value {value} is outside its range "
+                       f"[{lo}, {hi}]")
+    return UOp(Ops.PARAM, self.dtype, self.src, dc_replace(self.arg, value=value))
+
+  def unbind(self) -> tuple[UOp, int]:
+    """(the unbound variable, its value) of a bound variable."""
+    if self.op is not Ops.PARAM or self.arg.name is None or self.arg.value is None:
+      raise TypeError(f"unbind needs a bound variable, got {self.render(simplify=False)}")
+    return UOp(Ops.PARAM, self.dtype, self.src, dc_replace(self.arg, value=None)), self.arg.value
+
+  @property
+  def is_variable(self) -> bool:
+    """Whether this is a symbolic variable (a named PARAM with bounds), bound or not."""
+    return self.op is Ops.PARAM and self.arg.name is not None
 
   @staticmethod
   def range(bound: sint, idx: int, axis_type: AxisType = AxisType.LOOP) -> UOp:

@@ -130,7 +130,7 @@ def plan_tiles(k: OptKernel, vector_bytes: int) -> list[TilePlan]:
 def add_threads(k: OptKernel, threads: int, prefer: tuple[int, ...] = ()) -> OptKernel:
   """THREAD over the first preferred LOOP axis the threads divide, else over the first one."""
   if threads <= 1: return k
-  if math.prod(s for s in k.sizes if s > 0) < MIN_WORK_PER_THREAD * threads: return k
+  if math.prod(k.max_sizes) < MIN_WORK_PER_THREAD * threads: return k  # symbolic: largest
   fits = [(r.arg.id not in prefer, i) for i, (r, t) in enumerate(zip(k.axes, k.axis_types()))
           if t is AxisType.LOOP and k.sizes[i] >= threads and k.sizes[i] % threads == 0]
   return _try(k, Opt.thread(min(fits)[1], threads)) if fits else k

@@ -76,6 +76,11 @@ class OptKernel:
   def sizes(self) -> list[int]:
     return [r.src[0].arg if r.src[0].op is Ops.CONST else -1 for r in self.axes]
 
+  @property
+  def max_sizes(self) -> list[int]:
+    """Each loop's size, a symbolic one at its largest value (for work estimates)."""
+    return [int(r.src[0].vmax) for r in self.axes]
+
   def axis_types(self) -> list[AxisType]: return [r.arg.axis_type for r in self.axes]
 
   def name(self) -> str:
@@ -83,7 +88,8 @@ class OptKernel:
     types = self.axis_types()
     is_reduce = any(t in (AxisType.REDUCE, AxisType.UNROLL, AxisType.GROUP_REDUCE) for t in types)
     prefix = "r" if is_reduce else "E"
-    return "_".join([prefix, *(f"{t.letter}{s}" for t, s in zip(types, self.sizes))])
+    sizes = (s if s >= 0 else "n" for s in self.sizes)  # n: a symbolic loop
+    return "_".join([prefix, *(f"{t.letter}{s}" for t, s in zip(types, sizes))])
 
   def finalize(self) -> UOp:
     """The AST with its KernelInfo (name and applied opts)."""
