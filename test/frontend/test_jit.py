@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from unigrad import Context, Tensor, TinyJit, dtypes, nn
+from unigrad import Context, Tensor, TinyJit, Variable, dtypes, nn
 from unigrad.engine.realize import CaptureError
 from unigrad.frontend.jit import JitError
 from unigrad.helpers import GlobalCounters
@@ -211,3 +211,35 @@ def test_captured_intermediates_share_one_arena():
   prog = f.captured
   assert prog.inter_bytes >= 5 * 32 * 32 * 4
   assert 0 < prog.arena_bytes <= 2 * 32 * 32 * 4
+
+
+def test_bound_variable_replays_across_values_without_recompiling(device):
+  rng = np.random.default_rng(3)
+  xv, wv = rng.standard_normal((64, 4)).astype(np.float32), rng.standard_normal((4, 3)).astype(
+    np.float32)
+  x, w = Tensor(xv, device), Tensor(wv, device)
+  n = Variable("n", 1, 64)
+  calls = []
+
+  @TinyJit
+  def f(x, k):
+    calls.append(1)
+    return (x[:k] @ w).relu().sum(axis=0), x[:k] * 2
+  for k in list(range(1, 8)) + [64, 33, 5]:
+    if k == 4: compiled = GlobalCounters.programs_compiled
+    s, y = f(x, n.bind(k))
+    np.testing.assert_allclose(s.numpy(), np.maximum(xv[:k] @ wv, 0).sum(0), rtol=1e-5, atol=1e-5)
+    assert y.shape[0].arg.value == k
+    np.testing.assert_allclose(y.numpy(), xv[:k] * 2)
+  assert len(calls) == 2 and GlobalCounters.programs_compiled == compiled
+
+
+def test_symbolic_input_shape_replays():
+  n = Variable("n", 1, 16)
+  base = Tensor(np.arange(16, dtype=np.float32))
+
+  @TinyJit
+  def f(x): return (x + 1).sum()
+  for k in (3, 3, 3, 7, 16, 1):
+    assert f(base[:n.bind(k)].contiguous()).item() == sum(range(k)) + k
+  assert len(f.entries) == 1

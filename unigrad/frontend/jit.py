@@ -19,6 +19,9 @@ engine/jit.py). What a replay does and does not repeat:
   starts over for that signature (an eager call, then a capture); the last `JIT_CAPTURES`
   signatures are kept. A different number or kind of arguments (a Tensor where the first call
   had another type) raises `JitError`.
+- Symbolic shapes: a bound `Variable` passed as an argument or in an input's shape is part of
+  the program, not of the signature: a new value replays the same kernels with the value passed
+  at launch (no recompile, no recapture).
 - `jit.reset()` forgets every capture (needed if a captured tensor's storage was replaced, e.g.
   by `Tensor.replace`). `JIT=0` runs the function eagerly on every call.
 """
@@ -37,6 +40,7 @@ from unigrad.frontend.tensor import Tensor
 from unigrad.knobs import JIT, JIT_CAPTURES
 from unigrad.schedule.callify import buffer_base
 from unigrad.uop import UOp
+from unigrad.uop.variable import bound_values, unbind_values, variables
 
 __all__ = ["TinyJit", "JitError"]
 
@@ -91,13 +95,14 @@ class TinyJit:
     tree = flatten_tensors((args, kwargs), found)
     self._check_skeleton(tree)
     inputs = _prepare(list(found.values()))
-    key = (structure_key(tree), tuple(map(tensor_signature, inputs)), Tensor.training,
-           bool(Tensor.no_grad))
+    var_vals = bound_values([*_uops_in(tree), *(d for t in inputs for d in t.shape)])
+    key = (structure_key(_unbound(tree)), tuple(_unbound(tensor_signature(t)) for t in inputs),
+           Tensor.training, bool(Tensor.no_grad))
     entry = self.entries.pop(key, None) or Entry()
     self.entries[key] = entry  # most recently used last
     while len(self.entries) > max(1, int(JIT_CAPTURES)): self.entries.pop(next(iter(self.entries)))
     entry.calls += 1
-    if entry.program is not None: return _replay(entry, inputs)
+    if entry.program is not None: return _replay(entry, inputs, var_vals)
     call_args, call_kwargs = unflatten_tensors(tree, inputs)
     if entry.calls == 1: return _realized(self.fxn(*call_args, **call_kwargs))
     with capture() as cap:
@@ -143,12 +148,37 @@ def _realized(result: Any) -> Any:
   return result
 
 
-def _replay(entry: Entry, inputs: list[Tensor]) -> Any:
+def _replay(entry: Entry, inputs: list[Tensor], var_vals: dict[str, int]) -> Any:
   assert entry.program is not None
-  entry.program.replay([engine.buffer_of(t.uop) for t in inputs])
+  entry.program.replay([engine.buffer_of(t.uop) for t in inputs], var_vals)
   sub = {old: buffer_base(t.uop) for old, t in zip(entry.input_nodes, inputs)}
-  outs = [Tensor._from_uop(u.substitute(sub), dev) for u, dev in entry.out_uops]
+  outs = [Tensor._from_uop(_rebind(u.substitute(sub), var_vals), dev) for u, dev in entry.out_uops]
   return unflatten_tensors(entry.out_tree, outs)
+
+
+def _uops_in(tree: Any) -> list[UOp]:
+  """The UOps among the non-Tensor arguments (bound variables pass their values this way)."""
+  if isinstance(tree, UOp): return [tree]
+  if isinstance(tree, (list, tuple)): return [u for x in tree for u in _uops_in(x)]
+  if isinstance(tree, dict): return [u for x in tree.values() for u in _uops_in(x)]
+  return []
+
+
+def _unbound(tree: Any) -> Any:
+  """`tree` with every UOp's bound variables unbound: a new value of a variable is the same
+  program (its kernels take the value at launch)."""
+  if isinstance(tree, UOp): return unbind_values(tree)[0]
+  if isinstance(tree, (list, tuple)): return type(tree)(_unbound(x) for x in tree)
+  if isinstance(tree, dict): return {k: _unbound(v) for k, v in tree.items()}
+  return tree
+
+
+def _rebind(u: UOp, var_vals: dict[str, int]) -> UOp:
+  """`u` (a captured output view) with its bound variables bound to this call's values."""
+  if not var_vals: return u
+  sub = {v: v.unbind()[0].bind(var_vals[v.arg.name]) for v in variables([u])
+         if v.arg.value is not None and v.arg.name in var_vals}
+  return u.substitute(sub) if sub else u
 
 
 def _skeleton(tree: Any) -> Any:
