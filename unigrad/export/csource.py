@@ -25,8 +25,9 @@ from unigrad.uop import UOp
 
 __all__ = ["KernelSource", "render_header", "render_source", "c_type"]
 
-# what C11 and C++ spell differently; no contraction of a*b+c into fma that the kernels did not ask
-# for (gcc: -ffp-contract=off, the default with -std=c11)
+# what C11 and C++ spell differently; no contraction of a*b+c into an fma the kernels did not ask
+# for (gcc: -ffp-contract=off, the default with -std=c11); vector helpers wider than the target's
+# baseline registers are inlined, so gcc's ABI warning about them (-Wpsabi) does not apply
 PORTABILITY = """\
 #include <stddef.h>
 #ifdef __cplusplus
@@ -35,6 +36,8 @@ PORTABILITY = """\
 #endif
 #if defined(__clang__)
 #pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 """
 HEX_PER_LINE = 8

@@ -8,9 +8,11 @@ rendering, csource.py). Calling it compiles `source` once and runs it natively (
 Renderer choice: the kernels are those of the CPU device (`renderer_for("CPU")`: its vector
 width, its THREAD chunks), so an exported function computes exactly what `Tensor.realize` does,
 bit for bit. Their vectors are GCC/clang vector extensions, which any gcc or clang compiles for
-any target (`-march=native` only makes them faster); `-Wpsabi` (vector arguments wider than the
-baseline ABI) is a note, not a warning, and only where the kernels use vectors wider than the
-target's baseline (add `-march=native` or `-Wno-psabi`); floating-point contraction must stay off
+any target (`-march=native` only makes them faster). Where the kernels use vectors wider than the
+target's baseline registers (the AVX-512 width of the machine that exported them, compiled
+without -mavx512f), gcc's ABI warning for the always-inlined vector helpers is switched off in
+the file; gcc still prints an informational note about them (no error; `-Wno-psabi` or
+`-march=native` removes it). Floating-point contraction must stay off
 as on the CPU device (`-std=c11` gives it with gcc, the file tells clang with a pragma, gcc in C++
 or GNU mode needs `-ffp-contract=off` on FMA targets).
 """
