@@ -63,9 +63,10 @@ int main(int argc, char **argv) {{
 
 def build_driver(folder: Path, name: str, source: str, header: str,
                  ins: list[tuple[str, int]], outs: list[tuple[str, int]],
-                 batch: int | None = None) -> Path:
+                 batch: int | None = None, cxx: str | None = None) -> Path:
   """Write NAME.c/.h and a driver reading `ins` ((C type, count) each) from a file and writing
-  `outs`; compile them with `cc -std=c11 -O2 -Wall -Werror`; returns the executable."""
+  `outs`; compile them with `cc -std=c11 -O2 -Wall -Werror` (or all as C++ with `cxx`);
+  returns the executable."""
   (folder / f"{name}.c").write_text(source)
   (folder / f"{name}.h").write_text(header)
   arrays = [(f"in{i}", t, n) for i, (t, n) in enumerate(ins)]
@@ -78,8 +79,9 @@ def build_driver(folder: Path, name: str, source: str, header: str,
   driver = DRIVER.format(name=name, decls=decls, reads=reads, writes=writes, args=args)
   (folder / "driver.c").write_text(driver)
   exe = folder / f"{name}_driver"
-  cmd = [cc(), "-std=c11", "-O2", "-Wall", "-Werror", "-Wno-psabi", "driver.c", f"{name}.c", "-o",
-         str(exe), "-lm"]
+  lang = ["-x", "c++"] if cxx else ["-std=c11"]
+  cmd = [cxx or cc(), *lang, "-O2", "-Wall", "-Werror", "-Wno-psabi", "driver.c", f"{name}.c",
+         "-o", str(exe), "-lm"]
   proc = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr
   return exe

@@ -11,7 +11,7 @@ from unigrad import Tensor, dtypes
 from unigrad.export import NumericalFunction
 from unigrad.nn.state import get_state_dict, safe_save
 
-from export.helpers import MLP, ROOT, DigitsCNN, build_driver, cc, needs_cc, run_driver
+from export.helpers import MLP, DigitsCNN, build_driver, cc, needs_cc, run_driver
 import export_digits  # examples/, put on the path by export.helpers
 
 pytestmark = needs_cc
@@ -99,5 +99,14 @@ def test_openmp_build_gives_the_same_bits(tmp_path):
   assert run_driver(exe, [a, b]) == ref and run_driver(omp, [a, b]) == ref
 
 
-def test_example_source_is_tracked():
-  assert (ROOT / "examples" / "export_digits.py").exists()
+@pytest.mark.parametrize("cxx", [None, "c++"], ids=["c11", "c++"])
+def test_bool_int_and_half_arrays_cross_the_interface(tmp_path, cxx):
+  if cxx is not None and shutil.which(cxx) is None: pytest.skip("no C++ compiler")
+  def f(x, i): return x > 0, (i * 3).cast(dtypes.int64), x.cast(dtypes.float16) * 2
+  nf = NumericalFunction(f, ((6,), dtypes.float32), ((6,), dtypes.int32), name="mixed")
+  exe = build_driver(tmp_path, "mixed", nf.source, nf.header, [("float", 6), ("int", 6)],
+                     [("bool", 6), ("long long", 6), ("uint16_t", 6)], cxx=cxx)
+  x = Tensor([-1.5, 0.0, 2.0, 1e-3, -0.0, 7.0])
+  i = Tensor([1, -2, 3, 2**20, -(2**20), 0], dtype=dtypes.int32)  # no overflow: C's is undefined
+  refs = [r.realize() for r in f(x, i)]
+  assert run_driver(exe, [x, i]) == b"".join(bytes(r._bytes()) for r in refs)

@@ -90,7 +90,7 @@ def test_dtypes_int_bool_and_emulated_half():
   def f(i, h):
     return (i * 3) > 4, (h * 2).cast(dtypes.float32), h.cast(dtypes.bfloat16) + 1
   nf = NumericalFunction(f, ((5,), dtypes.int32), ((5,), dtypes.float16))
-  assert "const int *in0, const uint16_t *in1, _Bool *out0, float *out1, uint16_t *out2" in (
+  assert "const int *in0, const uint16_t *in1, bool *out0, float *out1, uint16_t *out2" in (
     nf.header.replace("\n", " "))
   i = Tensor([0, 1, 2, 3, -4], dtype=dtypes.int32)
   h = Tensor([0.5, -1, 2.25, 1e4, 3], dtype=dtypes.float16)
@@ -144,8 +144,9 @@ def test_bad_specs_raise():
   with pytest.raises(TypeError, match="Tensor or a"): NumericalFunction(lambda x: x, [2, 3])
   with pytest.raises(TypeError, match="needs a function"):
     NumericalFunction(3, ((2,), dtypes.float32))
-  with pytest.raises(ValueError, match="C identifier"):
-    NumericalFunction(lambda x: x, ((2,), dtypes.float32), name="my-fn")
+  for bad in ("my-fn", "main", "int", "__x"):
+    with pytest.raises(ValueError, match="C identifier"):
+      NumericalFunction(lambda x: x, ((2,), dtypes.float32), name=bad)
 
 
 def test_calling_with_wrong_inputs_raises(mlp):

@@ -3,7 +3,9 @@ import numpy as np
 import pytest
 
 from unigrad import Tensor, dtypes
-from unigrad.export import NumericalFunction, VmapError, svmap, vmap
+from unigrad.export import NumericalFunction, VmapError, batch_body, svmap, vmap
+from unigrad.schedule.function import param_like
+from unigrad.uop import Ops, UOp
 
 from export.helpers import DigitsCNN, needs_cc, same_bits
 
@@ -90,3 +92,17 @@ def test_svmap_call_with_wrong_batch_raises():
   with pytest.raises(ValueError, match="disagree on the batch"):
     nf(Tensor.ones(2, 3), Tensor.ones(4, 3))
   with pytest.raises(ValueError, match=r"\(batch, 3\)"): nf(Tensor.ones(2, 4), Tensor.ones(2, 4))
+
+
+def test_vmap_broadcasts_unbatched_results_and_keeps_unused_inputs():
+  vf = vmap(lambda x, y: (x * 2, W, x.sum()), in_axes=(0, 0))
+  a, w, s = vf(Tensor.ones(3, 2), Tensor.ones(3, 5))
+  assert a.shape == (3, 2) and w.shape == (3, 4, 3) and s.shape == (3,)
+  np.testing.assert_array_equal(w.numpy(), np.broadcast_to(W.numpy(), (3, 4, 3)))
+  np.testing.assert_array_equal(s.numpy(), [2.0, 2.0, 2.0])
+
+
+def test_vmap_rejects_ops_without_a_batching_rule():
+  p = param_like(0, Tensor.empty(3).uop)
+  body = UOp(Ops.TUPLE, dtypes.void, (UOp(Ops.STACK, dtypes.float32, (p, p)),))
+  with pytest.raises(VmapError, match="no batching rule for STACK"): batch_body(body, (0,), 4)

@@ -59,7 +59,9 @@ class KernelSource:
 
 
 def c_type(dt: DType) -> str:
-  """The C type of an array element of `dt` at the exported interface."""
+  """The C type of an array element of `dt` at the exported interface (`bool` from
+  <stdbool.h> in C, C++'s own `bool`)."""
+  if dt == dtypes.bool: return "bool"
   return "uint16_t" if dt in (dtypes.float16, dtypes.bfloat16) else STORAGE[dt]
 
 
@@ -87,7 +89,8 @@ def render_header(name: str, ins: tuple[TensorSpec, ...], outs: tuple[TensorSpec
   doc = [f" * in{i}: {_dims(s, bool(mapped and mapped[i]))}" for i, s in enumerate(ins)]
   doc += [f" * out{i}: {_dims(s, batched)}" for i, s in enumerate(outs)]
   if batched: doc.insert(0, " * batch: the number of examples (the mapped arrays' first axis)")
-  lines = [f"#ifndef {guard}", f"#define {guard}", "#include <stdint.h>",
+  lines = [f"#ifndef {guard}", f"#define {guard}", "#include <stdint.h>", "#ifndef __cplusplus",
+           "#include <stdbool.h>", "#endif",
            f"/* {name}: exported by unigrad.export. Arrays are C-contiguous, row-major;",
            " * outputs must not overlap inputs. float16/bfloat16 values are 16-bit patterns.",
            *doc, " */", "#ifdef __cplusplus", 'extern "C" {', "#endif",

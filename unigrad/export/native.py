@@ -29,18 +29,20 @@ __all__ = ["BUILD_FLAGS", "NativeFunction", "compile_library"]
 BUILD_FLAGS: tuple[str, ...] = ("-std=c11", "-O2", "-ffp-contract=off", "-fwrapv")
 
 
-def compile_library(source: str, name: str) -> tuple[ctypes.CDLL, str]:
-  """Build `source` as a shared library in a fresh directory; returns it and the directory."""
+def compile_library(source: str, name: str) -> ctypes.CDLL:
+  """Build `source` as a shared library in a scratch directory and load it (the directory is
+  removed once the library is mapped)."""
   cc = find_c_compiler()
   if cc is None: raise ExportError("no C compiler found (set CC, or install clang or gcc)")
-  folder = tempfile.mkdtemp(prefix=f"unigrad_export_{name}_")
-  src, lib = os.path.join(folder, f"{name}.c"), os.path.join(folder, f"lib{name}.so")
-  with open(src, "w") as f: f.write(source)
-  cmd = [cc, *BUILD_FLAGS, "-fPIC", "-shared", src, "-o", lib, "-lm"]
-  proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-  if proc.returncode != 0:
-    raise ExportError(f"compiling the exported {name}.c failed ({' '.join(cmd)}):\n{proc.stderr}")
-  return ctypes.CDLL(lib), folder
+  with tempfile.TemporaryDirectory(prefix=f"unigrad_export_{name}_") as folder:
+    src, lib = os.path.join(folder, f"{name}.c"), os.path.join(folder, f"lib{name}.so")
+    with open(src, "w") as f: f.write(source)
+    cmd = [cc, *BUILD_FLAGS, "-fPIC", "-shared", src, "-o", lib, "-lm"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+      raise ExportError(f"compiling the exported {name}.c failed ({' '.join(cmd)}):\n"
+                        f"{proc.stderr}")
+    return ctypes.CDLL(lib)
 
 
 @dataclass
@@ -48,7 +50,6 @@ class NativeFunction:
   """The compiled public function with its specs; `mapped` (svmap): it takes the batch size
   first, and the outputs and the mapped inputs have it as their first axis."""
   function: ctypes._CFuncPtr
-  folder: str
   ins: tuple[TensorSpec, ...]
   outs: tuple[TensorSpec, ...]
   mapped: tuple[bool, ...] | None

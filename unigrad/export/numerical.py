@@ -28,7 +28,7 @@ from unigrad.codegen.linearize import launch_size
 from unigrad.codegen.pipeline import full_rewrite
 from unigrad.engine.realize import renderer_for
 from unigrad.export.csource import KernelSource, render_header, render_source
-from unigrad.export.lower import ExportPlan, lower
+from unigrad.export.lower import ExportPlan, Slot, lower
 from unigrad.export.native import BUILD_FLAGS, NativeFunction, compile_library
 from unigrad.export.trace import EXPORT_DEVICE, ExportError, TensorSpec, Trace, to_spec, trace
 from unigrad.export.vmap import VmapError, vmap
@@ -39,6 +39,11 @@ from unigrad.uop import Ops, UOp
 __all__ = ["NumericalFunction"]
 
 C_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# names a C or C++ program cannot give its function
+RESERVED = frozenset("""auto bool break case char const continue default do double else enum extern
+float for goto if inline int long main register restrict return short signed sizeof static struct
+switch typedef union unsigned void volatile while class delete new namespace operator private
+protected public template this throw try catch virtual""".split())
 
 
 @dataclass(frozen=True, init=False)
@@ -56,8 +61,8 @@ class NumericalFunction:
   def __init__(self, fn: Callable[..., Any], *example_inputs: Any, name: str | None = None):
     if not callable(fn): raise TypeError(f"NumericalFunction needs a function, got {fn!r}")
     specs = tuple(to_spec(x, f"example input {i}") for i, x in enumerate(example_inputs))
-    if name is not None and not C_NAME.match(name):
-      raise ValueError(f"name {name!r} is not a C identifier")
+    if name is not None and (not C_NAME.match(name) or name in RESERVED or name.startswith("__")):
+      raise ValueError(f"name {name!r} is not a C identifier a program can define")
     object.__setattr__(self, "fn", fn)
     object.__setattr__(self, "example_inputs", specs)
     object.__setattr__(self, "export_name", name)
@@ -72,7 +77,8 @@ class NumericalFunction:
     identifier, else `fn`."""
     if self.export_name is not None: return self.export_name
     fn_name = getattr(self.fn, "__name__", "")
-    return fn_name if C_NAME.match(fn_name) else "fn"
+    ok = C_NAME.match(fn_name) and fn_name not in RESERVED and not fn_name.startswith("__")
+    return fn_name if ok else "fn"
 
   @functools.cached_property
   def batched(self) -> bool:
@@ -118,7 +124,7 @@ class NumericalFunction:
     return self._plan.schedule
 
   @functools.cached_property
-  def buffers(self) -> dict[int, Any]:
+  def buffers(self) -> dict[int, Slot]:
     """Slot -> its `Slot` (category input/output/constant/intermediate, index, size, dtype)."""
     return dict(self._plan.slots)
 
@@ -169,9 +175,8 @@ class NumericalFunction:
 
   @functools.cached_property
   def _native(self) -> NativeFunction:
-    lib, folder = compile_library(self.source, self.name)
-    ins = self.input_specs
-    return NativeFunction(getattr(lib, self.name), folder, ins, self.output_specs,
+    lib = compile_library(self.source, self.name)
+    return NativeFunction(getattr(lib, self.name), self.input_specs, self.output_specs,
                           self.mapped if self.batched else None)
 
   def __call__(self, *inputs: Tensor) -> Tensor | tuple[Tensor, ...]:
