@@ -53,6 +53,13 @@ def test_mlp_matches_unigrad_bit_for_bit(mlp):
   assert same_bits(logits, ref_logits.realize()) and same_bits(probs, ref_probs.realize())
 
 
+def test_inputs_that_are_views_or_lazy_are_made_row_major(mlp):
+  model, nf = mlp
+  base = Tensor.randn(64, 3).realize()
+  for x in (base.T, base.T * 1.0):
+    assert same_bits(nf(x)[0], model(x.contiguous().realize())[0].realize())
+
+
 def test_constants_keep_their_exact_bits():
   special = [math.nan, -0.0, math.inf, -math.inf, 1e-45, 3.4e38, -1.5]
   w = Tensor(special).realize()

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from unigrad.dtype import DType, dtypes
 from unigrad.export.lower import Category, ExportPlan, Slot
+from unigrad.export.native import BUILD_FLAGS
 from unigrad.export.trace import TensorSpec
 from unigrad.renderer.cstyle import PRELUDE, STORAGE
 from unigrad.uop import UOp
@@ -157,7 +158,10 @@ def render_source(name: str, plan: ExportPlan, kernels: dict[UOp, KernelSource],
   macro = f"{name.upper()}_PARALLEL_FOR"
   parallel = ["#if defined(_OPENMP)", f'#define {macro} _Pragma("omp parallel for")', "#else",
               f"#define {macro}", "#endif"]
-  parts = [render_header(name, ins, outs, mapped), PORTABILITY, PRELUDE, *helpers.values(),
+  build = (f"/* build: cc {' '.join(BUILD_FLAGS)} -c {name}.c  (any C11 or C++ compiler of the gcc "
+           "or clang family;\n * -march=native only for speed, -fopenmp runs THREAD chunks in "
+           "parallel) */")
+  parts = [render_header(name, ins, outs, mapped), build, PORTABILITY, PRELUDE, *helpers.values(),
            "\n".join(parallel), ""]
   parts += [f"static {k.function}" for k in kernels.values()]
   parts += [_constant(f"{name}_c{i}", d, dt)

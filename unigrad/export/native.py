@@ -25,8 +25,10 @@ from unigrad.schedule.callify import is_plain_buffer
 __all__ = ["BUILD_FLAGS", "NativeFunction", "compile_library"]
 
 # -ffp-contract=off: no fused multiply-adds the kernels did not ask for (the CPU device's flag),
-# so results match unigrad's bit for bit; -fwrapv: integers wrap like the CPU device's
-BUILD_FLAGS: tuple[str, ...] = ("-std=c11", "-O2", "-ffp-contract=off", "-fwrapv")
+# so results match unigrad's bit for bit; -fwrapv: integers wrap like the CPU device's;
+# -march=native: the vector registers and FMA instructions the kernels were shaped for (without
+# it the results are the same, but a target with no FMA computes each fmaf in software)
+BUILD_FLAGS: tuple[str, ...] = ("-std=c11", "-O2", "-march=native", "-ffp-contract=off", "-fwrapv")
 
 
 def compile_library(source: str, name: str) -> ctypes.CDLL:
