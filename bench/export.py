@@ -3,8 +3,10 @@
   python bench/export.py [--batch 64] [--repeat 50]
 
 Rows: the exported C called natively (`nf(x)`: argument checks and a new output Tensor
-included, single-threaded), unigrad's own run of the same kernels (TinyJit replay, THREAD chunks
-on every core), and PyTorch eager on the same weights, with every core and with one thread.
+included, single-threaded; with the CPU device's kernels, then with `threads=1`), unigrad's own
+run of the same kernels (TinyJit replay, THREAD chunks on every core), and PyTorch eager on the
+same weights, with every core and with one thread. The machine's load moves these a lot: run it
+twice.
 Bit-exactness of the exported result against unigrad is checked first.
 """
 from __future__ import annotations
@@ -47,11 +49,14 @@ def main() -> None:
   jitted = TinyJit(lambda t: model(t).realize())
   assert bytes(nf(x)._bytes()) == bytes(jitted(x)._bytes()), "exported C differs from unigrad"
   jitted(x)
+  nf1 = NumericalFunction(model, ((args.batch, 64), dtypes.float32), name="digits_cnn1", threads=1)
   c = best_of(lambda: nf(x), args.repeat)
+  c1 = best_of(lambda: nf1(x), args.repeat)
   ours = best_of(lambda: jitted(x), args.repeat)
   print(f"digits CNN forward, batch {args.batch} ({len(nf.rendered_kernels)} kernels), best of "
         f"{args.repeat}:")
-  print(f"  exported C (1 thread)      {c * 1e6:9.1f} us")
+  print(f"  exported C (1 thread)      {c * 1e6:9.1f} us   (the CPU device's kernels)")
+  print(f"  exported C, threads=1      {c1 * 1e6:9.1f} us   (kernels shaped for one thread)")
   print(f"  unigrad TinyJit            {ours * 1e6:9.1f} us   C / unigrad x{ours / c:.2f}")
   torch = try_torch()
   if torch is None: return

@@ -5,7 +5,7 @@ import struct
 import numpy as np
 import pytest
 
-from unigrad import Tensor, dtypes, function
+from unigrad import Context, Tensor, dtypes, function
 from unigrad.export import Category, ExportError, NumericalFunction, TensorSpec
 from unigrad.uop import Ops
 
@@ -31,7 +31,7 @@ def test_properties_follow_the_seed(mlp):
   assert nf.header in nf.source and "static const union" in nf.source
   kernels = nf.rendered_kernels
   assert kernels and all(f"void {name}(" in src for name, src in kernels.items())
-  assert all(f"static void {name}(" in nf.source for name in kernels)
+  assert all(f"static __attribute__((noinline)) void {name}(" in nf.source for name in kernels)
   with pytest.raises(AttributeError): nf.fn = None  # frozen
 
 
@@ -162,3 +162,13 @@ def test_calling_with_wrong_inputs_raises(mlp):
   with pytest.raises(ValueError, match="dtype"): nf(Tensor.ones(3, 64, dtype=dtypes.float16))
   with pytest.raises(TypeError, match="1 input"): nf(Tensor.ones(3, 64), Tensor.ones(3, 64))
   with pytest.raises(TypeError, match="expected a Tensor"): nf([[0.0] * 64] * 3)
+
+
+def test_single_thread_kernels_match_unigrad_with_one_thread():
+  a, b = Tensor.randn(96, 80).realize(), Tensor.randn(80, 64).realize()
+  nf = NumericalFunction(lambda x, y: (x @ y).relu(), a, b, threads=1)
+  with Context(THREADS=1):
+    ref = (a @ b).relu().realize()
+    assert "r_t" not in "".join(nf.rendered_kernels)  # no THREAD chunks
+  assert same_bits(nf(a, b), ref)
+  with pytest.raises(ValueError, match="threads"): NumericalFunction(lambda x: x, a, threads=0)

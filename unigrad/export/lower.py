@@ -2,21 +2,24 @@
 
 Consumes: a `Trace` (trace.py).
 Produces: an `ExportPlan`: the schedule (`LINEAR` of kernel CALLs over PARAM slots, from the
-same callify and create_schedule as `Tensor.realize`), the category of every slot (seed 003's
-four: input, output, constant, intermediate), the constants' bytes, each intermediate's place in
-a per-dtype scratch array (the memory plan, schedule/memory.py), and the launches.
-Invariants: constants are the captured values realized once, row-major, their bytes read here
-(embedded later as `static const` arrays with these exact bits); the scheduling works on the
+same callify and create_schedule as `Tensor.realize`, less the kernels fold.py ran at export
+time), the category of every slot used (seed 003's four: input, output, constant, intermediate),
+the constants' bytes, each intermediate's place in a per-dtype scratch array (the memory plan,
+schedule/memory.py), and the launches.
+Invariants: constants are the captured values realized once, row-major, and the results of
+folded kernels, their bytes read here (embedded later as `static const` arrays with these exact
+bits), numbered in order of first use; the scheduling works on the
 inlined copy of the FUNCTION, so the Trace itself is never changed; an intermediate's offset is
 a multiple of 64 bytes and two intermediates used by overlapping launches never share an element.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from enum import Enum
 
 from unigrad.dtype import DType
 from unigrad.engine.realize import Launch, copyout, launch_plan
+from unigrad.export.buffers import Category, Slot
+from unigrad.export.fold import fold_constants
 from unigrad.export.trace import EXPORT_DEVICE, ExportError, Trace
 from unigrad.frontend.tensor import Tensor
 from unigrad.schedule.callify import buffer_base, callify
@@ -25,26 +28,7 @@ from unigrad.schedule.memory import Lifetime, plan_memory
 from unigrad.schedule.schedule import create_schedule
 from unigrad.uop import Ops, UOp
 
-__all__ = ["Category", "Slot", "ExportPlan", "lower"]
-
-
-class Category(Enum):
-  """Seed 003's buffer categories."""
-  INPUT = "input"
-  OUTPUT = "output"
-  CONSTANT = "constant"
-  INTERMEDIATE = "intermediate"
-
-
-@dataclass(frozen=True)
-class Slot:
-  """One buffer of the schedule: its category, the index within it (input 0, constant 3...),
-  element count and dtype; for an intermediate, its element offset in its dtype's scratch."""
-  category: Category
-  index: int
-  size: int
-  dtype: DType
-  offset: int = 0
+__all__ = ["Category", "Slot", "ExportPlan", "lower"]  # Category, Slot: buffers.py
 
 
 @dataclass(frozen=True)
@@ -80,9 +64,18 @@ def lower(tr: Trace) -> ExportPlan:
   linear = create_schedule(res.body, len(res.bufs), EXPORT_DEVICE)
   plan = launch_plan(linear, len(res.bufs))
   for s, p in plan.inter.items(): slots[s] = Slot(Category.INTERMEDIATE, s, p.size, p.dtype)
-  scratch = _place_intermediates(plan.launches, slots)
-  data = tuple(bytes(copyout(c)) for c in consts)
-  return ExportPlan(linear, slots, data, tuple(c.dtype for c in consts), scratch, plan.launches)
+  views = {_base(c): c for c in consts}
+  values = {s: bytes(copyout(views[b])) for s, b in enumerate(res.bufs)
+            if b in views and slots[s].category is Category.CONSTANT}
+  kept, slots, values = fold_constants(plan.launches, slots, values)
+  launches = tuple(plan.launches[i] for i in kept)
+  slots = {s: slots[s] for s in dict.fromkeys(s for launch in launches for s in launch.slots)}
+  const_slots = [s for s, v in slots.items() if v.category is Category.CONSTANT]
+  for i, s in enumerate(const_slots): slots[s] = replace(slots[s], index=i)
+  scratch = _place_intermediates(launches, slots)
+  schedule = UOp(Ops.LINEAR, linear.dtype, tuple(linear.src[i] for i in kept))
+  return ExportPlan(schedule, slots, tuple(values[s] for s in const_slots),
+                    tuple(slots[s].dtype for s in const_slots), scratch, launches)
 
 
 def _realized(u: UOp) -> UOp:

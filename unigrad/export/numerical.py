@@ -33,6 +33,7 @@ from unigrad.export.native import BUILD_FLAGS, NativeFunction, compile_library
 from unigrad.export.trace import EXPORT_DEVICE, ExportError, TensorSpec, Trace, to_spec, trace
 from unigrad.export.vmap import VmapError, vmap
 from unigrad.frontend.tensor import Tensor
+from unigrad.knobs import Context
 from unigrad.renderer.cstyle import CRenderer
 from unigrad.uop import Ops, UOp
 
@@ -50,6 +51,12 @@ protected public template this throw try catch virtual""".split())
 class NumericalFunction:
   """`fn` traced on `example_inputs` (Tensors or `(shape, dtype)` pairs) and exported as C.
 
+  `threads`: None renders the CPU device's own kernels (bit for bit what unigrad computes); an
+  int renders them as for a CPU device with that many threads (`THREADS`): `threads=1` gives
+  kernels shaped for the single-threaded loop the file runs by default, often faster there, equal
+  bit for bit to unigrad run with `THREADS=1`. Random numbers drawn inside `fn` are frozen: the
+  generator's state is a captured constant, so every call sees the same draw.
+
   >>> nf = NumericalFunction(lambda x: (x * 2).sum(), ((4,), dtypes.float32), name="twice")
   >>> print(nf.header)   # void twice(const float *in0, float *out0);
   >>> nf(Tensor([1.0, 2, 3, 4]))   # compiled and run natively
@@ -57,15 +64,20 @@ class NumericalFunction:
   fn: Callable[..., Any]
   example_inputs: tuple[TensorSpec, ...]
   export_name: str | None
+  threads: int | None
 
-  def __init__(self, fn: Callable[..., Any], *example_inputs: Any, name: str | None = None):
+  def __init__(self, fn: Callable[..., Any], *example_inputs: Any, name: str | None = None,
+               threads: int | None = None):
     if not callable(fn): raise TypeError(f"NumericalFunction needs a function, got {fn!r}")
     specs = tuple(to_spec(x, f"example input {i}") for i, x in enumerate(example_inputs))
     if name is not None and (not C_NAME.match(name) or name in RESERVED or name.startswith("__")):
       raise ValueError(f"name {name!r} is not a C identifier a program can define")
     object.__setattr__(self, "fn", fn)
     object.__setattr__(self, "example_inputs", specs)
+    if threads is not None and (not isinstance(threads, int) or threads < 1):
+      raise ValueError(f"threads must be an int >= 1 or None, got {threads!r}")
     object.__setattr__(self, "export_name", name)
+    object.__setattr__(self, "threads", threads)
     if self.batched:
       for i, (s, m) in enumerate(zip(specs, self.mapped)):
         if m and not s.shape:
@@ -130,6 +142,10 @@ class NumericalFunction:
 
   @functools.cached_property
   def _kernels(self) -> dict[UOp, KernelSource]:
+    if self.threads is None: return self._render_kernels()
+    with Context(THREADS=self.threads): return self._render_kernels()
+
+  def _render_kernels(self) -> dict[UOp, KernelSource]:
     ren = renderer_for(EXPORT_DEVICE)
     assert isinstance(ren, CRenderer)
     out: dict[UOp, KernelSource] = {}
