@@ -6,7 +6,10 @@ import numpy as np
 import pytest
 
 from unigrad import Context, Tensor, dtypes, function
+from unigrad.codegen.pipeline import full_rewrite
 from unigrad.export import Category, ExportError, NumericalFunction, TensorSpec
+from unigrad.export.csource import KernelSource
+from unigrad.renderer.cstyle import PRELUDE, CRenderer
 from unigrad.uop import Ops
 
 from export.helpers import MLP, needs_cc, same_bits
@@ -172,3 +175,39 @@ def test_single_thread_kernels_match_unigrad_with_one_thread():
     assert "r_t" not in "".join(nf.rendered_kernels)  # no THREAD chunks
   assert same_bits(nf(a, b), ref)
   with pytest.raises(ValueError, match="threads"): NumericalFunction(lambda x: x, a, threads=0)
+
+
+W4 = Tensor([[1.5, -2.0, 0.25, 3.0]]).realize()
+
+
+def test_kernels_reading_only_constants_are_folded_at_export_time():
+  nf = NumericalFunction(lambda x: x + (W4.exp() * 2).contiguous(), ((3, 4), dtypes.float32))
+  assert len(nf.schedule.src) == 1  # exp(W) * 2 was computed once, by the CPU device
+  consts = [s for s in nf.buffers.values() if s.category is Category.CONSTANT]
+  assert [s.size for s in consts] == [4]
+  folded = (W4.exp() * 2).realize()
+  assert all(f"0x{w:08x}u" in nf.source for w in struct.unpack("4I", bytes(folded._bytes())))
+  x = Tensor.randn(3, 4).realize()
+  assert same_bits(nf(x), (x + (W4.exp() * 2).contiguous()).realize())
+
+
+def test_a_broadcast_of_constants_is_not_folded_into_a_bigger_array():
+  nf = NumericalFunction(lambda x: x + W4.expand(256, 4).contiguous(), ((256, 4), dtypes.float32))
+  assert len(nf.schedule.src) == 2
+  assert [s.size for s in nf.buffers.values() if s.category is Category.CONSTANT] == [4]
+
+
+def test_a_copy_between_devices_becomes_a_loop():
+  nf = NumericalFunction(lambda x: x.to("PYTHON") * 2, ((3,), dtypes.float32))
+  assert "for (size_t i = 0; i < 3u; i++)" in nf.source
+  np.testing.assert_array_equal(nf(Tensor([1.0, -2.0, 3.0])).numpy(), [2.0, -4.0, 6.0])
+
+
+def test_kernel_source_is_the_renderers_whole_output():
+  ren = CRenderer("CPU", 32)
+  t = Tensor.randn(8, 8).realize()
+  kernel = (t.exp() + 1).schedule().src[-1].src[0]
+  linear = full_rewrite(kernel, ren)
+  helpers, text = ren.render_parts("k", linear)
+  assert ren.render("k", linear) == KernelSource("k", helpers, text, 1).source
+  assert text.startswith("void k(") and PRELUDE not in text
