@@ -211,3 +211,13 @@ def test_kernel_source_is_the_renderers_whole_output():
   helpers, text = ren.render_parts("k", linear)
   assert ren.render("k", linear) == KernelSource("k", helpers, text, 1).source
   assert text.startswith("void k(") and PRELUDE not in text
+
+
+def test_writing_to_an_outside_tensor_raises():
+  state = Tensor.zeros(2).contiguous().realize()
+  def f(x):
+    state.assign(x)
+    return x * 2
+  with pytest.raises(ExportError, match="pure"):
+    _ = NumericalFunction(f, ((2,), dtypes.float32)).function_graph
+  np.testing.assert_array_equal(state.numpy(), [0.0, 0.0])

@@ -72,10 +72,10 @@ class NumericalFunction:
     specs = tuple(to_spec(x, f"example input {i}") for i, x in enumerate(example_inputs))
     if name is not None and (not C_NAME.match(name) or name in RESERVED or name.startswith("__")):
       raise ValueError(f"name {name!r} is not a C identifier a program can define")
-    object.__setattr__(self, "fn", fn)
-    object.__setattr__(self, "example_inputs", specs)
     if threads is not None and (not isinstance(threads, int) or threads < 1):
       raise ValueError(f"threads must be an int >= 1 or None, got {threads!r}")
+    object.__setattr__(self, "fn", fn)
+    object.__setattr__(self, "example_inputs", specs)
     object.__setattr__(self, "export_name", name)
     object.__setattr__(self, "threads", threads)
     if self.batched:
