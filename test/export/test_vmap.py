@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from unigrad import Tensor, dtypes
+from unigrad import Tensor, dtypes, function
 from unigrad.export import NumericalFunction, VmapError, batch_body, svmap, vmap
 from unigrad.schedule.function import param_like
 from unigrad.uop import Ops, UOp
@@ -106,3 +106,12 @@ def test_vmap_rejects_ops_without_a_batching_rule():
   p = param_like(0, Tensor.empty(3).uop)
   body = UOp(Ops.TUPLE, dtypes.void, (UOp(Ops.STACK, dtypes.float32, (p, p)),))
   with pytest.raises(VmapError, match="no batching rule for STACK"): batch_body(body, (0,), 4)
+
+
+def test_batch_body_takes_a_symbolic_batch_size():
+  """Ready for symbolic shapes: the batch axis may be a bound variable (nothing runs here)."""
+  f = function(per_example)
+  a, _ = f(Tensor.empty(4), Tensor.empty(3))
+  n = UOp.variable("n", 1, 64)
+  batched = batch_body(a.uop.src[0].src[0], (0,), n)
+  assert batched.src[0].shape == (n,) and batched.src[1].shape == (n, 3, 3)
