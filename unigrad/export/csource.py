@@ -117,7 +117,6 @@ def _constant(name: str, data: bytes, dt: DType) -> str:
 class _Names:
   """How the public function refers to each buffer."""
   name: str
-  plan: ExportPlan
   ins: tuple[TensorSpec, ...]
   outs: tuple[TensorSpec, ...]
   mapped: tuple[bool, ...] | None  # svmap: which inputs advance with the batch loop
@@ -151,7 +150,7 @@ def render_source(name: str, plan: ExportPlan, kernels: dict[UOp, KernelSource],
                   mapped: tuple[bool, ...] | None = None) -> str:
   """The whole C file (see the module docstring); `mapped` (svmap): the function loops over a
   runtime batch, advancing the outputs and the mapped inputs by one example each time."""
-  names = _Names(name, plan, ins, outs, mapped)
+  names = _Names(name, ins, outs, mapped)
   batched = mapped is not None
   helpers: dict[str, str] = {}
   for k in kernels.values(): helpers.update(k.helpers)
