@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from train_digits import DATA, DigitsCNN, load_digits  # noqa: E402
+from train_digits import DATA, DigitsCNN, load_digits, split  # noqa: E402
 
 from unigrad import Tensor, dtypes  # noqa: E402
 from unigrad.export import NumericalFunction, svmap  # noqa: E402
@@ -42,7 +42,8 @@ def main(argv: list[str] | None = None) -> NumericalFunction:
   p.add_argument("--out-dir", default=".")
   p.add_argument("--name", default="digits_cnn")
   p.add_argument("--batch", type=int, default=None, help="a fixed batch size (default: runtime)")
-  p.add_argument("--check", type=int, default=16, help="compare the C with unigrad on N digits")
+  p.add_argument("--check", type=int, default=64,
+                 help="compare the C with unigrad on the first N held-out test digits (0: skip)")
   args = p.parse_args(argv)
   if not Path(args.weights).exists():
     p.error(f"{args.weights} not found: run examples/train_digits.py first (it reads {DATA.name})")
@@ -61,8 +62,9 @@ def main(argv: list[str] | None = None) -> NumericalFunction:
 
 
 def check(nf: NumericalFunction, model: DigitsCNN, n: int) -> None:
-  """Run the exported C natively on the first `n` digits and compare with unigrad's model."""
-  xs, ys = load_digits()
+  """Run the exported C natively on the first `n` held-out test digits (train_digits.py's split)
+  and compare with unigrad's model."""
+  _, (xs, ys) = split(*load_digits())
   x = Tensor(xs[:n], dtype=dtypes.float32)
   got, ref = nf(x), model(x)
   assert isinstance(got, Tensor)
@@ -70,8 +72,8 @@ def check(nf: NumericalFunction, model: DigitsCNN, n: int) -> None:
   pred = got.argmax(-1).tolist()
   agree = sum(int(p == r) for p, r in zip(pred, ref.argmax(-1).tolist()))
   right = sum(int(p == y) for p, y in zip(pred, ys[:n]))
-  print(f"C vs unigrad on {n} digits: max |difference| {diff:.3g}, same prediction {agree}/{n}, "
-        f"correct {right}/{n}")
+  print(f"C vs unigrad on {n} test digits: max |difference| {diff:.3g}, same prediction "
+        f"{agree}/{n}, C correct {right}/{n}")
 
 
 if __name__ == "__main__":
