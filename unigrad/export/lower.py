@@ -22,7 +22,7 @@ from unigrad.export.buffers import Category, Slot
 from unigrad.export.fold import fold_constants
 from unigrad.export.trace import EXPORT_DEVICE, ExportError, Trace
 from unigrad.frontend.tensor import Tensor
-from unigrad.schedule.callify import buffer_base, callify
+from unigrad.schedule.callify import buffer_base, callify, is_plain_buffer
 from unigrad.schedule.function import inline_functions
 from unigrad.schedule.memory import Lifetime, plan_memory
 from unigrad.schedule.schedule import create_schedule
@@ -83,6 +83,7 @@ def _realized(u: UOp) -> UOp:
   if isinstance(u.device, tuple):
     raise ExportError(f"a captured tensor lives on several devices {u.device}; export a "
                       "function whose weights are on one device")
+  if u.device == EXPORT_DEVICE and is_plain_buffer(u): return u  # a realized weight: as it is
   t = Tensor._from_uop(u, u.device or EXPORT_DEVICE).to(EXPORT_DEVICE).contiguous()
   return t.realize().uop
 
