@@ -57,7 +57,7 @@ def main() -> None:
         f"{args.repeat}:")
   print(f"  exported C (1 thread)      {c * 1e6:9.1f} us   (the CPU device's kernels)")
   print(f"  exported C, threads=1      {c1 * 1e6:9.1f} us   (kernels shaped for one thread)")
-  print(f"  unigrad TinyJit            {ours * 1e6:9.1f} us   C / unigrad x{ours / c:.2f}")
+  print(f"  unigrad TinyJit            {ours * 1e6:9.1f} us   C's speed vs it x{ours / c:.2f}")
   torch = try_torch()
   if torch is None: return
   fwd, tx = torch_forward(torch, model), torch.tensor(x.numpy())
@@ -65,8 +65,8 @@ def main() -> None:
     t_all = best_of(lambda: fwd(tx), args.repeat)
     torch.set_num_threads(1)
     t_one = best_of(lambda: fwd(tx), args.repeat)
-  print(f"  torch eager (all cores)    {t_all * 1e6:9.1f} us   torch / C x{t_all / c:.2f}")
-  print(f"  torch eager (1 thread)     {t_one * 1e6:9.1f} us   torch / C x{t_one / c:.2f}")
+  print(f"  torch eager (all cores)    {t_all * 1e6:9.1f} us   C's speed vs it x{t_all / c:.2f}")
+  print(f"  torch eager (1 thread)     {t_one * 1e6:9.1f} us   C's speed vs it x{t_one / c:.2f}")
 
 
 if __name__ == "__main__":
