@@ -277,6 +277,12 @@ class CRenderer(Renderer):
                      vector_bytes=vector_bytes, stream_bytes=stream_bytes)
 
   def render(self, name: str, linear: UOp) -> str:
+    helpers, function = self.render_parts(name, linear)
+    return PRELUDE + "\n".join(helpers.values()) + "\n" + function
+
+  def render_parts(self, name: str, linear: UOp) -> tuple[dict[str, str], str]:
+    """The kernel as (helpers by name, the function's text): a file holding several kernels
+    (unigrad.export) declares each helper once and the PRELUDE once."""
     st = _State()
     uses: dict[UOp, int] = {}
     for u in linear.src:
@@ -289,8 +295,7 @@ class CRenderer(Renderer):
     if st.stream_used: st.emit("__atomic_thread_fence(__ATOMIC_SEQ_CST);")
     args = [self._param_decl(p, st) for p in params] + ["int core_id"]
     body = "\n".join(st.lines)
-    helpers = "\n".join(st.helpers.values())
-    return f"{PRELUDE}{helpers}\nvoid {name}({', '.join(args)}) {{\n{body}\n}}\n"
+    return dict(st.helpers), f"void {name}({', '.join(args)}) {{\n{body}\n}}\n"
 
   def _streamed(self, linear: UOp) -> frozenset[UOp]:
     """Output buffers at least `stream_bytes` big that the kernel does not read: their whole-
