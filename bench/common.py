@@ -40,3 +40,32 @@ def row(name: str, ours: float, theirs: dict[str, float]) -> None:
   parts = [f"{name:28s} unigrad {ours * 1e3:8.3f} ms"]
   for lib, t in theirs.items(): parts.append(f"{lib} {t * 1e3:8.3f} ms (x{t / ours:5.2f})")
   print("  ".join(parts))
+
+
+# ---- a small transformer, shared by the compile-time benchmarks ----
+
+def make_transformer(layers: int, d: int = 64, t: int = 16) -> tuple[list, list, Any]:
+  """`layers` pre-norm blocks (attention over 4 heads, MLP with GELU) with realized parameters,
+  and a realized input of `t` tokens of width `d`: (blocks, parameters, input)."""
+  from unigrad import Tensor  # noqa: PLC0415 (the timing children time their own import)
+  from unigrad.nn.layers import LayerNorm, Linear  # noqa: PLC0415
+  Tensor.manual_seed(0)
+  blocks = [(LayerNorm(d), Linear(d, 3 * d), Linear(d, d), LayerNorm(d), Linear(d, 4 * d),
+             Linear(4 * d, d)) for _ in range(layers)]
+  params = [p for block in blocks for m in block for p in (m.weight, m.bias)]
+  Tensor.realize(*params)
+  return blocks, params, Tensor.rand(t, d).realize()
+
+
+def transformer_loss(blocks: list, params: list, x: Any, heads: int = 4) -> list:
+  """Build (nothing runs) the forward pass, a mean-square loss and its backward: [loss, *grads]."""
+  t, d = x.shape
+  for ln1, qkv, proj, ln2, fc1, fc2 in blocks:
+    q, k, v = [y.reshape(t, heads, d // heads).permute(1, 0, 2)
+               for y in qkv(ln1(x)).chunk(3, dim=-1)]
+    a = q.scaled_dot_product_attention(k, v, is_causal=True).permute(1, 0, 2).reshape(t, d)
+    x = x + proj(a)
+    x = x + fc2(fc1(ln2(x)).gelu())
+  loss = x.square().mean()
+  loss.backward()
+  return [loss, *[p.grad for p in params]]

@@ -21,48 +21,33 @@ import tempfile
 
 CHILD = """
 import cProfile, pstats, sys, time
+sys.path.insert(0, {bench_dir!r})
+from common import make_transformer, transformer_loss
 t0 = time.perf_counter()
 from unigrad import Tensor
-from unigrad.nn.layers import Linear, LayerNorm
 from unigrad.engine import compcache
 t1 = time.perf_counter()
-LAYERS, D, T, H = {layers}, 64, 16, 4
-
-def block(x, ln1, qkv, proj, ln2, fc1, fc2):
-  h = ln1(x)
-  q, k, v = [t.reshape(T, H, D // H).permute(1, 0, 2) for t in qkv(h).chunk(3, dim=-1)]
-  a = q.scaled_dot_product_attention(k, v, is_causal=True).permute(1, 0, 2).reshape(T, D)
-  x = x + proj(a)
-  return x + fc2(fc1(ln2(x)).gelu())
-
-Tensor.manual_seed(0)
-layers = [(LayerNorm(D), Linear(D, 3 * D), Linear(D, D), LayerNorm(D), Linear(D, 4 * D),
-           Linear(4 * D, D)) for _ in range(LAYERS)]
-params = [p for layer in layers for m in layer for p in (m.weight, m.bias)]
-Tensor.realize(*params)
-x = Tensor.rand(T, D).realize()
+model = make_transformer({layers})
 prof = cProfile.Profile() if {profile} else None
 t2 = time.perf_counter()
 if prof: prof.enable()
-y = x
-for layer in layers: y = block(y, *layer)
-loss = y.square().mean()
-loss.backward()
+outs = transformer_loss(*model)
 t3 = time.perf_counter()
-Tensor.realize(loss, *[p.grad for p in params])
+Tensor.realize(*outs)
 t4 = time.perf_counter()
 if prof:
   prof.disable()
   pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(25)
 s = compcache.stats
 print(f"{{t1 - t0:.4f}} {{t3 - t2:.4f}} {{t4 - t3:.4f}} {{s.lookup_s:.4f}} {{s.schedule_misses}} "
-      f"{{s.kernel_misses}} {{loss.item():.6f}}")
+      f"{{s.kernel_misses}} {{outs[0].item():.6f}}")
 """
 
 
 def run(label: str, cache: str, layers: int, profile: bool, extra: dict[str, str]) -> str:
   env = {**os.environ, "CACHEDIR": cache, **extra}
-  out = subprocess.run([sys.executable, "-c", CHILD.format(layers=layers, profile=profile)],
+  code = CHILD.format(layers=layers, profile=profile, bench_dir=os.path.dirname(__file__))
+  out = subprocess.run([sys.executable, "-c", code],
                        env=env, capture_output=True, text=True, check=True)
   imp, build, first, lookup, smiss, kmiss, loss = out.stdout.split()
   print(f"{label:20s} import {float(imp) * 1e3:6.0f} ms  build graph {float(build) * 1e3:6.1f} ms"

@@ -90,8 +90,10 @@ def _canonical(x: Any) -> str:
   return repr(x)
 
 
+@functools.lru_cache(maxsize=16)
 def renderer_identity(ren: Renderer) -> str:
-  """The renderer's class and settings, the same string in every process."""
+  """The renderer's class and settings, the same string in every process (memoized: renderers
+  are frozen dataclasses, equal when their settings are)."""
   fields = ",".join(f"{f.name}={_canonical(getattr(ren, f.name))}"
                     for f in dataclasses.fields(ren))
   return f"{type(ren).__module__}.{type(ren).__qualname__}({fields})"

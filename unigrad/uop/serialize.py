@@ -139,13 +139,18 @@ def _read_dtype(v: Any) -> DType:
   raise SerializeError(f"bad dtype {v!r:.80}")
 
 
+_classes: dict[str, type] = {}  # the classes found so far, by name
+
+
 def _read_class(name: Any) -> type:
   """A class named `module:qualname` in an already loaded unigrad module (nothing is imported)."""
+  if isinstance(name, str) and (cls := _classes.get(name)) is not None: return cls
   if not isinstance(name, str) or ":" not in name: raise SerializeError(f"bad class {name!r:.80}")
   module, qualname = name.split(":", 1)
   obj: Any = sys.modules.get(module) if module.startswith("unigrad") else None
   for part in qualname.split("."): obj = getattr(obj, part, None)
   if not isinstance(obj, type): raise SerializeError(f"unknown class {name!r:.80}")
+  _classes[name] = obj
   return obj
 
 
@@ -158,25 +163,32 @@ def _read_arg(v: Any) -> Any:
   if tag == "b" and len(v) == 2 and isinstance(v[1], str): return bytes.fromhex(v[1])
   if tag in ("d", "v", "p"): return _read_dtype(v)
   if tag == "i": return InvalidType()
-  if tag == "e" and len(v) == 3:
+  if tag == "e" and len(v) == 3 and isinstance(v[2], str):
     cls = _read_class(v[1])
-    if issubclass(cls, enum.Enum) and v[2] in cls.__members__: return cls[v[2]]
+    if issubclass(cls, enum.Enum):
+      try: return cls[v[2]]
+      except KeyError: pass
   if tag == "c" and len(v) == 3 and isinstance(v[2], list):
     cls = _read_class(v[1])
     if dataclasses.is_dataclass(cls): return cls(*(_read_arg(a) for a in v[2]))
   raise SerializeError(f"bad arg {v!r:.80}")
 
 
+_OPS: dict[str, Ops] = {o.name: o for o in Ops}
+
+
 def _read_node(v: Any, built: list[UOp], dts: list[DType]) -> UOp:
-  if not isinstance(v, list) or len(v) != 5 or v[0] not in Ops.__members__:
+  if not isinstance(v, list) or len(v) != 5 or (op := _OPS.get(v[0])) is None:
     raise SerializeError(f"bad node {v!r:.80}")
-  op, dt, srcs, arg, tag = v
-  if not isinstance(srcs, list) or not all(isinstance(i, int) and 0 <= i < len(built)
-                                           for i in srcs):
-    raise SerializeError(f"bad sources {srcs!r:.80}")
-  if not isinstance(dt, int) or not 0 <= dt < len(dts): raise SerializeError(f"bad dtype {dt!r}")
-  return UOp(Ops[op], dts[dt], tuple(built[i] for i in srcs),
-             None if arg is None else _read_arg(arg), None if tag is None else _read_arg(tag))
+  _, dt, srcs, arg, tag = v
+  try:
+    src = tuple([built[i] for i in srcs])
+    if srcs and min(srcs) < 0: raise IndexError
+  except (IndexError, TypeError):
+    raise SerializeError(f"bad sources {srcs!r:.80}") from None
+  if type(dt) is not int or not 0 <= dt < len(dts): raise SerializeError(f"bad dtype {dt!r}")
+  return UOp(op, dts[dt], src, None if arg is None else _read_arg(arg),
+             None if tag is None else _read_arg(tag))
 
 
 def loads(data: bytes) -> UOp:
