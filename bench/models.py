@@ -1,13 +1,15 @@
 """Whole models as a user writes them: unigrad vs PyTorch (CPU) in the same run.
 
   python bench/models.py [--repeat 10] [--only minilm] [--no-first-call]
+  THREADS=1 python bench/models.py      # both libraries on one thread (a busy machine)
 
 Each case is a row of CASES: a name and a builder that returns unigrad's step and PyTorch's step
 on the same weights and inputs. Steady state: the best of `--repeat` calls after a warm-up (the
 schedule and program caches are warm), ratio > 1 when unigrad is faster; torch runs with as many
 threads as unigrad's kernels (`THREADS`, default every core). First call: the case is built and
 called once in a fresh process (python -c), with CACHEDIR an empty temporary directory (cold: every
-kernel compiles) and then the same directory again (warm: the compiled programs come from disk).
+kernel compiles) and then the same directory again (warm: the compiled programs come from disk);
+today a cold first MiniLM call takes minutes, so `--no-first-call` skips it.
 
 MiniLM (examples/minilm.py) uses the packaged all-MiniLM-L6-v2 weights when `unigrad[minilm]` is
 installed, else its own random initialization (the same work either way).

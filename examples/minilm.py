@@ -183,8 +183,9 @@ class MiniLM:
       max_len = json.loads(zf.read("sentence_bert_config.json"))["max_seq_length"]
       model = SentenceEncoder(cfg)
       weights = safe_load(zf.read("model.safetensors"), device)
-      # the checkpoint also holds BERT's pooler and position_ids, which mean pooling does not use
-      res = load_state_dict(model, weights, strict=False)
+      # the checkpoint also holds BERT's pooler and position_ids, which mean pooling does not use;
+      # consume: the model takes over the loaded buffers instead of copying them
+      res = load_state_dict(model, weights, strict=False, consume=True)
       if res.missing_keys: raise KeyError(f"checkpoint lacks {res.missing_keys}")
       return MiniLM(model, load_tokenizer(zf, max_len), cfg)
 

@@ -13,6 +13,7 @@ import safetensors.torch
 import torch
 
 from unigrad import Tensor, dtypes, nn
+from unigrad.engine import realize as engine
 from unigrad.helpers import GlobalCounters
 from unigrad.nn.state import (
   SafetensorsError, StateDictError, get_parameters, get_state_dict, load_state_dict, safe_load,
@@ -153,6 +154,28 @@ def test_load_state_dict_into_fresh_model_computes_no_initializer():
   np.testing.assert_array_equal(lin.weight.numpy(), w)
   lin(Tensor(np.ones((2, 4), np.float32))).sum().backward()  # still a trainable leaf
   np.testing.assert_array_equal(lin.weight.grad.numpy(), np.full((3, 4), 2.0))
+
+
+def test_load_state_dict_consume_takes_over_buffers_without_copying():
+  lin = nn.Linear(2, 2)
+  w = Tensor(np.eye(2, dtype=np.float32))
+  sd = {"weight": w, "bias": Tensor(np.zeros(2, np.float32))}
+  before = GlobalCounters.kernel_count
+  load_state_dict(lin, sd, consume=True)
+  assert sd == {} and GlobalCounters.kernel_count == before
+  assert engine.buffer_of(lin.weight.uop) is engine.buffer_of(w.uop)
+  np.testing.assert_array_equal(lin.weight.numpy(), np.eye(2))
+
+
+def test_load_state_dict_consume_never_lets_two_tensors_share_a_buffer():
+  model = {"a": nn.Linear(2, 2), "b": nn.Linear(2, 2)}
+  one = Tensor(np.ones(2, np.float32))
+  load_state_dict(model, {"a.bias": one, "b.bias": one}, strict=False, consume=True)
+  a, b = model["a"].bias, model["b"].bias
+  assert engine.buffer_of(a.uop) is engine.buffer_of(one.uop)  # the first takes it over
+  assert engine.buffer_of(b.uop) is not engine.buffer_of(one.uop)  # the second copies
+  a.assign(Tensor([5.0, 5.0])).realize()
+  np.testing.assert_array_equal(b.numpy(), [1.0, 1.0])
 
 
 def test_load_state_dict_converts_lazy_values_into_fresh_model():

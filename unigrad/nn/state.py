@@ -117,16 +117,22 @@ def _converted(v: Tensor, like: Tensor) -> Tensor:
   return v if v.dtype == like.dtype else v.cast(like.dtype)
 
 
-def _write(t: Tensor, v: Tensor) -> Tensor:
+def _write(t: Tensor, v: Tensor, adopted: set[int] | None) -> Tensor:
   """Give model tensor `t` the value of checkpoint tensor `v` (converted). A realized `t` keeps
   its buffer and is written through `assign` (views of it see the new values); an unrealized one
-  (a parameter whose initializer never ran) takes a private copy of `v` instead, so its
-  initializer is never computed: a buffer-to-buffer copy when `v` is realized, else a lazy one."""
+  (a parameter whose initializer never ran) takes the value instead, so its initializer is never
+  computed: `v`'s own buffer when `adopted` is a set (consume=True) not yet holding it, else a
+  buffer-to-buffer copy when `v` is realized, else a lazy copy."""
   if engine.is_buffer_view(t.uop) or not isinstance(t.device, str):  # (multi-device: sharding)
     return t.assign(_converted(v, t))
-  if v.dtype != t.dtype or not _is_single_buffer(v): return t.replace(_converted(v, t).contiguous())
+  if v.dtype != t.dtype or v.device != t.device or not _is_single_buffer(v):
+    return t.replace(_converted(v, t).contiguous())
+  src = engine.buffer_of(v.uop)
+  if adopted is not None and id(src) not in adopted:  # no two model tensors share one buffer
+    adopted.add(id(src))
+    return t.replace(Tensor._from_uop(v.uop, t.device))
   copy = engine.new_buffer(t.device, t.dtype, tuple(t.shape))
-  engine.buffer_of(copy).copy_from(engine.buffer_of(v.uop))
+  engine.buffer_of(copy).copy_from(src)
   return t.replace(Tensor._from_uop(copy, t.device))
 
 
@@ -140,8 +146,10 @@ def load_state_dict(model: Any, state_dict: dict[str, Any], strict: bool = True,
   """Write `state_dict`'s values into the tensors of `model` (in place: realized tensors through
   `assign`, unrealized ones by taking a copy of the value, never computing their initializer),
   converting dtypes and devices. Shape mismatches always raise; missing and unexpected keys raise
-  when `strict`. `consume` deletes loaded entries from `state_dict`. Returns the key lists like
-  PyTorch. `load_state_dict(model, safe_load("model.safetensors"))`"""
+  when `strict`. `consume` deletes loaded entries from `state_dict` and lets an unrealized model
+  tensor take over a realized value's buffer instead of copying it (the value given away must not
+  be written through another handle). Returns the key lists like PyTorch.
+  `load_state_dict(model, safe_load("model.safetensors"), consume=True)`"""
   state_dict_t = {k: v if isinstance(v, Tensor) else Tensor(v) for k, v in state_dict.items()}
   model_sd = get_state_dict(model)
   missing = [k for k in model_sd if k not in state_dict_t]
@@ -154,10 +162,11 @@ def load_state_dict(model: Any, state_dict: dict[str, Any], strict: bool = True,
     raise StateDictError(f"Error(s) in loading state_dict for {type(model).__name__}:\n\t"
                          + "\n\t".join(errors))
   written: dict[int, Tensor] = {}
+  adopted: set[int] | None = set() if consume else None
   for k, t in model_sd.items():
     if k not in state_dict_t or id(t) in written: continue
     v = state_dict_t[k]
-    if v is not t: written[id(t)] = _write(t, v)
+    if v is not t: written[id(t)] = _write(t, v, adopted)
     if consume: del state_dict[k]
   if realize: Tensor.realize_all(*written.values())
   return IncompatibleKeys(missing, unexpected)
