@@ -9,7 +9,10 @@ value, and REDUCE is `REDUCE(value, *ranges)`.
 Fusion policy (which values get their own kernel and buffer): every STORE is a kernel; a REDUCE
 read under an EXPAND that broadcasts, inside another REDUCE, or by several kernels is realized
 (unless it has a closed form: arange, cumsum windows), and so is an expensive
-elementwise value (one with a transcendental) read under a broadcasting EXPAND. A scatter (a
+elementwise value (one with a transcendental) read under a broadcasting EXPAND, and so is an
+elementwise value over a reduction of data (a LayerNorm's output, a matmul plus bias) read under a
+broadcasting EXPAND inside another REDUCE: never recomputed in another kernel's reduction loop,
+so a kernel's inputs do not grow with model depth. A scatter (a
 one-hot REDUCE over one of its output positions, schedule/scatter.py) is always realized, and its
 kernel becomes a fill and a sequential loop of direct stores, O(N) instead of O(N*K); a gather that
 reads one (the position map of an overwrite) still collapses to a direct load. Everything else is
@@ -70,16 +73,34 @@ def _grows(u: UOp) -> bool:
   return any(a == 1 and b != 1 for a, b in zip(u.src[0].shape, u.shape))
 
 
-def _is_expensive(u: UOp, realized: set[UOp]) -> bool:
-  stack, seen = [u], set()
+def _region(u: UOp, realized: set[UOp]) -> list[UOp]:
+  """The nodes a kernel reading `u` would compute for it: down to buffers, realized nodes and
+  REDUCEs (a REDUCE read where `u` is read, under a broadcast or inside a reduction, is realized
+  or has a closed form: its body is never part of the reader's loop)."""
+  stack, seen, out = [u], {u}, []
   while stack:
     x = stack.pop()
-    if x.op in EXPENSIVE: return True
+    out.append(x)
+    if x.op is Ops.REDUCE and x is not u: continue
     for s in x.src:
       if s not in seen and s not in realized and s.op not in (Ops.PARAM, Ops.AFTER):
         seen.add(s)
         stack.append(s)
-  return False
+  return out
+
+
+def _is_expensive(u: UOp, realized: set[UOp]) -> bool:
+  """`u` computes a transcendental (not counting what a REDUCE it reads computes)."""
+  return any(x.op in EXPENSIVE for x in _region(u, realized))
+
+
+def _needs_reduction(u: UOp, realized: set[UOp]) -> bool:
+  """`u` is elementwise over the result of a reduction of data (a normalization's output, a
+  matmul plus its bias): recomputing it in another reduction's loop would re-read every input of
+  its region there, and a model's next layer reads this layer's output the same way, so the
+  reader's inputs would grow with depth."""
+  return any(x.op is Ops.REDUCE and x is not u and not _has_closed_form(x)
+             for x in _region(u, realized))
 
 
 def _per_node(fn: Callable[[UOp], bool]) -> Callable[[UOp], bool]:
@@ -211,7 +232,8 @@ def find_realizes(body: UOp) -> set[UOp]:
     if u.op in (Ops.CONTIGUOUS, Ops.COPY): realize.add(u)
     if u not in realize and (
         ((expanded or reduced) and u.op is Ops.REDUCE and not _has_closed_form(u))
-        or (expanded and u.op in GroupOp.ALU and _is_expensive(u, realize))):
+        or (expanded and u.op in GroupOp.ALU and _is_expensive(u, realize))
+        or (expanded and reduced and u.op in GroupOp.ALU and _needs_reduction(u, realize))):
       realize.add(u)
     if u in realize: expanded, reduced = False, False
     if u.op in (Ops.PARAM, Ops.AFTER): continue
