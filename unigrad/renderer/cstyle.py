@@ -268,11 +268,13 @@ def _convert(st: _State, src: UOp, dt: DType, x: str) -> str:
 class CRenderer(Renderer):
   """C99 (GNU extensions) for clang and gcc."""
 
-  def __init__(self, device: str = "CPU", vector_bytes: int = 0, stream_bytes: int = 0) -> None:
+  def __init__(self, device: str = "CPU", vector_bytes: int = 0, stream_bytes: int = 0,
+               vector_registers: int = 16) -> None:
     ops = frozenset(GroupOp.Primitive | {Ops.CDIV, Ops.CMOD, Ops.SQRT, Ops.DIV, Ops.SUB, Ops.NEG,
                                          Ops.MULACC})
     super().__init__(device, ops, has_threads=True, emulated_dtypes=frozenset(HALF_LIKE),
-                     vector_bytes=vector_bytes, stream_bytes=stream_bytes)
+                     vector_bytes=vector_bytes, stream_bytes=stream_bytes,
+                     vector_registers=vector_registers if vector_bytes else 0)
 
   def render(self, name: str, linear: UOp) -> str:
     st = _State()

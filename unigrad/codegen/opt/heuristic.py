@@ -6,10 +6,12 @@ The choice is read off the kernel's loads: for each input buffer read, the strid
   axis* is an output axis along which an input is contiguous (stride 1), upcast to as many lanes
   as the target's vector registers allow (up to two registers); the *reuse axis* is an output
   axis that input does not depend on, upcast so each vector load is reused across the tile (the
-  tile holds 8 or 16 vector accumulators); with a single reduce loop the vector axis's loop
-  runs outside the reuse axis's (see `panel_order`). Among several contiguous axes the one giving
-  the widest vectors wins, and a tile is taken only when the codegen will make its vector axis
-  the vector (see codegen/vectorize.py); else the next candidate is tried.
+  accumulators take half the target's vector registers, a quarter for a nested reduce: 16 or 8
+  on AVX-512, 8 or 4 on AVX2: the renderer's `vector_bytes` and `vector_registers`; two
+  registers of the vector axis are two vector values); with a single reduce loop the vector
+  axis's loop runs outside the reuse axis's (see `panel_order`). Among several contiguous axes
+  the one giving the widest vectors wins, and a tile is taken only when the codegen will make
+  its vector axis the vector (see codegen/vectorize.py); else the next candidate is tried.
 - THREAD: split an output axis across the cores when there is enough work per core, preferring
   one the contiguous input does not depend on (so `core_id` stays out of its addresses).
 - Vectors for everything else: the output axis along which the store is contiguous (else a load
@@ -31,9 +33,11 @@ from unigrad.uop.symbolic import is_invalid, linear_terms
 
 MIN_WORK_PER_THREAD = 1 << 15
 MIN_TILE_REDUCE = 16  # a reduce this short is not worth a register tile
-# vector registers of accumulators in a register tile: with one reduce loop (matmul) 16 measure
-# best, with the reduce nested over several loops (convolution: cin, kh, kw) 8 do
-TILE_REGISTERS, NESTED_TILE_REGISTERS = 16, 8
+# the share of the target's vector registers a register tile's accumulators take: with one reduce
+# loop (matmul) half (16 of AVX-512's 32, 8 of AVX2's 16; the rest hold the loaded vectors and
+# broadcasts), with the reduce nested over several loops (convolution: cin, kh, kw) a quarter
+TILE_SHARE, NESTED_TILE_SHARE = 2, 4
+SCALAR_REGISTERS = 32  # sizes the tile where the target has no vector values
 SCALAR_VECTOR_BYTES = 16  # sizes the tile where the target has no vector values (the C compiler
                           # may still vectorize the unrolled tile)
 
@@ -145,17 +149,21 @@ def _upcast(k: OptKernel, range_id: int | None, lanes: int) -> tuple[OptKernel, 
   return up, (new[0] if new else None)
 
 
-def register_tile(k: OptKernel, plan: TilePlan, vector_bytes: int) -> OptKernel | None:
+def register_tile(k: OptKernel, plan: TilePlan, vector_bytes: int,
+                  registers: int = SCALAR_REGISTERS) -> OptKernel | None:
   """The tile of `plan`: the vector axis upcast to up to two registers, the reuse axis so that
-  the tile's accumulators take TILE_REGISTERS registers (NESTED_TILE_REGISTERS for a nested
-  reduce; a narrower vector still takes a whole one); None if the codegen would not make the
-  vector axis its vector (when the plan is checked and the target has vector values)."""
+  the tile's accumulators take a share of the target's `registers` (TILE_SHARE, NESTED_TILE_SHARE
+  for a nested reduce; a narrower vector still takes a whole one); None if the codegen would not
+  make the vector axis its vector (when the plan is checked and the target has vector values)."""
   reg = (vector_bytes or SCALAR_VECTOR_BYTES) // plan.itemsize  # lanes of one register
-  tiled, vec = _upcast(k, plan.vector, 2 * reg)
+  tiled, vec = _upcast(k, plan.vector, reg)
   if vec is None: return None
+  # the second register is a second vector value: gcc keeps a vector wider than a register in
+  # memory, moving it through general registers (AVX2 matmul 256: 10 GFLOPS)
+  tiled, pair = _upcast(tiled, plan.vector, 2) if vec.src[0].arg == reg else (tiled, None)
   nested = sum(t is AxisType.REDUCE and s > 1 for t, s in zip(k.axis_types(), k.sizes)) > 1
-  regs = NESTED_TILE_REGISTERS if nested else TILE_REGISTERS
-  tiled, _ = _upcast(tiled, plan.reuse, regs // max(1, vec.src[0].arg // reg))
+  regs = (registers or SCALAR_REGISTERS) // (NESTED_TILE_SHARE if nested else TILE_SHARE)
+  tiled, _ = _upcast(tiled, plan.reuse, regs // (1 if pair is None else 2))
   if not nested: tiled = panel_order(tiled, plan)
   if not (plan.checked and vector_bytes): return tiled
   return tiled if pick_vector_range(tiled.ast, vector_bytes) is vec else None
@@ -203,7 +211,8 @@ def hand_coded_optimizations(k: OptKernel, ren: Renderer, threads: int) -> OptKe
   """The heuristics' choice of opts for `k` on `ren` (see the module docstring)."""
   for plan in plan_tiles(k, ren.vector_bytes or SCALAR_VECTOR_BYTES):
     threaded = add_threads(k, threads, plan.independent) if ren.has_threads else k
-    if (tiled := register_tile(threaded, plan, ren.vector_bytes)) is not None: return tiled
+    tiled = register_tile(threaded, plan, ren.vector_bytes, ren.vector_registers)
+    if tiled is not None: return tiled
   threaded = add_threads(k, threads) if ren.has_threads else k
   if ren.vector_bytes and not contiguous_reduce(threaded):
     vectored = output_vector(threaded, ren.vector_bytes)
