@@ -2,6 +2,8 @@
 that a tile is only taken when the codegen makes its vector axis the vector."""
 import math
 
+import pytest
+
 from unigrad import Tensor
 from unigrad.codegen.opt.heuristic import (TilePlan, hand_coded_optimizations, load_strides,
                                            plan_tiles)
@@ -111,3 +113,38 @@ def test_column_sums_vectorize_the_output_and_row_sums_the_reduce():
   assert upcasts(cols) == [16] and AxisType.GROUP_REDUCE not in cols.axis_types()
   rows = hand_coded_optimizations(only_kernel(Tensor.empty(256, 512).sum(1)), AVX512, threads=1)
   assert upcasts(rows) == [] and AxisType.GROUP_REDUCE in rows.axis_types()
+
+
+def group_lanes(k: OptKernel) -> list[int]:
+  return [s for s, t in zip(k.sizes, k.axis_types()) if t is AxisType.GROUP_REDUCE]
+
+
+LAYOUTS = {  # both inputs contiguous along the reduce axis, neither along an output axis
+  "a @ b.T": lambda: Tensor.empty(512, 512) @ Tensor.empty(512, 512).T,
+  "x @ W.T (nn.Linear)": lambda: Tensor.empty(256, 384) @ Tensor.empty(1536, 384).T,
+  "batched @ .T": lambda: Tensor.empty(8, 256, 256) @ Tensor.empty(8, 256, 256).transpose(-1, -2),
+  "broadcast @ W.T": lambda: Tensor.empty(8, 256, 256) @ Tensor.empty(256, 256).T,
+}
+
+
+@pytest.mark.parametrize("name", LAYOUTS)
+def test_transposed_weight_gets_a_register_tile_of_partial_sums(name):
+  # the matmul tile on these vectorized a strided axis: one load per lane, 30x slower
+  k = reduce_kernel(LAYOUTS[name]())
+  for ren, lanes, tile in ((AVX512, 16, 16), (AVX2, 8, 8)):
+    out = hand_coded_optimizations(k, ren, threads=2)
+    assert group_lanes(out) == [lanes], "one register of partial sums along the reduce axis"
+    assert sorted(upcasts(out)) == [2, tile // 2], "half the registers: 2 streamed rows by N"
+    vec = pick_vector_range(out.ast, ren.vector_bytes)
+    assert vec is not None and vec.arg.axis_type is AxisType.GROUP_REDUCE
+
+
+@pytest.mark.parametrize("layout", ["a.T @ b", "a.T @ b.T", "broadcast"])
+def test_other_layouts_get_the_matmul_tile(layout):
+  a, b = Tensor.empty(512, 512), Tensor.empty(512, 512)
+  t = {"a.T @ b": lambda: a.T @ b, "a.T @ b.T": lambda: a.T @ b.T,
+       "broadcast": lambda: Tensor.empty(8, 256, 256) @ Tensor.empty(256, 256)}[layout]()
+  out = hand_coded_optimizations(reduce_kernel(t), AVX512, threads=2)
+  assert upcasts(out) == [16, 2, 8] and not group_lanes(out)
+  vec = pick_vector_range(out.ast, 64)
+  assert vec is not None and vec.src[0].arg == 16 and vec.arg.axis_type is AxisType.UPCAST

@@ -207,9 +207,60 @@ def output_vector(k: OptKernel, vector_bytes: int) -> OptKernel:
   return k
 
 
+@dataclass(frozen=True)
+class DotPlan:
+  """A tile of a kernel whose two inputs are contiguous along its innermost reduce axis and
+  neither along an output axis (`x @ W.T` with W stored (out, in), as PyTorch stores weights):
+  range ids of the reduce axis and of the output axes only one input depends on; `panel`'s
+  input is held (a few rows) while `stream`'s streams past them."""
+  reduce: int
+  panel: int
+  stream: int
+  itemsize: int
+
+
+def plan_dot(k: OptKernel) -> DotPlan | None:
+  """The DotPlan of `k`, or None when it is no such kernel."""
+  reduces = [r.arg.id for r in k.axes if r.arg.axis_type is AxisType.REDUCE]
+  loops = [r.arg.id for r in k.axes if r.arg.axis_type is AxisType.LOOP]
+  if not reduces or len(loops) < 2: return None
+  along, outs = access_strides(k, False, AxisType.REDUCE), load_strides(k)
+  unit = [i for i, st in enumerate(along) if st.of[reduces[-1]] == 1]
+  if len(unit) != 2 or any(outs[i].of.get(o) == 1 for i in unit for o in loops): return None
+  a, b = (outs[i].of for i in unit)
+  only_b = [o for o in loops if a.get(o) == 0 and b.get(o) not in (0, None)]
+  only_a = [o for o in loops if b.get(o) == 0 and a.get(o) not in (0, None)]
+  if not only_a or not only_b: return None
+  panel, stream = (only_b[-1], only_a[-1]) if only_b[-1] > only_a[-1] else (only_a[-1], only_b[-1])
+  return DotPlan(reduces[-1], panel, stream, max(outs[i].itemsize for i in unit))
+
+
+def dot_tile(k: OptKernel, plan: DotPlan, ren: Renderer) -> OptKernel | None:
+  """The reduce axis split into one register of partial sums (GROUP_REDUCE: vector loads of
+  both inputs, one horizontal sum per output at the end), the panel axis upcast so the tile's
+  accumulators take half the target's registers over two streamed rows, the panel's loop
+  outermost (its rows stay in L1 while the other input streams past): 28x faster than the
+  matmul tile on strided loads for `a @ b.T`, 512 (about 1.3x the time of `a @ b`)."""
+  lanes = ren.vector_bytes // plan.itemsize
+  red = next(i for i, r in enumerate(k.axes) if r.arg.id == plan.reduce)
+  if lanes < 2 or k.sizes[red] % lanes or k.sizes[red] < 2 * lanes: return None
+  tiled = _try(k, Opt.group(red, lanes))
+  if tiled is k: return None
+  tiled, _ = _upcast(tiled, plan.stream, 2)
+  tiled, _ = _upcast(tiled, plan.panel, max(1, ren.vector_registers // TILE_SHARE // 2))
+  panel, stream = axis_of(tiled, plan.panel), axis_of(tiled, plan.stream)
+  if panel is not None and stream is not None and stream < panel:
+    tiled = _try(tiled, Opt.swap(stream, panel))
+  vec = pick_vector_range(tiled.ast, ren.vector_bytes)
+  return tiled if vec is not None and vec.arg.axis_type is AxisType.GROUP_REDUCE else None
+
+
 def hand_coded_optimizations(k: OptKernel, ren: Renderer, threads: int) -> OptKernel:
   """The heuristics' choice of opts for `k` on `ren` (see the module docstring)."""
   for plan in plan_tiles(k, ren.vector_bytes or SCALAR_VECTOR_BYTES):
+    if not plan.checked and ren.vector_bytes and (dot := plan_dot(k)) is not None:
+      threaded = add_threads(k, threads, (dot.panel,)) if ren.has_threads else k
+      if (tiled := dot_tile(threaded, dot, ren)) is not None: return tiled
     threaded = add_threads(k, threads, plan.independent) if ren.has_threads else k
     tiled = register_tile(threaded, plan, ren.vector_bytes, ren.vector_registers)
     if tiled is not None: return tiled
