@@ -1,6 +1,6 @@
 """Kernel benchmark: the CPU backend's generated code vs numpy and PyTorch, measured in one run.
 
-  python bench/kernels.py [--quick] [--beam N] [--targets native avx2]
+  python bench/kernels.py [--quick] [--beam N] [--targets native avx2] [--cpu-time]
 
 matmul (256..2048, float32), batched matmul, conv2d (batch 16, 64->64, 3x3, 56x56), softmax and
 layernorm over (4096, 4096), an elementwise chain and a sum; with --beam, BEAM's search time for
@@ -20,9 +20,10 @@ import sys
 import time
 
 import numpy as np
-from common import best_of, row, try_torch
+from common import CLOCK, best_of, row, try_torch
 
 from unigrad import Context, Tensor
+from unigrad.knobs import THREADS
 
 
 def case(name: str, ours, np_fn, torch_fn, repeat: int) -> None:
@@ -105,7 +106,7 @@ TARGETS = {"native": ("native", None), "avx2": ("x86-64-v3", "Haswell")}
 
 def run_targets(targets: list[str]) -> None:
   """This script once per target, each in a process with that target's environment."""
-  rest = [a for i, a in enumerate(sys.argv[1:]) if a != "--targets" and a not in TARGETS]
+  rest = [a for a in sys.argv[1:] if a != "--targets" and a not in TARGETS]
   for name in targets:
     march, coretype = TARGETS[name]
     env = {**os.environ, "MARCH": march}
@@ -122,9 +123,18 @@ def main() -> None:
   p.add_argument("--repeat", type=int, default=5)
   p.add_argument("--targets", nargs="+", choices=list(TARGETS), default=None,
                  help="run the table for each target ISA (native, avx2), each in its own process")
+  p.add_argument("--cpu-time", action="store_true",
+                 help="time by the calling thread's CPU time, every library on one thread (a "
+                      "loaded machine's preemption inflates wall times); needs THREADS=1 "
+                      "OPENBLAS_NUM_THREADS=1")
   args = p.parse_args()
   if args.targets: return run_targets(args.targets)
   torch = try_torch()
+  if args.cpu_time:
+    if THREADS.value != 1 or os.environ.get("OPENBLAS_NUM_THREADS") != "1":
+      raise SystemExit("--cpu-time needs THREADS=1 OPENBLAS_NUM_THREADS=1 (one thread each)")
+    CLOCK[0] = time.thread_time
+    if torch is not None: torch.set_num_threads(1)
   matmuls(torch, [256, 512] if args.quick else [256, 512, 1024, 2048], args.repeat)
   conv(torch, args.repeat, args.quick)
   rowwise(torch, args.repeat, args.quick)
