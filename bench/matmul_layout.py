@@ -1,7 +1,7 @@
 """Matmul speed by operand layout: each case against the contiguous `a @ b` of the same shape,
 measured in the same run (and numpy's time for the case, for scale).
 
-  python bench/matmul_layout.py [--sizes 256 512 1024] [--rounds 3]
+  python bench/matmul_layout.py [--sizes 256 512 1024] [--rounds 3] [--cpu-time]
 
 `x @ W.T` is PyTorch's Linear layout (W stored (out, in)); `a.T @ b` reads the reduce axis of a
 with a stride; batched and broadcast cases run 8 matrices of half the size. "vs contiguous" is
@@ -11,12 +11,15 @@ fastest of `--rounds` interleaved rounds (the machine is shared and noisy).
 from __future__ import annotations
 
 import argparse
+import os
+import time
 from collections.abc import Callable
 
 import numpy as np
-from common import best_of
+from common import CLOCK, best_of
 
 from unigrad import Tensor
+from unigrad.knobs import THREADS
 
 
 def rand(*shape: int) -> np.ndarray:
@@ -60,7 +63,13 @@ def main() -> None:
   p.add_argument("--sizes", type=int, nargs="+", default=[256, 512, 1024])
   p.add_argument("--rounds", type=int, default=3)
   p.add_argument("--repeat", type=int, default=5)
+  p.add_argument("--cpu-time", action="store_true", help="time by the calling thread's CPU "
+                 "time; needs THREADS=1 OPENBLAS_NUM_THREADS=1 (see bench/kernels.py)")
   args = p.parse_args()
+  if args.cpu_time:
+    if THREADS.value != 1 or os.environ.get("OPENBLAS_NUM_THREADS") != "1":
+      raise SystemExit("--cpu-time needs THREADS=1 OPENBLAS_NUM_THREADS=1 (one thread each)")
+    CLOCK[0] = time.thread_time
   table = [c for n in args.sizes for c in cases(n)] + linear_cases()
   ours: dict[str, float] = {}
   theirs: dict[str, float] = {}

@@ -148,3 +148,12 @@ def test_other_layouts_get_the_matmul_tile(layout):
   assert upcasts(out) == [16, 2, 8] and not group_lanes(out)
   vec = pick_vector_range(out.ast, 64)
   assert vec is not None and vec.src[0].arg == 16 and vec.arg.axis_type is AxisType.UPCAST
+
+
+def test_transposing_copy_unrolls_rows_of_the_load():
+  # the store is contiguous along one axis, the load along the other: 4 rows per vector use
+  # each loaded line 4 times (a 512x512 transpose 0.70 -> 0.24 ms)
+  k = only_kernel(Tensor.empty(512, 512).T.contiguous())
+  assert upcasts(hand_coded_optimizations(k, AVX512, threads=1)) == [16, 4]
+  plain = only_kernel(Tensor.empty(512, 512) + 1)
+  assert upcasts(hand_coded_optimizations(plain, AVX512, threads=1)) == [16]

@@ -196,14 +196,30 @@ def contiguous_reduce(k: OptKernel) -> bool:
                                for st in access_strides(k, False, AxisType.REDUCE))
 
 
+TRANSPOSE_ROWS = 4  # rows of a transposing load unrolled per vector (each cache line used 4x)
+
+
 def output_vector(k: OptKernel, vector_bytes: int) -> OptKernel:
-  """Upcast the LOOP axis the store is contiguous along (else one a load is) to one register."""
+  """Upcast the LOOP axis the store is contiguous along (else one a load is) to one register;
+  a load contiguous along another LOOP axis (a transpose) gets that axis upcast by
+  TRANSPOSE_ROWS too (a 512x512 transposing copy: 0.70 -> 0.24 ms)."""
   for strides in (access_strides(k, stored=True), load_strides(k)):
     for st in strides:
       unit = [rid for rid, s in st.of.items() if s == 1 and axis_of(k, rid) is not None]
       if unit:
         up, vec = _upcast(k, unit[-1], vector_bytes // st.itemsize)
-        if vec is not None: return up
+        if vec is not None: return transpose_rows(up, unit[-1])
+  return k
+
+
+def transpose_rows(k: OptKernel, vector: int) -> OptKernel:
+  """Upcast the LOOP axis a load is contiguous along, when that load is not contiguous along
+  the vector axis: each unrolled row then reads the next element of the lines the vector's
+  lanes loaded."""
+  for st in load_strides(k):
+    if st.of.get(vector) == 1: continue
+    rows = [rid for rid, s in st.of.items() if s == 1 and rid != vector]
+    if rows and axis_of(k, rows[-1]) is not None: return _upcast(k, rows[-1], TRANSPOSE_ROWS)[0]
   return k
 
 
