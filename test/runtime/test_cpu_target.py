@@ -48,6 +48,7 @@ def test_kernels_on_a_target_match_numpy(march):
     ta, tb, tc, tw = Tensor(a), Tensor(b), Tensor(c), Tensor(w)
     np.testing.assert_allclose((ta @ tb).numpy(), a @ b, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose((ta @ tw.T).numpy(), a @ w.T, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose((ta @ (tw * 2).T).numpy(), a @ (2 * w).T, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose((ta.T @ tc).numpy(), a.T @ c, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(ta.sum(1).numpy(), a.sum(1), rtol=1e-5, atol=1e-4)
     np.testing.assert_allclose(ta.max(0).numpy(), a.max(0))
@@ -55,7 +56,7 @@ def test_kernels_on_a_target_match_numpy(march):
     new = kernel_names() - before
   if march == AVX2:  # the matmul tile: two 8-lane registers by 4 rows (8 accumulators)
     assert any(n.endswith("_u8_u2_u4") for n in new), new
-    assert any("_G8_" in n for n in new), new  # a @ w.T: 8 lanes of partial sums
+    assert any("_G8_" in n for n in new), new  # a @ (w * 2).T: 8 lanes of partial sums
 
 
 def test_same_kernel_compiles_once_per_target():

@@ -103,3 +103,19 @@ def test_bias_add_is_stored_by_the_matmul_that_makes_it():
   assert len(calls[0].src) - 1 == 4  # out, x, w1, b: the bias is added once per element
   second = calls[1].src[0]
   assert not any(u.op is Ops.ADD and u.dtype == dtypes.float32 for u in second.toposort())
+
+
+def test_transposed_weight_is_copied_once_before_the_matmul():
+  # x @ W.T with W stored (out, in) read no operand along an output axis; a transposing copy of
+  # W makes it the contiguous matmul (a @ b.T 1024: 0.68 -> 0.95 of a @ b's speed)
+  x, w = Tensor(rnd(64, 96)), Tensor(rnd(80, 96))
+  calls = (x @ w.T).schedule().src
+  assert [len(c.src) - 1 for c in calls] == [2, 3]  # copy (out, w), matmul (out, x, w.T)
+  assert not calls[0].src[0].op_in_backward_slice_with_self(Ops.REDUCE)
+  np.testing.assert_allclose((x @ w.T).numpy(), x.numpy() @ w.numpy().T, rtol=1e-4, atol=1e-4)
+
+
+def test_matrix_vector_product_reads_the_weight_in_place():
+  # one row reads each weight element once: a copy would double the work
+  x, w = Tensor(rnd(1, 96)), Tensor(rnd(80, 96))
+  assert len((x @ w.T).schedule().src) == 1

@@ -119,11 +119,13 @@ def group_lanes(k: OptKernel) -> list[int]:
   return [s for s, t in zip(k.sizes, k.axis_types()) if t is AxisType.GROUP_REDUCE]
 
 
-LAYOUTS = {  # both inputs contiguous along the reduce axis, neither along an output axis
-  "a @ b.T": lambda: Tensor.empty(512, 512) @ Tensor.empty(512, 512).T,
-  "x @ W.T (nn.Linear)": lambda: Tensor.empty(256, 384) @ Tensor.empty(1536, 384).T,
-  "batched @ .T": lambda: Tensor.empty(8, 256, 256) @ Tensor.empty(8, 256, 256).transpose(-1, -2),
-  "broadcast @ W.T": lambda: Tensor.empty(8, 256, 256) @ Tensor.empty(256, 256).T,
+# both inputs contiguous along the reduce axis, neither along an output axis; the second operand
+# is computed (a view of a buffer would get a transposing copy from rangeify instead)
+LAYOUTS = {
+  "a @ b.T": lambda: Tensor.empty(512, 512) @ (Tensor.empty(512, 512) * 2).T,
+  "x @ W.T (nn.Linear)": lambda: Tensor.empty(256, 384) @ (Tensor.empty(1536, 384) * 2).T,
+  "batched @ .T": lambda: Tensor.empty(8, 256, 256) @ (Tensor.empty(8, 256, 256) * 2).transpose(1, 2),
+  "broadcast @ W.T": lambda: Tensor.empty(8, 256, 256) @ (Tensor.empty(256, 256) * 2).T,
 }
 
 
