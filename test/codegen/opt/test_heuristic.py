@@ -121,10 +121,11 @@ def group_lanes(k: OptKernel) -> list[int]:
 
 # both inputs contiguous along the reduce axis, neither along an output axis; the second operand
 # is computed (a view of a buffer would get a transposing copy from rangeify instead)
+B = Tensor.empty(8, 256, 256)
 LAYOUTS = {
   "a @ b.T": lambda: Tensor.empty(512, 512) @ (Tensor.empty(512, 512) * 2).T,
   "x @ W.T (nn.Linear)": lambda: Tensor.empty(256, 384) @ (Tensor.empty(1536, 384) * 2).T,
-  "batched @ .T": lambda: Tensor.empty(8, 256, 256) @ (Tensor.empty(8, 256, 256) * 2).transpose(1, 2),
+  "batched @ .T": lambda: B @ (B * 2).permute(0, 2, 1),
   "broadcast @ W.T": lambda: Tensor.empty(8, 256, 256) @ (Tensor.empty(256, 256) * 2).T,
 }
 
