@@ -160,3 +160,9 @@ def test_transposing_copy_unrolls_rows_of_the_load():
   assert upcasts(hand_coded_optimizations(k, AVX512, threads=1)) == [16, 4]
   plain = only_kernel(Tensor.empty(512, 512) + 1)
   assert upcasts(hand_coded_optimizations(plain, AVX512, threads=1)) == [16]
+
+
+def test_row_sums_keep_one_register_of_partial_sums_per_target():
+  k = only_kernel(Tensor.empty(256, 512).sum(1))
+  assert group_lanes(hand_coded_optimizations(k, AVX512, threads=1)) == [16]
+  assert group_lanes(hand_coded_optimizations(k, AVX2, threads=1)) == [8]  # not two registers
