@@ -12,7 +12,10 @@ read under an EXPAND that broadcasts, inside another REDUCE, or by several kerne
 elementwise value (one with a transcendental) read under a broadcasting EXPAND, and so is an
 elementwise value over a reduction of data (a LayerNorm's output, a matmul plus bias) read under a
 broadcasting EXPAND inside another REDUCE: never recomputed in another kernel's reduction loop,
-so a kernel's inputs do not grow with model depth. A scatter (a
+so a kernel's inputs do not grow with model depth. A matmul that would read no operand
+contiguously along an output axis (`x @ W.T`, W stored (out, in)) gets a transposing copy of its
+buffer-view operand first (transposed_operand), when the copy is read 32+ times per element. A
+scatter (a
 one-hot REDUCE over one of its output positions, schedule/scatter.py) is always realized, and its
 kernel becomes a fill and a sequential loop of direct stores, O(N) instead of O(N*K); a gather that
 reads one (the position map of an overwrite) still collapses to a direct load. Everything else is
