@@ -1,21 +1,29 @@
 """Kernel benchmark: the CPU backend's generated code vs numpy and PyTorch, measured in one run.
 
-  python bench/kernels.py [--quick] [--beam N]
+  python bench/kernels.py [--quick] [--beam N] [--targets native avx2] [--cpu-time]
 
 matmul (256..2048, float32), batched matmul, conv2d (batch 16, 64->64, 3x3, 56x56), softmax and
 layernorm over (4096, 4096), an elementwise chain and a sum; with --beam, BEAM's search time for
 the 1024 matmul. Ratios > 1 mean unigrad is faster. Inputs are realized first; each timing
 includes the launch (the schedule and program caches are warm).
+
+--targets runs the table once per target ISA, each in a fresh process: `native` (the MARCH knob's
+default) and `avx2` (MARCH=x86-64-v3, as on an AVX2-only machine; numpy's OpenBLAS is held to its
+AVX2 kernels too, OPENBLAS_CORETYPE=Haswell, so both sides run the same ISA).
 """
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
+import sys
 import time
 
 import numpy as np
-from common import best_of, row, try_torch
+from common import CLOCK, best_of, row, try_torch
 
 from unigrad import Context, Tensor
+from unigrad.knobs import THREADS
 
 
 def case(name: str, ours, np_fn, torch_fn, repeat: int) -> None:
@@ -92,13 +100,41 @@ def beam_time(width: int) -> None:
   row(f"matmul 1024 BEAM={width}", t, {"numpy": best_of(lambda: x @ y, 5)})
 
 
+# target name -> (MARCH, OPENBLAS_CORETYPE for numpy; None keeps OpenBLAS's own choice)
+TARGETS = {"native": ("native", None), "avx2": ("x86-64-v3", "Haswell")}
+
+
+def run_targets(targets: list[str]) -> None:
+  """This script once per target, each in a process with that target's environment."""
+  rest = [a for a in sys.argv[1:] if a != "--targets" and a not in TARGETS]
+  for name in targets:
+    march, coretype = TARGETS[name]
+    env = {**os.environ, "MARCH": march}
+    if coretype: env["OPENBLAS_CORETYPE"] = coretype
+    print(f"== target {name}: MARCH={march}"
+          + (f" OPENBLAS_CORETYPE={coretype}" if coretype else ""), flush=True)
+    subprocess.run([sys.executable, __file__, *rest], env=env, check=True)
+
+
 def main() -> None:
   p = argparse.ArgumentParser()
   p.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run)")
   p.add_argument("--beam", type=int, default=0)
   p.add_argument("--repeat", type=int, default=5)
+  p.add_argument("--targets", nargs="+", choices=list(TARGETS), default=None,
+                 help="run the table for each target ISA (native, avx2), each in its own process")
+  p.add_argument("--cpu-time", action="store_true",
+                 help="time by the calling thread's CPU time, every library on one thread (a "
+                      "loaded machine's preemption inflates wall times); needs THREADS=1 "
+                      "OPENBLAS_NUM_THREADS=1")
   args = p.parse_args()
+  if args.targets: return run_targets(args.targets)
   torch = try_torch()
+  if args.cpu_time:
+    if THREADS.value != 1 or os.environ.get("OPENBLAS_NUM_THREADS") != "1":
+      raise SystemExit("--cpu-time needs THREADS=1 OPENBLAS_NUM_THREADS=1 (one thread each)")
+    CLOCK[0] = time.thread_time
+    if torch is not None: torch.set_num_threads(1)
   matmuls(torch, [256, 512] if args.quick else [256, 512, 1024, 2048], args.repeat)
   conv(torch, args.repeat, args.quick)
   rowwise(torch, args.repeat, args.quick)

@@ -70,6 +70,9 @@ SPEC = knob("SPEC", int, 0, "1 runs each stage's spec verifier on its output")
 DEV = knob("DEV", str, "", "default device (CPU, PYTHON, NULL, CL, CUDA); empty picks CPU when a "
            "C compiler is found, else PYTHON")
 CC = knob("CC", str, "", "C compiler for the CPU device; empty tries clang, then gcc")
+MARCH = knob("MARCH", str, "native", "target ISA of the CPU device's C compiler (its "
+             "-march): native, x86-64-v3 (AVX2), x86-64-v4 (AVX-512), ...; the heuristics' "
+             "vector width and register count follow it")
 CACHEDIR = knob("CACHEDIR", str, "", "directory for the on-disk caches; empty uses "
                 "$XDG_CACHE_HOME/unigrad or ~/.cache/unigrad")
 CACHELEVEL = knob("CACHELEVEL", int, 2, "on-disk caches: 0 none, 1 compiled binaries and BEAM "

@@ -61,7 +61,8 @@ def optimize(ast: UOp, ren: Renderer) -> UOp:
     heuristic = hand_coded_optimizations(k, ren, ren_threads(ren))
     k = heuristic if BEAM < 1 else beam_search(
       k, heuristic, int(BEAM), make_timer(ast, ren), ren_threads(ren),
-      kernel_key(ast, ren.device, int(BEAM)), ren.vector_bytes)
+      kernel_key(ast, f"{ren.device}:{ren.vector_bytes}x{ren.vector_registers}", int(BEAM)),
+      ren.vector_bytes)
   if DEBUG >= 3: print(f"  opts {k.name()}: {list(k.applied)}")
   return finish(k)
 

@@ -22,11 +22,12 @@ from unigrad.codegen.pipeline import full_rewrite
 from unigrad.dtype import DType, dtypes
 from unigrad.engine import compcache
 from unigrad.helpers import GlobalCounters
-from unigrad.knobs import BEAM, DEBUG, NOOPT
+from unigrad.knobs import BEAM, DEBUG, MARCH, NOOPT
 from unigrad.renderer import PythonRenderer, Renderer
 from unigrad.renderer.cstyle import CRenderer
 from unigrad.runtime.device import Buffer, Compiled, Device
-from unigrad.runtime.ops_cpu import cpu_threads, last_level_cache_bytes, native_vector_bytes
+from unigrad.runtime.ops_cpu import cpu_threads, last_level_cache_bytes, target_vector_bytes
+from unigrad.runtime.ops_cpu import target_vector_registers
 from unigrad.schedule import multi
 from unigrad.schedule.function import has_function, inline_functions
 from unigrad.schedule.callify import buffer_base, callify, is_plain_buffer
@@ -59,7 +60,8 @@ def renderer_for(device: str) -> Renderer:
   base = device.split(":")[0]
   if base == "PYTHON": return PythonRenderer()
   if base != "CPU": return CRenderer(base)
-  return CRenderer(base, native_vector_bytes(), last_level_cache_bytes())
+  return CRenderer(base, target_vector_bytes(), last_level_cache_bytes(),
+                   target_vector_registers())
 
 
 def buffer_of(u: UOp) -> Buffer:
@@ -164,7 +166,7 @@ class Runner:
   global_size: tuple[int, ...] = (1,)
 
 
-_runners: dict[tuple[UOp, str, int, bool], Runner] = {}
+_runners: dict[tuple[UOp, str, int, bool, str], Runner] = {}
 
 
 def _codegen(kernel: UOp, ren: Renderer) -> compcache.KernelSource:
@@ -186,9 +188,9 @@ def _load(dev: Compiled, ks: compcache.KernelSource) -> object:
 
 def get_runner(kernel: UOp, device: str) -> Runner:
   """The compiled program for a kernel AST on a device (compiled once per optimizer setting:
-  BEAM and NOOPT choose different code for the same kernel). Codegen results come from the
-  disk cache when another process produced them (engine/compcache.py)."""
-  key = (kernel, device, int(BEAM), bool(NOOPT))
+  BEAM, NOOPT and the target ISA choose different code for the same kernel). Codegen results
+  come from the disk cache when another process produced them (engine/compcache.py)."""
+  key = (kernel, device, int(BEAM), bool(NOOPT), str(MARCH))
   if (r := _runners.get(key)) is not None: return r
   t0 = time.perf_counter()
   dev = Device[device]

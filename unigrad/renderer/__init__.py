@@ -20,6 +20,7 @@ class Renderer:
   emulated_dtypes: frozenset = frozenset()
   vector_bytes: int = 0  # width of the target's vector registers (0: no vector values)
   stream_bytes: int = 0  # outputs this big are written around the caches (0: never)
+  vector_registers: int = 0  # how many vector registers the target has (0: no vector values)
 
   def render(self, name: str, linear: UOp) -> str: raise NotImplementedError
 

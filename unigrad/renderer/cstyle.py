@@ -163,9 +163,11 @@ def _lane_value(dt: DType, expr: str) -> str:
 
 
 def _stack(u: UOp, vt: str, s: list[str]) -> str:
-  """A STACK of scalars: k copies of one value broadcast, else a vector literal."""
+  """A STACK of scalars: k copies of one value broadcast, else a vector literal. A broadcast is
+  `x - 0` (-0.0 stays -0.0; gcc 12 writes `0 + x` as one scalar add and a store per lane, and
+  makes +0.0 of -0.0)."""
   lanes = [_lane_value(x.dtype, n) for x, n in zip(u.src, s)]
-  if all(x is u.src[0] for x in u.src): return f"(({vt}){{}} + {lanes[0]})"
+  if all(x is u.src[0] for x in u.src): return f"({lanes[0]} - ({vt}){{}})"
   return f"(({vt}){{{', '.join(lanes)}}})"
 
 
@@ -201,8 +203,10 @@ def _ctype(st: _State, dt: DType) -> str:
 
 # gcc leaves small vector helpers as calls unless told
 VECTOR_INLINE = "static inline __attribute__((always_inline))"
-# float ops with a C builtin per lane: a vector helper applies it to every lane, which clang and
-# gcc turn into one instruction (vfmadd, vrndscale, vsqrt) where the target has it
+# float ops with a C builtin per lane: a vector helper applies it to every lane in a loop, which
+# clang and gcc vectorize into one instruction per register (vfmadd, vrndscale, vsqrt); gcc 12
+# leaves the same lanes written as one initializer list scalar (vfmadd231ss) for vectors wider
+# than one register and on AVX2 (matmul 256: 2.5 GFLOPS)
 LANE_BUILTINS = {Ops.MULACC: ("fma", 3), Ops.TRUNC: ("trunc", 1), Ops.SQRT: ("sqrt", 1)}
 
 
@@ -212,9 +216,8 @@ def _lane_fn(st: _State, op: Ops, dt: DType) -> str:
   name = f"__{fn}_{vt}"
   builtin = f"__builtin_{fn}{'' if dt.scalar() == dtypes.float64 else 'f'}"
   params = ", ".join(f"{vt} {a}" for a in "abc"[:nargs])
-  lanes = ", ".join(f"{builtin}({', '.join(f'{a}[{i}]' for a in 'abc'[:nargs])})"
-                    for i in range(dt.count))
-  body = f"return ({vt}){{{lanes}}};"
+  lane = f"{builtin}({', '.join(f'{a}[i]' for a in 'abc'[:nargs])})"
+  body = f"{vt} r; for (int i = 0; i < {dt.count}; i++) r[i] = {lane}; return r;"
   st.helpers.setdefault(name, f"{VECTOR_INLINE} {vt} {name}({params}) {{ {body} }}")
   return name
 
@@ -270,11 +273,13 @@ def _convert(st: _State, src: UOp, dt: DType, x: str) -> str:
 class CRenderer(Renderer):
   """C99 (GNU extensions) for clang and gcc."""
 
-  def __init__(self, device: str = "CPU", vector_bytes: int = 0, stream_bytes: int = 0) -> None:
+  def __init__(self, device: str = "CPU", vector_bytes: int = 0, stream_bytes: int = 0,
+               vector_registers: int = 16) -> None:
     ops = frozenset(GroupOp.Primitive | {Ops.CDIV, Ops.CMOD, Ops.SQRT, Ops.DIV, Ops.SUB, Ops.NEG,
                                          Ops.MULACC})
     super().__init__(device, ops, has_threads=True, emulated_dtypes=frozenset(HALF_LIKE),
-                     vector_bytes=vector_bytes, stream_bytes=stream_bytes)
+                     vector_bytes=vector_bytes, stream_bytes=stream_bytes,
+                     vector_registers=vector_registers if vector_bytes else 0)
 
   def render(self, name: str, linear: UOp) -> str:
     helpers, function = self.render_parts(name, linear)

@@ -27,15 +27,16 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from unigrad.knobs import CC, THREADS
+from unigrad.knobs import CC, MARCH, THREADS
 from unigrad.runtime.device import Buffer, Compiled, CompileError, Compiler, LRUAllocator
 
 __all__ = ["CPUDevice", "CPUAllocator", "ClangCompiler", "CPUProgram", "ChunkPool",
-           "find_c_compiler", "cpu_threads", "chunk_pool", "native_vector_bytes",
-           "last_level_cache_bytes", "CFLAGS"]
+           "find_c_compiler", "cpu_threads", "chunk_pool", "target_vector_bytes",
+           "target_vector_registers", "last_level_cache_bytes", "cpu_flags", "CFLAGS"]
 
-# compile flags, both accepted by clang 14 and gcc 12; the source is read from stdin
-CFLAGS: tuple[str, ...] = ("-shared", "-fPIC", "-O2", "-march=native", "-fno-math-errno", "-fwrapv",
+# compile flags, both accepted by clang 14 and gcc 12; the source is read from stdin; the target
+# ISA (-march) comes from the MARCH knob (see cpu_flags)
+CFLAGS: tuple[str, ...] = ("-shared", "-fPIC", "-O2", "-fno-math-errno", "-fwrapv",
                            "-mprefer-vector-width=512", "-ffp-contract=off")
 LIBS: tuple[str, ...] = ("-lm",)
 ALIGN = 64  # bytes: one cache line, one AVX-512 register
@@ -105,22 +106,40 @@ def _compiler_identity(cc: str) -> str:
   return f"{out.splitlines()[0] if out else ''}|{cpu}"
 
 
+def cpu_flags(march: str | None = None) -> tuple[str, ...]:
+  """The compile flags for target ISA `march` (default: the MARCH knob)."""
+  return (*CFLAGS, f"-march={MARCH.value if march is None else march}")
+
+
 @functools.cache
-def _predefined_macros(cc: str) -> frozenset[str]:
-  proc = subprocess.run([cc, "-march=native", "-dM", "-E", "-x", "c", "-"], input="",
+def _predefined_macros(cc: str, march: str) -> frozenset[str]:
+  proc = subprocess.run([cc, f"-march={march}", "-dM", "-E", "-x", "c", "-"], input="",
                         capture_output=True, text=True, timeout=30)
+  if proc.returncode != 0:
+    raise ValueError(f"MARCH={march!r}: {cc} rejects -march={march} ({proc.stderr.strip()}); use "
+                     "native, or an ISA the compiler knows (x86-64-v3 for AVX2, x86-64-v4)")
   return frozenset(ln.split()[1] for ln in proc.stdout.splitlines() if ln.startswith("#define "))
 
 
-def native_vector_bytes() -> int:
-  """The widest vector register the compiler targets with `-march=native` (64 with AVX-512,
-  32 with AVX, 16 with SSE or NEON; 0 without a compiler): the CPU renderer's vector width."""
+def target_vector_bytes(march: str | None = None) -> int:
+  """The widest vector register of target ISA `march` (default: the MARCH knob): 64 with
+  AVX-512, 32 with AVX, 16 with SSE or NEON; 0 without a compiler. The CPU renderer's vector
+  width."""
   cc = find_c_compiler()
   if cc is None: return 0
-  macros = _predefined_macros(cc)
+  macros = _predefined_macros(cc, MARCH.value if march is None else march)
   if "__AVX512F__" in macros: return 64
   if "__AVX__" in macros: return 32
   return 16 if macros & {"__SSE2__", "__ARM_NEON", "__ARM_NEON__"} else 0
+
+
+def target_vector_registers(march: str | None = None) -> int:
+  """How many vector registers target ISA `march` has: 32 with AVX-512 or on AArch64, 16 with
+  SSE/AVX (x86-64); 0 without vectors. The heuristics size register tiles by it."""
+  cc = find_c_compiler()
+  if cc is None or not target_vector_bytes(march): return 0
+  macros = _predefined_macros(cc, MARCH.value if march is None else march)
+  return 32 if macros & {"__AVX512F__", "__aarch64__"} else 16
 
 
 @functools.cache
@@ -140,12 +159,17 @@ class ClangCompiler(Compiler):
   """C source to a shared object: `<cc> <CFLAGS> -x c - -o lib.so -lm`. Despite the name, any
   gcc-compatible compiler works (the `CC` knob); by default clang, else gcc."""
 
-  def __init__(self, cc: str | None = None, flags: Sequence[str] = CFLAGS) -> None:
+  def __init__(self, cc: str | None = None, flags: Sequence[str] | None = None) -> None:
     path = _which_cc(cc) if cc else find_c_compiler()
     if path is None:
       raise RuntimeError(f"no C compiler found (CC={cc or CC.value!r}); install clang or gcc, or "
                          "set CC to a compiler on PATH")
-    self.cc, self.flags = path, tuple(flags)
+    self.cc, self._flags = path, None if flags is None else tuple(flags)
+
+  @property
+  def flags(self) -> tuple[str, ...]:
+    """The given flags, else cpu_flags() for the MARCH knob's target as it is now."""
+    return self._flags if self._flags is not None else cpu_flags()
 
   @property
   def cache_key(self) -> str | None:

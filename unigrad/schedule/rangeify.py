@@ -11,7 +11,13 @@ intermediate buffers are sized for the variables' largest values (read as row-ma
 Fusion policy (which values get their own kernel and buffer): every STORE is a kernel; a REDUCE
 read under an EXPAND that broadcasts, inside another REDUCE, or by several kernels is realized
 (unless it has a closed form: arange, cumsum windows), and so is an expensive
-elementwise value (one with a transcendental) read under a broadcasting EXPAND. A scatter (a
+elementwise value (one with a transcendental) read under a broadcasting EXPAND, and so is an
+elementwise value over a reduction of data (a LayerNorm's output, a matmul plus bias) read under a
+broadcasting EXPAND inside another REDUCE: never recomputed in another kernel's reduction loop,
+so a kernel's inputs do not grow with model depth. A matmul that would read no operand
+contiguously along an output axis (`x @ W.T`, W stored (out, in)) gets a transposing copy of its
+buffer-view operand first (transposed_operand), when the copy is read 32+ times per element. A
+scatter (a
 one-hot REDUCE over one of its output positions, schedule/scatter.py) is always realized, and its
 kernel becomes a fill and a sequential loop of direct stores, O(N) instead of O(N*K); a gather that
 reads one (the position map of an overwrite) still collapses to a direct load. Everything else is
@@ -33,7 +39,7 @@ from unigrad.codegen.simplify import pm_kernel_simplify
 from unigrad.schedule.callify import buffer_view, max_numel
 from unigrad.schedule.scatter import compares_position, scatter_kernels, scatter_plan
 from unigrad.uop.properties import as_shape
-from unigrad.uop.symbolic import pm_invalid
+from unigrad.uop.symbolic import linear_terms, pm_invalid
 
 EXPENSIVE = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.POW, Ops.THREEFRY})
 VIEW_OPS = GroupOp.Movement
@@ -73,16 +79,34 @@ def _grows(u: UOp) -> bool:
   return any(a == 1 and b != 1 for a, b in zip(u.src[0].shape, u.shape))
 
 
-def _is_expensive(u: UOp, realized: set[UOp]) -> bool:
-  stack, seen = [u], set()
+def _region(u: UOp, realized: set[UOp]) -> list[UOp]:
+  """The nodes a kernel reading `u` would compute for it: down to buffers, realized nodes and
+  REDUCEs (a REDUCE read where `u` is read, under a broadcast or inside a reduction, is realized
+  or has a closed form: its body is never part of the reader's loop)."""
+  stack, seen, out = [u], {u}, []
   while stack:
     x = stack.pop()
-    if x.op in EXPENSIVE: return True
+    out.append(x)
+    if x.op is Ops.REDUCE and x is not u: continue
     for s in x.src:
       if s not in seen and s not in realized and s.op not in (Ops.PARAM, Ops.AFTER):
         seen.add(s)
         stack.append(s)
-  return False
+  return out
+
+
+def _is_expensive(u: UOp, realized: set[UOp]) -> bool:
+  """`u` computes a transcendental (not counting what a REDUCE it reads computes)."""
+  return any(x.op in EXPENSIVE for x in _region(u, realized))
+
+
+def _needs_reduction(u: UOp, realized: set[UOp]) -> bool:
+  """`u` is elementwise over the result of a reduction of data (a normalization's output, a
+  matmul plus its bias): recomputing it in another reduction's loop would re-read every input of
+  its region there, and a model's next layer reads this layer's output the same way, so the
+  reader's inputs would grow with depth."""
+  return any(x.op is Ops.REDUCE and x is not u and not _has_closed_form(x)
+             for x in _region(u, realized))
 
 
 def _per_node(fn: Callable[[UOp], bool]) -> Callable[[UOp], bool]:
@@ -196,10 +220,63 @@ def _stored_directly(root: UOp) -> UOp | None:
   return u if u.op is Ops.REDUCE and is_scatter(root) else None
 
 
+# ---- transposing copies for matmuls that would read no operand along an output axis ----
+
+MIN_COPY_REUSE = 32  # a copied operand is read this many times per element, or it is not copied
+
+
+def _unit_loads(value: UOp, r: UOp) -> int:
+  """How many loads of `value` (a probed kernel value) are contiguous along range r."""
+  loads = [u for u in value.toposort() if u.op is Ops.INDEX and u.src[0].op is Ops.PARAM]
+  return sum(linear_terms(u.src[1])[0].get(r) == 1 for u in loads if u.src[1].op is not Ops.WHERE)
+
+
+def _reads_contiguous_output(red: UOp, loaded: list[UOp]) -> tuple[bool, bool] | None:
+  """Probe `red` (the nodes in `loaded` read from buffers): whether a load is contiguous along
+  an output axis, and whether one is along the innermost reduce axis."""
+  probe = _probe(red, loaded)
+  if probe is None or probe[0].op is not Ops.REDUCE: return None
+  value, loops = probe
+  return any(_unit_loads(value, r) for r in loops), _unit_loads(value, value.src[-1]) > 0
+
+
+def _view_operands(red: UOp) -> list[UOp]:
+  """The operands of a multiply-accumulate REDUCE that are views of a buffer under their
+  broadcast (a transposed weight): copying one costs one pass over it."""
+  if red.arg.op is not Ops.ADD or red.src[0].op is not Ops.MUL: return []
+  out = []
+  for x in red.src[0].src:
+    while x.op in (Ops.EXPAND, Ops.RESHAPE): x = x.src[0]
+    chain = x.toposort(lambda n: n.op not in (Ops.PARAM, Ops.AFTER))
+    if x.op in VIEW_OPS and all(n.op in VIEW_OPS or n.op in (Ops.PARAM, Ops.AFTER, Ops.VCONST,
+                                                                Ops.CONST) for n in chain):
+      out.append(x)
+  return out
+
+
+def transposed_operand(red: UOp) -> UOp | None:
+  """The operand view of a matmul-like REDUCE to copy contiguously first, when no operand is
+  read contiguously along an output axis but both along the reduce axis (`x @ W.T` with W
+  stored (out, in)): the copy makes it the contiguous matmul (a @ b.T 1024: 0.68 -> 0.95 of
+  a @ b's speed, where the heuristics' tile of partial sums reaches 0.68)."""
+  if not all(isinstance(d, int) for d in red.src[0].shape) or _has_closed_form(red): return None
+  views = [v for v in _view_operands(red)
+           if math.prod(red.src[0].shape) >= MIN_COPY_REUSE * math.prod(v.shape)]
+  if not views or (now := _reads_contiguous_output(red, [])) is None or now != (False, True):
+    return None
+  for v in views:
+    after = _reads_contiguous_output(red, [v])
+    if after is not None and after[0]: return v
+  return None
+
+
 def find_realizes(body: UOp) -> set[UOp]:
   """Which tensor-graph nodes become their own kernel (see the module docstring)."""
   roots = [s.src[1] for s in body.toposort() if s.op is Ops.STORE]
   realize: set[UOp] = {u for u in _shared_reduces(roots) if not _has_closed_form(u)}
+  gate = lambda n: n.op not in (Ops.PARAM, Ops.AFTER)  # noqa: E731
+  realize |= {v for r in roots for u in r.toposort(gate) if u.op is Ops.REDUCE
+              and (v := transposed_operand(u)) is not None}
   # a scatter read inside another kernel would run its one-hot loop there: it gets a kernel of
   # its own, of direct stores (a root that is a view of one is that kernel already)
   direct = {_stored_directly(r) for r in roots}
@@ -214,7 +291,8 @@ def find_realizes(body: UOp) -> set[UOp]:
     if u.op in (Ops.CONTIGUOUS, Ops.COPY): realize.add(u)
     if u not in realize and (
         ((expanded or reduced) and u.op is Ops.REDUCE and not _has_closed_form(u))
-        or (expanded and u.op in GroupOp.ALU and _is_expensive(u, realize))):
+        or (expanded and u.op in GroupOp.ALU and _is_expensive(u, realize))
+        or (expanded and reduced and u.op in GroupOp.ALU and _needs_reduction(u, realize))):
       realize.add(u)
     if u in realize: expanded, reduced = False, False
     if u.op in (Ops.PARAM, Ops.AFTER): continue

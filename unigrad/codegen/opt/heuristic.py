@@ -6,10 +6,12 @@ The choice is read off the kernel's loads: for each input buffer read, the strid
   axis* is an output axis along which an input is contiguous (stride 1), upcast to as many lanes
   as the target's vector registers allow (up to two registers); the *reuse axis* is an output
   axis that input does not depend on, upcast so each vector load is reused across the tile (the
-  tile holds 8 or 16 vector accumulators); with a single reduce loop the vector axis's loop
-  runs outside the reuse axis's (see `panel_order`). Among several contiguous axes the one giving
-  the widest vectors wins, and a tile is taken only when the codegen will make its vector axis
-  the vector (see codegen/vectorize.py); else the next candidate is tried.
+  accumulators take half the target's vector registers, a quarter for a nested reduce: 16 or 8
+  on AVX-512, 8 or 4 on AVX2: the renderer's `vector_bytes` and `vector_registers`; two
+  registers of the vector axis are two vector values); with a single reduce loop the vector
+  axis's loop runs outside the reuse axis's (see `panel_order`). Among several contiguous axes
+  the one giving the widest vectors wins, and a tile is taken only when the codegen will make
+  its vector axis the vector (see codegen/vectorize.py); else the next candidate is tried.
 - THREAD: split an output axis across the cores when there is enough work per core, preferring
   one the contiguous input does not depend on (so `core_id` stays out of its addresses).
 - Vectors for everything else: the output axis along which the store is contiguous (else a load
@@ -31,9 +33,11 @@ from unigrad.uop.symbolic import is_invalid, linear_terms
 
 MIN_WORK_PER_THREAD = 1 << 15
 MIN_TILE_REDUCE = 16  # a reduce this short is not worth a register tile
-# vector registers of accumulators in a register tile: with one reduce loop (matmul) 16 measure
-# best, with the reduce nested over several loops (convolution: cin, kh, kw) 8 do
-TILE_REGISTERS, NESTED_TILE_REGISTERS = 16, 8
+# the share of the target's vector registers a register tile's accumulators take: with one reduce
+# loop (matmul) half (16 of AVX-512's 32, 8 of AVX2's 16; the rest hold the loaded vectors and
+# broadcasts), with the reduce nested over several loops (convolution: cin, kh, kw) a quarter
+TILE_SHARE, NESTED_TILE_SHARE = 2, 4
+SCALAR_REGISTERS = 32  # sizes the tile where the target has no vector values
 SCALAR_VECTOR_BYTES = 16  # sizes the tile where the target has no vector values (the C compiler
                           # may still vectorize the unrolled tile)
 
@@ -145,17 +149,21 @@ def _upcast(k: OptKernel, range_id: int | None, lanes: int) -> tuple[OptKernel, 
   return up, (new[0] if new else None)
 
 
-def register_tile(k: OptKernel, plan: TilePlan, vector_bytes: int) -> OptKernel | None:
+def register_tile(k: OptKernel, plan: TilePlan, vector_bytes: int,
+                  registers: int = SCALAR_REGISTERS) -> OptKernel | None:
   """The tile of `plan`: the vector axis upcast to up to two registers, the reuse axis so that
-  the tile's accumulators take TILE_REGISTERS registers (NESTED_TILE_REGISTERS for a nested
-  reduce; a narrower vector still takes a whole one); None if the codegen would not make the
-  vector axis its vector (when the plan is checked and the target has vector values)."""
+  the tile's accumulators take a share of the target's `registers` (TILE_SHARE, NESTED_TILE_SHARE
+  for a nested reduce; a narrower vector still takes a whole one); None if the codegen would not
+  make the vector axis its vector (when the plan is checked and the target has vector values)."""
   reg = (vector_bytes or SCALAR_VECTOR_BYTES) // plan.itemsize  # lanes of one register
-  tiled, vec = _upcast(k, plan.vector, 2 * reg)
+  tiled, vec = _upcast(k, plan.vector, reg)
   if vec is None: return None
+  # the second register is a second vector value: gcc keeps a vector wider than a register in
+  # memory, moving it through general registers (AVX2 matmul 256: 10 GFLOPS)
+  tiled, pair = _upcast(tiled, plan.vector, 2) if vec.src[0].arg == reg else (tiled, None)
   nested = sum(t is AxisType.REDUCE and s > 1 for t, s in zip(k.axis_types(), k.sizes)) > 1
-  regs = NESTED_TILE_REGISTERS if nested else TILE_REGISTERS
-  tiled, _ = _upcast(tiled, plan.reuse, regs // max(1, vec.src[0].arg // reg))
+  regs = (registers or SCALAR_REGISTERS) // (NESTED_TILE_SHARE if nested else TILE_SHARE)
+  tiled, _ = _upcast(tiled, plan.reuse, regs // (1 if pair is None else 2))
   if not nested: tiled = panel_order(tiled, plan)
   if not (plan.checked and vector_bytes): return tiled
   return tiled if pick_vector_range(tiled.ast, vector_bytes) is vec else None
@@ -188,24 +196,101 @@ def contiguous_reduce(k: OptKernel) -> bool:
                                for st in access_strides(k, False, AxisType.REDUCE))
 
 
+TRANSPOSE_ROWS = 4  # rows of a transposing load unrolled per vector (each cache line used 4x)
+
+
 def output_vector(k: OptKernel, vector_bytes: int) -> OptKernel:
-  """Upcast the LOOP axis the store is contiguous along (else one a load is) to one register."""
+  """Upcast the LOOP axis the store is contiguous along (else one a load is) to one register;
+  a load contiguous along another LOOP axis (a transpose) gets that axis upcast by
+  TRANSPOSE_ROWS too (a 512x512 transposing copy: 0.70 -> 0.24 ms)."""
   for strides in (access_strides(k, stored=True), load_strides(k)):
     for st in strides:
       unit = [rid for rid, s in st.of.items() if s == 1 and axis_of(k, rid) is not None]
       if unit:
         up, vec = _upcast(k, unit[-1], vector_bytes // st.itemsize)
-        if vec is not None: return up
+        if vec is not None: return transpose_rows(up, unit[-1])
   return k
+
+
+def transpose_rows(k: OptKernel, vector: int) -> OptKernel:
+  """Upcast the LOOP axis a load is contiguous along, when that load is not contiguous along
+  the vector axis: each unrolled row then reads the next element of the lines the vector's
+  lanes loaded."""
+  for st in load_strides(k):
+    if st.of.get(vector) == 1: continue
+    rows = [rid for rid, s in st.of.items() if s == 1 and rid != vector]
+    if rows and axis_of(k, rows[-1]) is not None: return _upcast(k, rows[-1], TRANSPOSE_ROWS)[0]
+  return k
+
+
+@dataclass(frozen=True)
+class DotPlan:
+  """A tile of a kernel whose two inputs are contiguous along its innermost reduce axis and
+  neither along an output axis (`x @ W.T` with W stored (out, in), as PyTorch stores weights):
+  range ids of the reduce axis and of the output axes only one input depends on; `panel`'s
+  input is held (a few rows) while `stream`'s streams past them."""
+  reduce: int
+  panel: int
+  stream: int
+  itemsize: int
+
+
+def plan_dot(k: OptKernel) -> DotPlan | None:
+  """The DotPlan of `k`, or None when it is no such kernel."""
+  reduces = [r.arg.id for r in k.axes if r.arg.axis_type is AxisType.REDUCE]
+  loops = [r.arg.id for r in k.axes if r.arg.axis_type is AxisType.LOOP]
+  if not reduces or len(loops) < 2: return None
+  along, outs = access_strides(k, False, AxisType.REDUCE), load_strides(k)
+  unit = [i for i, st in enumerate(along) if st.of[reduces[-1]] == 1]
+  if len(unit) != 2 or any(outs[i].of.get(o) == 1 for i in unit for o in loops): return None
+  a, b = (outs[i].of for i in unit)
+  only_b = [o for o in loops if a.get(o) == 0 and b.get(o) not in (0, None)]
+  only_a = [o for o in loops if b.get(o) == 0 and a.get(o) not in (0, None)]
+  if not only_a or not only_b: return None
+  panel, stream = (only_b[-1], only_a[-1]) if only_b[-1] > only_a[-1] else (only_a[-1], only_b[-1])
+  return DotPlan(reduces[-1], panel, stream, max(outs[i].itemsize for i in unit))
+
+
+# partial sums of a DotPlan tile: at most 32 bytes of lanes. Each output's lanes are summed once
+# after the reduce loop, ~2 instructions a lane, as much as the loop itself for 16 lanes over a
+# 512-long reduce; on AMD Zen 4 a 512-bit FMA is two 256-bit halves, so 8 lanes cost no FMA
+# throughput (a @ b.T 512: 0.71 -> 0.81 of a @ b's speed, x @ W.T 256x384x1536: 0.79 -> 0.86)
+DOT_LANE_BYTES = 32
+
+
+def dot_tile(k: OptKernel, plan: DotPlan, ren: Renderer) -> OptKernel | None:
+  """The reduce axis split into vector partial sums (GROUP_REDUCE, DOT_LANE_BYTES: vector loads
+  of both inputs, one horizontal sum per output at the end), the panel axis upcast so the tile's
+  accumulators take half the target's registers over two streamed rows, the panel's loop
+  outermost (its rows stay in L1 while the other input streams past): 28x faster than the
+  matmul tile on strided loads for `a @ b.T`, 512."""
+  lanes = min(ren.vector_bytes, DOT_LANE_BYTES) // plan.itemsize
+  red = next(i for i, r in enumerate(k.axes) if r.arg.id == plan.reduce)
+  if lanes < 2 or k.sizes[red] % lanes or k.sizes[red] < 2 * lanes: return None
+  tiled = _try(k, Opt.group(red, lanes))
+  if tiled is k: return None
+  tiled, _ = _upcast(tiled, plan.stream, 2)
+  tiled, _ = _upcast(tiled, plan.panel, max(1, ren.vector_registers // TILE_SHARE // 2))
+  panel, stream = axis_of(tiled, plan.panel), axis_of(tiled, plan.stream)
+  if panel is not None and stream is not None and stream < panel:
+    tiled = _try(tiled, Opt.swap(stream, panel))
+  vec = pick_vector_range(tiled.ast, ren.vector_bytes)
+  return tiled if vec is not None and vec.arg.axis_type is AxisType.GROUP_REDUCE else None
 
 
 def hand_coded_optimizations(k: OptKernel, ren: Renderer, threads: int) -> OptKernel:
   """The heuristics' choice of opts for `k` on `ren` (see the module docstring)."""
   for plan in plan_tiles(k, ren.vector_bytes or SCALAR_VECTOR_BYTES):
+    if not plan.checked and ren.vector_bytes and (dot := plan_dot(k)) is not None:
+      threaded = add_threads(k, threads, (dot.panel,)) if ren.has_threads else k
+      if (tiled := dot_tile(threaded, dot, ren)) is not None: return tiled
     threaded = add_threads(k, threads, plan.independent) if ren.has_threads else k
-    if (tiled := register_tile(threaded, plan, ren.vector_bytes)) is not None: return tiled
+    tiled = register_tile(threaded, plan, ren.vector_bytes, ren.vector_registers)
+    if tiled is not None: return tiled
   threaded = add_threads(k, threads) if ren.has_threads else k
   if ren.vector_bytes and not contiguous_reduce(threaded):
     vectored = output_vector(threaded, ren.vector_bytes)
     if vectored is not threaded: return vectored
-  return group_reduce(threaded, 16)
+  # one register of partial sums: gcc keeps a wider vector in memory (AVX2 sum of 16M floats
+  # with 16 lanes: 5x slower than with 8)
+  return group_reduce(threaded, ren.vector_bytes // 4 if ren.vector_bytes else 16)
