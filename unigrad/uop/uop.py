@@ -39,13 +39,19 @@ def _arg_key(arg: Any) -> Any:
 
 
 def _check_new(op: Any, dtype: Any, src: tuple, arg: Any) -> None:
-  if not isinstance(op, Ops): raise TypeError(f"UOp op must be an Ops member, got {op!r}")
-  if not isinstance(dtype, DType): raise TypeError(f"{op!r}: dtype must be a DType, got {dtype!r}")
-  for i, s in enumerate(src):
-    if not isinstance(s, UOp):
-      raise TypeError(f"{op!r}: source {i} must be a UOp, got {type(s).__name__} {s!r}")
+  """Reject a malformed node before it is made (exact type checks first: a hot path)."""
+  if type(op) is not Ops: raise TypeError(f"UOp op must be an Ops member, got {op!r}")
+  if type(dtype) is not DType and not isinstance(dtype, DType):
+    raise TypeError(f"{op!r}: dtype must be a DType, got {dtype!r}")
+  for s in src:
+    if type(s) is not UOp and not isinstance(s, UOp): _bad_source(op, src)
   if (n := ARITY.get(op)) is not None and len(src) != n:
     raise ValueError(f"{op!r} takes {n} source(s), got {len(src)}")
+
+
+def _bad_source(op: Ops, src: tuple) -> None:
+  i, s = next((i, s) for i, s in enumerate(src) if not isinstance(s, UOp))
+  raise TypeError(f"{op!r}: source {i} must be a UOp, got {type(s).__name__} {s!r}")
 
 
 class UOpMetaClass(type):
