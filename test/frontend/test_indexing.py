@@ -459,3 +459,17 @@ def test_sort_reads_values_directly():
   v, _ = Tensor(rnd(2, 40)).sort(dim=1)
   last = kernels(v)[-1]
   assert no_reduce(last) and loop_sizes(last) == [2, 40]
+
+
+@pytest.mark.parametrize("device", ["PYTHON", "CPU"])
+def test_empty_slice_assignment_changes_nothing(device):
+  """Regression: `x[3:] = 5` on a 3-element tensor wrote 5 everywhere on CPU (zero-trip loop
+  upcast to 16 lanes)."""
+  x = Tensor([1.0, 2, 3], device=device).contiguous().realize()
+  x[3:] = 5.0
+  assert x.tolist() == [1.0, 2.0, 3.0]
+  m = Tensor([[1.0, 2, 3], [4, 5, 6]], device=device).contiguous().realize()
+  m[:, 1:1] = 9
+  assert m.tolist() == [[1.0, 2, 3], [4, 5, 6]]
+  x[1:1].assign(Tensor.zeros(0, device=device)).realize()
+  assert x.tolist() == [1.0, 2.0, 3.0]

@@ -436,6 +436,18 @@ def test_narrow_int_arithmetic_wraps_before_use(device):
   assert ((h * 2) // 2).tolist() == [-2768, 2768]
 
 
+def test_small_int_arithmetic_wraps_before_a_widening_cast(device):
+  """Regression (kernel simplifier): cast(a+b) was distributed into cast(a)+cast(b) when a+b
+  could wrap in its own dtype, so uint8 200+100 cast to int32 gave 300."""
+  u8 = lambda v: Tensor(np.array(v, np.uint8), device=device)
+  assert (u8([200]) + u8([100])).cast(dtypes.int32).tolist() == [44]
+  want = (torch.tensor([200, 100], dtype=torch.uint8) + torch.tensor([100, 200], dtype=torch.uint8))
+  assert (u8([200, 100]) + u8([100, 200])).sum().item() == want.sum().item() == 88
+  i32 = Tensor(np.array([-2**31, 2**30], np.int32), device=device)
+  assert (i32 * 3).cast(dtypes.int64).tolist() == [-2**31, -2**30]
+  assert (u8([16]) * u8([20])).cast(dtypes.int64).tolist() == [64]
+
+
 def test_shift_past_width_like_pytorch(device):
   """Regression (C renderer): a shift by >= the width was undefined behaviour in C."""
   a = Tensor(np.array([1, -1, 5, -128], np.int32), device=device)
@@ -444,6 +456,17 @@ def test_shift_past_width_like_pytorch(device):
                                                                                dtype=torch.int32))
   assert (a << k).tolist() == want_l.tolist()
   assert (a >> k).tolist() == [0, -1, 0, -1]
+
+
+@pytest.mark.parametrize("n", [3, 4, 16, 17])
+def test_constant_shift_past_width_agrees_on_vector_and_scalar_paths(device, n):
+  """Regression: `int32 << 32` gave -1s on CPU for 4 elements (vector path) and 0s for 3."""
+  ones, neg = Tensor([1] * n, dtype=dtypes.int32, device=device), Tensor([-8] * n, device=device)
+  t_ones, t_neg = torch.ones(n, dtype=torch.int32), torch.full((n,), -8, dtype=torch.int64)
+  assert (ones << 32).tolist() == (t_ones << 32).tolist()
+  assert (ones << 33).tolist() == (t_ones << 33).tolist()
+  assert (neg >> 70).tolist() == (t_neg >> 70).tolist()
+  assert (neg.cast(dtypes.uint8) << 9).tolist() == [0] * n
 
 
 def test_int_floordiv_on_cpu_with_negative_operands(device):
