@@ -16,7 +16,7 @@ import torch
 from unigrad import Tensor
 from unigrad.dtype import dtypes
 from unigrad.runtime.ops_cpu import find_c_compiler
-from unigrad.uop import Ops, ReduceArg, UOp
+from unigrad.uop import AxisType, Ops, ReduceArg, UOp
 
 ALL = (dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32,
        dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.float16, dtypes.bfloat16, dtypes.float32,
@@ -512,6 +512,30 @@ def test_float32_pow_is_accurate_on_cpu():
   ok = (want > 1e-37) & (want < 3e38)
   ulp = np.spacing(want[ok].astype(np.float32)).astype(np.float64)
   assert (np.abs(got[ok] - want[ok]) <= ulp).all()
+
+
+def test_float_sum_over_2_31_and_more_elements_is_right():
+  """Regression: one float32 accumulator over 2**31+5 ones stopped at 2**24 (and 2**33 ones gave
+  2**32); PyTorch gives 2**31 (2**31+5 rounded to float32) and 2**33."""
+  if find_c_compiler() is None: pytest.skip("no C compiler")
+  assert Tensor.ones(2 ** 33, device="CPU").sum().item() == 2.0 ** 33
+  assert Tensor.ones(2 ** 31 + 5, device="CPU").sum().item() == 2.0 ** 31
+  assert Tensor.ones(3, 2 ** 31 + 5, device="CPU").mean(1).tolist() == [1.0] * 3
+  assert Tensor.full((2 ** 23 + 1, 2), 0.5, device="CPU").sum(0).tolist() == [4194304.5] * 2
+
+
+def test_long_float_sum_has_no_long_accumulation_loop():
+  """Long float sums are summed in chunks: no kernel loops over more than a chunk."""
+  linear = Tensor.empty(2 ** 31 + 5, device="NULL").sum().schedule()
+  loops = [u.src[0].arg for call in linear.src for u in call.src[0].toposort()
+           if u.op is Ops.RANGE and u.arg.axis_type is AxisType.REDUCE]
+  assert loops and max(loops) <= 2 ** 16
+
+
+def test_long_float_sum_of_data_matches_float64():
+  a = np.random.default_rng(2).random((2 ** 22 + 7,), dtype=np.float32)
+  got = Tensor(a, device="CPU" if find_c_compiler() else "PYTHON").sum().item()
+  assert abs(got - a.astype(np.float64).sum()) <= 1e-6 * a.sum(dtype=np.float64)
 
 
 def test_int_pow_negative_scalar_exponent_is_an_error():

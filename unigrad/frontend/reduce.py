@@ -17,6 +17,10 @@ Axis = int | Sequence[int] | None
 HALF_LIKE = (dtypes.float16, dtypes.bfloat16)
 # the value of a reduction over no elements
 IDENTITY = {Ops.ADD: 0, Ops.MUL: 1}
+# A float sum over more than LONG_FLOAT_SUM elements is summed in chunks of FLOAT_SUM_CHUNK (then
+# the chunk sums, again in chunks): one accumulator over 2**31 float32 ones stops at 2**24.
+LONG_FLOAT_SUM = 2 ** 22
+FLOAT_SUM_CHUNK = 2 ** 14
 
 
 def _axes(axis: Axis, ndim: int) -> tuple[int, ...]:
@@ -56,7 +60,28 @@ class ReduceMixin:
 
   def _accumulate(self, op: Ops, dtype: Any, axis: Axis, keepdim: bool) -> Tensor:
     dt = to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
-    return self.cast(_acc_dtype(dt))._reduce(op, axis, keepdim).cast(dt)
+    x = self.cast(_acc_dtype(dt))
+    s = x._chunked_sum(axis, keepdim) if op is Ops.ADD and dtypes.is_float(x.dtype) else None
+    return (s if s is not None else x._reduce(op, axis, keepdim)).cast(dt)
+
+  def _chunked_sum(self, axis: Axis, keepdim: bool) -> Tensor | None:
+    """A sum over more than LONG_FLOAT_SUM elements as sums of chunks (None for shorter ones):
+    the reduced axes moved last and flattened, zero-padded to whole chunks."""
+    axes = _axes(axis, self.ndim) if self.ndim else ()
+    shape = self.shape
+    if not all(isinstance(d, int) for d in shape): return None
+    n = math.prod(shape[a] for a in axes)
+    if n <= LONG_FLOAT_SUM: return None
+    keep = [i for i in range(self.ndim) if i not in axes]
+    outer = [shape[i] for i in keep]
+    y = self.permute(*keep, *axes).reshape(*outer, n)
+    while n > FLOAT_SUM_CHUNK:
+      m = -(-n // FLOAT_SUM_CHUNK)
+      y = y.pad(((0, 0),) * len(outer) + ((0, m * FLOAT_SUM_CHUNK - n),))
+      y = y.reshape(*outer, m, FLOAT_SUM_CHUNK)._reduce(Ops.ADD, -1, False)
+      n = m
+    y = y._reduce(Ops.ADD, -1, False)
+    return y.reshape(*[1 if i in axes else d for i, d in enumerate(shape)]) if keepdim else y
 
   def sum(self, axis: Axis = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
     """Sum over `axis` (all by default); bool and integers accumulate in int64 like PyTorch.
