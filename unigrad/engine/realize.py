@@ -6,9 +6,12 @@ kernel once per device (the program cache), allocates intermediates for the run,
 kernels in order (slots and lifetimes derived once per schedule: its launch plan) and returns the
 map from each realized node to the buffer holding it. On a cache hit the work is one walk of the
 graph (tuple-device check and callify share it), the body rebuilt over PARAMs, and the launches.
+Python threads realize one at a time: `realize`, `schedule`, `copyout` and `buffer_with_data`
+hold `realize_lock` (re-entrant), which guards the caches here and the devices' launch state.
 """
 from __future__ import annotations
 
+import threading
 import time
 import weakref
 from dataclasses import dataclass
@@ -29,7 +32,7 @@ from unigrad.schedule.schedule import create_schedule
 from unigrad.uop import Ops, UOp
 
 __all__ = ["realize", "schedule", "new_buffer", "buffer_of", "buffer_with_data", "copyout",
-           "is_realized", "is_buffer_view", "schedule_cache", "renderer_for"]
+           "is_realized", "is_buffer_view", "schedule_cache", "renderer_for", "realize_lock"]
 
 buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
 # realized buffer view -> the graph that computed it (kept while the buffer node lives), so
@@ -45,6 +48,7 @@ def with_history(root: UOp) -> UOp:
   return root
 schedule_cache: dict[UOp, UOp] = {}
 SCHEDULE_CACHE_SIZE = 256
+realize_lock = threading.RLock()
 
 
 def renderer_for(device: str) -> Renderer:
@@ -72,12 +76,17 @@ def new_buffer(device: str | tuple[str, ...], dtype: DType, shape: tuple[int, ..
 
 
 def buffer_with_data(device: str, dtype: DType, data: bytes, shape: tuple[int, ...]) -> UOp:
-  u = new_buffer(device, dtype, shape)
-  buffer_of(u).copyin(data)
+  with realize_lock:
+    u = new_buffer(device, dtype, shape)
+    buffer_of(u).copyin(data)
   return u
 
 
 def copyout(u: UOp) -> memoryview:
+  with realize_lock: return _copyout(u)
+
+
+def _copyout(u: UOp) -> memoryview:
   if isinstance(u.device, tuple):  # gathered onto the first device
     g = UOp(Ops.COPY, u.dtype, (u,), u.device[0])
     u = realize([g], [u.device[0]])[g]
@@ -107,8 +116,12 @@ def _schedule_for(body: UOp, nargs: int, device: str) -> UOp:
 
 def schedule(uops: list[UOp], devices: list[str]) -> UOp:
   """The LINEAR of kernel CALLs that realizing `uops` would run, with the real buffers as args."""
+  with realize_lock: return _schedule(uops, devices)
+
+
+def _schedule(uops: list[UOp], devices: list[str]) -> UOp:
   if (plan := multi.lower_multi(uops, devices)) is not None:
-    return schedule(plan.uops, plan.devices)
+    return _schedule(plan.uops, plan.devices)
   res = callify(uops, devices)
   linear = _schedule_for(res.body, len(res.bufs), devices[0])
   args = res.bufs
@@ -122,9 +135,13 @@ def realize(uops: list[UOp], devices: list[str]) -> dict[UOp, UOp]:
   """Compute `uops` into buffers; returns node -> buffer view for every realized node. Graphs on
   tuple devices are first lowered to one graph per device (schedule/multi.py). The one toposort
   of the targets serves both the tuple-device check and callify."""
+  with realize_lock: return _realize(uops, devices)
+
+
+def _realize(uops: list[UOp], devices: list[str]) -> dict[UOp, UOp]:
   nodes = UOp(Ops.SINK, dtypes.void, tuple(uops)).toposort()
   if (plan := multi.lower_multi(uops, devices, nodes)) is not None:
-    return plan.finish(realize(plan.uops, plan.devices))
+    return plan.finish(_realize(plan.uops, plan.devices))
   res = callify(uops, devices, nodes)
   run_linear(_schedule_for(res.body, len(res.bufs), devices[0]), res.bufs)
   return res.becomes

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import threading
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -30,6 +31,7 @@ from unigrad.runtime.device import Device
 from unigrad.uop import Ops, UOp, sint
 
 all_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
+_all_tensors_lock = threading.Lock()  # a WeakSet cannot be added to while another thread lists it
 _storage_ids = itertools.count()  # tags that give CONTIGUOUS nodes their own storage
 
 
@@ -49,13 +51,13 @@ class Tensor(MultiMixin, ActivationsMixin, IndexingMixin, CompositeMixin, NNOpsM
       self.uop = _uop_from_data(data, dev, to_dtype(dtype) if dtype is not None else None)
     self.requires_grad = requires_grad
     self.grad: Tensor | None = None
-    all_tensors.add(self)
+    with _all_tensors_lock: all_tensors.add(self)
 
   @staticmethod
   def _from_uop(u: UOp, device: str, requires_grad: bool | None = None) -> Tensor:
     t = Tensor.__new__(Tensor)
     t.uop, t._device, t.requires_grad, t.grad = u, device, requires_grad, None
-    all_tensors.add(t)
+    with _all_tensors_lock: all_tensors.add(t)
     return t
 
   def _wrap(self, u: UOp) -> Tensor: return Tensor._from_uop(detach_if_no_grad(u), self._device)
@@ -105,10 +107,12 @@ class Tensor(MultiMixin, ActivationsMixin, IndexingMixin, CompositeMixin, NNOpsM
 
   @staticmethod
   def realize_all(*tensors: Tensor) -> None:
-    todo = [t for t in tensors if not engine.is_realized(t.uop)]
-    if not todo: return
-    mapping = engine.realize([t.uop for t in todo], [t.device for t in todo])
-    _apply_map(mapping)
+    """Realize `tensors` together. Threads realize one at a time (the engine's lock)."""
+    with engine.realize_lock:
+      todo = [t for t in tensors if not engine.is_realized(t.uop)]
+      if not todo: return
+      mapping = engine.realize([t.uop for t in todo], [t.device for t in todo])
+      _apply_map(mapping)
 
   def schedule(self, *others: Tensor) -> UOp:
     """The command buffer (a LINEAR of kernel CALLs) that realizing would run; nothing runs."""
@@ -164,8 +168,9 @@ class Tensor(MultiMixin, ActivationsMixin, IndexingMixin, CompositeMixin, NNOpsM
 
   # ---- data out ----
   def _bytes(self) -> memoryview:
-    self.realize()
-    return engine.copyout(self.uop)
+    with engine.realize_lock:  # no other thread's realize may swap self.uop in between
+      self.realize()
+      return engine.copyout(self.uop)
 
   def numpy(self) -> Any:
     """The values as a numpy array (a copy). bfloat16 is returned as float32."""
@@ -198,10 +203,13 @@ def _apply_map(mapping: dict[UOp, UOp]) -> None:
   """Point every live tensor that uses a realized node at the buffer now holding it, and remember
   what computed each buffer (not for writes, and never behind a requires_grad leaf)."""
   leaves: set[UOp] = set()
-  for t in list(all_tensors):
+  with _all_tensors_lock: live = list(all_tensors)
+  for t in live:
     u = t.uop
-    if (new := mapping.get(u)) is not None: t.uop = new
-    elif not _is_leaf(u, mapping): t.uop = u.substitute(mapping)
+    new = mapping.get(u)
+    if new is None and not _is_leaf(u, mapping): new = u.substitute(mapping)
+    # another thread may have pointed t elsewhere meanwhile (an assign): keep its value then
+    if new is not None and t.uop is u: t.uop = new
     if t.requires_grad: leaves.add(t.uop)
   for old, new in mapping.items():
     if old.op in (Ops.AFTER, Ops.CONTIGUOUS) or new in leaves: continue

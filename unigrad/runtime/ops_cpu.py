@@ -314,6 +314,7 @@ class ChunkPool:
     self._lib = _pool_lib()
     self._pool = self._lib.unigrad_pool_new(self.nthreads, SPIN_NS)
     if not self._pool: raise MemoryError("CPU: cannot allocate the thread pool")
+    self._launch_lock = threading.Lock()  # the pool runs one launch at a time (one launch slot)
 
   @property
   def thread_ids(self) -> list[int]:
@@ -325,12 +326,14 @@ class ChunkPool:
     core_id for core_id in 0..n-1, in parallel; returns when all are done."""
     args = [*bufs, *(v & (2 ** 64 - 1) for v in vals)]
     arr = (ctypes.c_uint64 * max(1, len(args)))(*args)
-    self._lib.unigrad_pool_run(self._pool, trampoline(len(bufs), len(vals)), fxn, arr, n)
+    tramp = trampoline(len(bufs), len(vals))
+    with self._launch_lock: self._lib.unigrad_pool_run(self._pool, tramp, fxn, arr, n)
 
   def close(self) -> None:
-    if self._pool:
-      self._lib.unigrad_pool_stop(self._pool)
-      self._pool = None
+    with self._launch_lock:
+      if self._pool:
+        self._lib.unigrad_pool_stop(self._pool)
+        self._pool = None
 
 
 _pool: ChunkPool | None = None
