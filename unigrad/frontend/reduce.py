@@ -15,8 +15,6 @@ if TYPE_CHECKING:
 
 Axis = int | Sequence[int] | None
 HALF_LIKE = (dtypes.float16, dtypes.bfloat16)
-# the value of a reduction over no elements
-IDENTITY = {Ops.ADD: 0, Ops.MUL: 1}
 # A float sum over more than LONG_FLOAT_SUM elements is summed in chunks of FLOAT_SUM_CHUNK (then
 # the chunk sums, again in chunks): one accumulator over 2**31 float32 ones stops at 2**24.
 LONG_FLOAT_SUM = 2 ** 22
@@ -51,10 +49,9 @@ class ReduceMixin:
   def _reduce(self, op: Ops, axis: Axis, keepdim: bool) -> Tensor:
     axes = _axes(axis, self.ndim)
     if self.ndim == 0: return self._wrap(self.uop)
-    kept = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
-    if any(self.shape[a] == 0 for a in axes):  # nothing to read: the identity (no kernel reads x)
-      ret = self._const(IDENTITY[op], self.dtype).reshape(*(1,) * self.ndim).expand(kept)
-    else: ret = self._wrap(UOp(Ops.REDUCE, self.uop.dtype, (self.uop,), ReduceArg(op, axes)))
+    # over a zero-size axis too: the loop runs no trips and gives the identity, and x stays in the
+    # graph, so backward() gives x (and what made x) zero gradients like PyTorch
+    ret = self._wrap(UOp(Ops.REDUCE, self.uop.dtype, (self.uop,), ReduceArg(op, axes)))
     if keepdim: return ret
     return ret.reshape(*[s for i, s in enumerate(self.shape) if i not in axes])
 
