@@ -34,6 +34,15 @@ def _axes(axis: Axis, ndim: int) -> tuple[int, ...]:
   return axes
 
 
+def any_true(*conds: Tensor) -> list[bool]:
+  """Whether each bool tensor has a True element, computed together in one realize. Checks of
+  values (class indices in range, valid probabilities) run eagerly like PyTorch's CPU kernels,
+  which raise at the call: a small reduction and one sync per checked call."""
+  flags = [c.any() for c in conds]
+  if flags: type(flags[0]).realize_all(*flags)
+  return [bool(f.item()) for f in flags]
+
+
 def _acc_dtype(dt: DType) -> DType:
   """PyTorch accumulates 16-bit floats in float32 and rounds the result once."""
   return dtypes.float32 if dt in HALF_LIKE else dt
@@ -120,6 +129,8 @@ class ReduceMixin:
     """Matrix product with broadcasting batch dims, as the spec's gemm composition:
     (A.reshape(M,K,1) * B.reshape(1,K,N)).sum(K). `a @ b`"""
     x, y = self, w
+    if not hasattr(y, "uop"):
+      raise TypeError(f"matmul: the other operand must be a Tensor, got {type(w).__name__} {w!r}")
     if x.ndim == 0 or y.ndim == 0:
       raise RuntimeError(f"matmul needs two tensors of at least 1 dim, got {x.shape} and {y.shape}")
     if x.shape[-1] != y.shape[-min(y.ndim, 2)]:
@@ -138,5 +149,9 @@ class ReduceMixin:
 
   def dot(self, w: Tensor) -> Tensor: return self.matmul(w)
   def __matmul__(self, w: Tensor) -> Tensor: return self.matmul(w)
-  def __rmatmul__(self, w: Tensor) -> Tensor: return w.matmul(self)
+
+  def __rmatmul__(self, w: Tensor) -> Tensor:
+    if not hasattr(w, "uop"):
+      raise TypeError(f"matmul: the other operand must be a Tensor, got {type(w).__name__} {w!r}")
+    return w.matmul(self)
 

@@ -10,7 +10,7 @@ import itertools
 import math
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from unigrad.dtype import (DType, dtypes, from_bytes, from_numpy_name, to_bytes, to_dtype,
@@ -89,6 +89,11 @@ class Tensor(MultiMixin, ActivationsMixin, IndexingMixin, CompositeMixin, NNOpsM
   def __len__(self) -> int:
     if not self.shape: raise TypeError("len() of a 0-d tensor")
     return self.shape[0]
+
+  def __iter__(self) -> Iterator[Tensor]:
+    """The sub-tensors along the first axis (like PyTorch, a 0-d tensor cannot be iterated)."""
+    if not self.shape: raise TypeError("iteration over a 0-d tensor")
+    return (self[i] for i in range(self.shape[0]))
 
   def __repr__(self) -> str:
     op, dt = self.uop.op.name, self.dtype
@@ -263,7 +268,18 @@ def _uop_from_data(data: Any, device: str, dtype: DType | None) -> UOp:
   shape = _infer_shape(data)
   flat = _flatten(data, shape)
   dt = dtype or (dtypes.from_py(flat) if flat else dtypes.default_float)
+  if dtypes.is_int(dt): _check_int_values(flat, dt)
   return engine.buffer_with_data(device, dt, to_bytes(dt, flat), shape)
+
+
+def _check_int_values(flat: list, dt: DType) -> None:
+  """OverflowError for a Python int that `dt` cannot hold (PyTorch raises; a negative value for
+  an unsigned dtype wraps, as in PyTorch)."""
+  lo = dt.min if not dtypes.is_unsigned(dt) else -(dt.max + 1) // 2
+  for v in flat:
+    if type(v) is int and not lo <= v <= dt.max:
+      raise OverflowError(f"value {v} cannot be converted to {dt!r} without overflow "
+                          f"(range {dt.min}..{dt.max})")
 
 
 def _uop_from_numpy(arr: Any, device: str, dtype: DType | None) -> UOp:
