@@ -20,7 +20,7 @@ from unigrad.codegen.linearize import Estimates, estimate, launch_size
 from unigrad.codegen.pipeline import full_rewrite
 from unigrad.dtype import DType, dtypes
 from unigrad.helpers import GlobalCounters
-from unigrad.knobs import BEAM, DEBUG, NOOPT
+from unigrad.knobs import BEAM, CHECK_OOB, DEBUG, NOOPT
 from unigrad.renderer import PythonRenderer, Renderer
 from unigrad.renderer.cstyle import CRenderer
 from unigrad.runtime.device import Buffer, Device
@@ -156,13 +156,13 @@ class Runner:
   global_size: tuple[int, ...] = (1,)
 
 
-_runners: dict[tuple[UOp, str, int, bool], Runner] = {}
+_runners: dict[tuple[UOp, str, int, bool, bool], Runner] = {}
 
 
 def get_runner(kernel: UOp, device: str) -> Runner:
   """The compiled program for a kernel AST on a device (compiled once per optimizer setting:
-  BEAM and NOOPT choose different code for the same kernel)."""
-  key = (kernel, device, int(BEAM), bool(NOOPT))
+  BEAM, NOOPT and CHECK_OOB choose different code for the same kernel)."""
+  key = (kernel, device, int(BEAM), bool(NOOPT), bool(CHECK_OOB))
   if (r := _runners.get(key)) is not None: return r
   t0 = time.perf_counter()
   dev = Device[device]

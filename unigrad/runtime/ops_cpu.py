@@ -27,7 +27,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from unigrad.knobs import CC, THREADS
-from unigrad.runtime.device import Buffer, Compiled, CompileError, Compiler, LRUAllocator
+from unigrad.runtime.device import (Buffer, Compiled, CompileError, Compiler, LRUAllocator,
+                                    OOB_STATE, OutOfBoundsError)
 
 __all__ = ["CPUDevice", "CPUAllocator", "ClangCompiler", "CPUProgram", "ChunkPool",
            "find_c_compiler", "cpu_threads", "chunk_pool", "native_vector_bytes",
@@ -375,6 +376,9 @@ class CPUProgram:
     self.fxn.restype = None
     self.address = ctypes.cast(self.fxn, ctypes.c_void_p).value or 0
     self._nargs = -1
+    # with CHECK_OOB the source defines OOB_STATE, the first bad access (see runtime/device.py)
+    try: self.oob: Any = (ctypes.c_longlong * 6).in_dll(self.lib, OOB_STATE)
+    except ValueError: self.oob = None
 
   def _set_signature(self, nbufs: int, nvals: int) -> None:
     if self._nargs == nbufs + nvals: return
@@ -395,7 +399,13 @@ class CPUProgram:
       for i in range(n): self.fxn(*addrs, *ints, i)
     else:
       chunk_pool().run(self.address, addrs, ints, n)
+    if self.oob is not None and self.oob[0]: self._raise_oob()
     return time.perf_counter() - st if wait else None
+
+  def _raise_oob(self) -> None:
+    _, slot, index, size, store, lanes = list(self.oob)
+    ctypes.memset(self.oob, 0, ctypes.sizeof(self.oob))
+    raise OutOfBoundsError(self.name, slot, index, size, bool(store), lanes)
 
 
 class CPUDevice(Compiled):
