@@ -86,6 +86,8 @@ CHECK_OOB = knob("CHECK_OOB", bool, False, "every generated load and store check
 REWRITE_STACK_LIMIT = knob("REWRITE_STACK_LIMIT", int, 250_000, "graph_rewrite work-stack limit "
                            "that turns a rewrite loop into an error")
 SEED = knob("SEED", int, 0, "default random seed")
+FUZZ_EXAMPLES = knob("FUZZ_EXAMPLES", int, 100, "programs the differential fuzzer test "
+                     "(test/test_fuzz_differential.py) tries; raise it for a longer hunt")
 XDG_CACHE_HOME = knob("XDG_CACHE_HOME", str, "", "standard cache directory root")
 HOME = knob("HOME", str, "", "the user's home directory (for the cache)")
 
