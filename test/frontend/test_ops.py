@@ -14,7 +14,9 @@ import pytest
 import torch
 
 from unigrad import Tensor
+from unigrad.codegen.pipeline import full_rewrite
 from unigrad.dtype import dtypes
+from unigrad.engine.realize import renderer_for
 from unigrad.runtime.ops_cpu import find_c_compiler
 from unigrad.uop import AxisType, Ops, ReduceArg, UOp
 
@@ -530,6 +532,14 @@ def test_long_float_sum_has_no_long_accumulation_loop():
   loops = [u.src[0].arg for call in linear.src for u in call.src[0].toposort()
            if u.op is Ops.RANGE and u.arg.axis_type is AxisType.REDUCE]
   assert loops and max(loops) <= 2 ** 16
+
+
+def test_index_arithmetic_over_2_31_elements_is_64_bit():
+  """Loops and addresses into buffers of more than 2**31 elements use 64-bit integers in C."""
+  kernel = (Tensor.empty(2 ** 31 + 5, device="NULL") + 1).schedule().src[-1].src[0]
+  ren = renderer_for("CPU")
+  src = ren.render("k", full_rewrite(kernel, ren))
+  assert "long long ridx0" in src and "2147483653LL" in src and "int ridx0" not in src
 
 
 def test_long_float_sum_of_data_matches_float64():
