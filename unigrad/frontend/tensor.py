@@ -273,9 +273,9 @@ def _uop_from_data(data: Any, device: str, dtype: DType | None) -> UOp:
 
 
 def _check_int_values(flat: list, dt: DType) -> None:
-  """OverflowError for a Python int that `dt` cannot hold (PyTorch raises; a negative value for
+  """OverflowError for a Python int that `dt` cannot hold (PyTorch raises; a negative int64 for
   an unsigned dtype wraps, as in PyTorch)."""
-  lo = dt.min if not dtypes.is_unsigned(dt) else -(dt.max + 1) // 2
+  lo = dt.min if not dtypes.is_unsigned(dt) else -2 ** 63
   for v in flat:
     if type(v) is int and not lo <= v <= dt.max:
       raise OverflowError(f"value {v} cannot be converted to {dt!r} without overflow "
