@@ -84,12 +84,17 @@ BEAM = knob("BEAM", int, 0, "beam width for the kernel optimizer search; 0 uses 
 BEAM_BUDGET = knob("BEAM_BUDGET", float, 30.0, "seconds BEAM may spend searching one kernel")
 THREADS = knob("THREADS", int, 0, "CPU threads for THREAD axes; 0 uses every core")
 LRU = knob("LRU", bool, True, "reuse freed device buffers of the same size")
+CHECK_OOB = knob("CHECK_OOB", bool, False, "every generated load and store checks its index "
+                 "against its buffer's size; an access outside raises OutOfBoundsError naming the "
+                 "kernel, the buffer and the index (the PYTHON device always checks)")
 REWRITE_STACK_LIMIT = knob("REWRITE_STACK_LIMIT", int, 250_000, "graph_rewrite work-stack limit "
                            "that turns a rewrite loop into an error")
 JIT = knob("JIT", int, 1, "0 makes TinyJit run its function eagerly on every call (no capture)")
 JIT_CAPTURES = knob("JIT_CAPTURES", int, 8, "input signatures one TinyJit keeps captured programs "
                     "for (the oldest is dropped)")
 SEED = knob("SEED", int, 0, "default random seed")
+FUZZ_EXAMPLES = knob("FUZZ_EXAMPLES", int, 100, "programs the differential fuzzer test "
+                     "(test/test_fuzz_differential.py) tries; raise it for a longer hunt")
 XDG_CACHE_HOME = knob("XDG_CACHE_HOME", str, "", "standard cache directory root")
 HOME = knob("HOME", str, "", "the user's home directory (for the cache)")
 

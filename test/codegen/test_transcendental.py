@@ -225,6 +225,19 @@ def test_pow(dt: DType, decomposed: bool) -> None:
     assert abs(got - want) <= abs(want) * scale * 2.0 ** -mbits, f"{x}**{y}: {got} != {want}"
 
 
+def test_float32_pow_is_within_one_ulp() -> None:
+  """Regression: float32 pow was EXP2(LOG2(a)*b) in float32, up to 96 ulp off (PyTorch: < 1)."""
+  a, b = UOp.variable("a", -INF, INF, dtypes.float32), UOp.variable("b", -INF, INF, dtypes.float32)
+  g = lower(xpow(a, b))
+  xs = np.exp(RNG.uniform(-8, 8, 300)).astype(np.float32)
+  ys = RNG.uniform(-12, 12, 300).astype(np.float32)
+  for x, y in zip(xs.tolist(), ys.tolist()):
+    want = math.pow(x, y)
+    if not 1e-37 < want < 3e38: continue
+    ulp = float(np.spacing(np.float32(want)))
+    assert abs(sym_infer(g, {a: x, b: y}) - want) <= ulp, f"{x}**{y}"
+
+
 @pytest.mark.parametrize("dt", [dtypes.float32, dtypes.float64, dtypes.float16])
 def test_sqrt(dt: DType) -> None:
   xs = random_floats(dt, {dtypes.float64: 150}.get(dt, 400), True) + specials(dt) + [-2.0, 4.0]

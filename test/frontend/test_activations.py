@@ -389,3 +389,11 @@ def test_small_set_on_each_device(device):
   np.testing.assert_allclose(got, torch.stack(tys).detach().numpy(), rtol=1e-5, atol=1e-6)
   finite = np.isfinite(x)
   np.testing.assert_allclose(t.grad.numpy()[finite], tt.grad.numpy()[finite], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("device", ["PYTHON", "CPU"])
+def test_tan_of_huge_arguments_has_the_right_sign(device):
+  """Regression: tan(3.4e38) was +0.2517 (2x overflowed to inf in sin(2x)); PyTorch: -0.2517."""
+  xs = np.array([3.4e38, -3.4e38, 3.0e38, 1.8e38, 1.0e38, 2.0], np.float32)
+  np.testing.assert_allclose(Tensor(xs, device=device).tan().numpy(), torch.tan(torch.tensor(xs)),
+                             rtol=1e-5)

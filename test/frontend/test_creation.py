@@ -47,7 +47,9 @@ def test_from_lists_with_dtype(device, no_kernels):
   assert Tensor([1.5, 2.5], dtype="bfloat16", device=device).tolist() == [1.5, 2.5]
   assert Tensor([3.14159], dtype=dtypes.bfloat16, device=device).item() == torch.tensor(
     [3.14159], dtype=torch.bfloat16).item()
-  assert Tensor([300, -1], dtype=dtypes.uint8, device=device).tolist() == [44, 255]
+  assert Tensor([255, -1, -200], dtype=dtypes.uint8, device=device).tolist() == [255, 255, 56]
+  with pytest.raises(OverflowError, match="300"):  # PyTorch raises too; negatives wrap in both
+    Tensor([300, -1], dtype=dtypes.uint8, device=device)
   assert Tensor([0, 2], dtype=dtypes.bool, device=device).tolist() == [False, True]
 
 

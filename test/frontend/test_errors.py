@@ -109,6 +109,17 @@ CREATION_ERRORS = [
   ("item of many", lambda a, b: a.item(), RuntimeError, "6 elements"),
   ("bool of many", lambda a, b: bool(a), RuntimeError, "ambiguous"),
   ("len of 0-d", lambda a, b: len(Tensor(1.0, device="PYTHON")), TypeError, "0-d"),
+  # regressions: these were accepted (2**70 gave 0, int8 300 gave 44, list() of a 0-d tensor [],
+  # expand(3, -2) failed later in the C compiler, `@ 2` raised AttributeError)
+  ("int too big for int64", lambda a, b: Tensor([2 ** 70], device="PYTHON"), OverflowError,
+   "1180591620717411303424.*long"),
+  ("int8 overflow", lambda a, b: Tensor([300], dtype=dtypes.int8, device="PYTHON"),
+   OverflowError, "300.*char"),
+  ("iterate 0-d", lambda a, b: list(Tensor(1.0, device="PYTHON")), TypeError, "0-d"),
+  ("expand negative", lambda a, b: a[:, :1].expand(2, -2), ValueError, "-2"),
+  ("expand -1 new axis", lambda a, b: a.expand(-1, 2, 3), ValueError, "-1"),
+  ("matmul int", lambda a, b: a @ 2, TypeError, "int"),
+  ("rmatmul int", lambda a, b: 2 @ a, TypeError, "int"),
 ]
 
 
@@ -126,3 +137,22 @@ def test_errors_in_a_lazy_graph_come_at_the_call(no_kernels):
   y = x.sum(1)  # (2,)
   with pytest.raises(ValueError, match=r"\(2,\).*\(3,\)|\(3,\).*\(2,\)"):
     y + Tensor.ones(3, device="PYTHON")
+
+
+@pytest.mark.parametrize("device", ["PYTHON", "CPU"])
+def test_out_of_range_class_indices_and_bad_probabilities_raise_at_the_call(device):
+  """Regression: these gave nan, zero rows or arbitrary samples. The values are checked eagerly
+  (one small reduction, like PyTorch's CPU kernels, which raise at the call)."""
+  logits = Tensor([[1.0, 2, 3], [0, 1, 2]], device=device)
+  with pytest.raises(IndexError, match="Target 5 is out of bounds"):
+    logits.cross_entropy(Tensor([5, 0], device=device))
+  with pytest.raises(IndexError, match="Target -1"):
+    logits.cross_entropy(Tensor([0, -1], device=device))
+  with pytest.raises(IndexError, match="Target 3"): logits.nll_loss(Tensor([3, 0], device=device))
+  assert logits.cross_entropy(Tensor([-100, 1], device=device)).item() == pytest.approx(1.40760596)
+  with pytest.raises(RuntimeError, match="smaller than num_classes"):
+    Tensor([5], device=device).one_hot(3)
+  with pytest.raises(RuntimeError, match="non-negative"): Tensor([-1], device=device).one_hot(3)
+  for w, match in (([1.0, -1.0], "element < 0"), ([0.0, 0.0], "sum of probabilities"),
+                   ([float("nan"), 1.0], "nan"), ([[1.0, 1.0], [0.0, 0.0]], "sum of")):
+    with pytest.raises(RuntimeError, match=match): Tensor(w, device=device).multinomial(1)

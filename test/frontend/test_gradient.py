@@ -507,3 +507,30 @@ def test_parameters_stay_leaves_across_optimizer_steps_with_item_before_backward
     loss.backward()
     opt.step()
   assert losses[2] < losses[1] < losses[0]
+
+
+def test_backward_through_an_empty_batch_gives_zero_gradients():
+  """Regression: `(zeros(0, 3) @ w).sum().backward()` raised (the empty sum was a constant with
+  no path to w); PyTorch gives w a zero gradient."""
+  w = Tensor(rnd(3, 2), device="PYTHON", requires_grad=True)
+  (Tensor.zeros(0, 3, device="PYTHON") @ w).sum().backward()
+  tw = torch.tensor(rnd(3, 2), requires_grad=True)
+  (torch.zeros(0, 3) @ tw).sum().backward()
+  assert w.grad.tolist() == tw.grad.tolist() == [[0.0, 0.0]] * 3
+
+
+@pytest.mark.parametrize("name,fn", [
+  ("cat", lambda x: x.cat(x, dim=0).sum()), ("cumsum", lambda x: x.cumsum(0).sum()),
+  ("cummax", lambda x: x.cummax(0)[0].sum()), ("mean", lambda x: x.mean(0).sum()),
+  ("sum", lambda x: x.sum()), ("prod", lambda x: x.prod(0).sum()),
+  ("softmax", lambda x: x.softmax(0).sum()), ("matmul", lambda x: (x.T @ x).sum())])
+def test_gradients_of_zero_size_inputs_are_empty_not_errors(name, fn):
+  x = Tensor.zeros(0, 3, device="PYTHON", requires_grad=True)
+  fn(x).backward()
+  assert x.grad.shape == (0, 3) and x.grad.tolist() == []
+
+
+def test_gradient_through_a_comparison_is_zero():
+  x = Tensor([1.0, 2.0, 3.0], device="PYTHON", requires_grad=True)
+  ((x > 1.5).float() * 2 + x.eq(2) + x).sum().backward()
+  assert x.grad.tolist() == [1.0, 1.0, 1.0]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from unigrad import Tensor
+from unigrad import Tensor, dtypes
 from unigrad.codegen.pipeline import CODEGEN_STAGES
 from unigrad.helpers import GlobalCounters
 from unigrad.renderer.cstyle import CRenderer
@@ -459,3 +459,24 @@ def test_sort_reads_values_directly():
   v, _ = Tensor(rnd(2, 40)).sort(dim=1)
   last = kernels(v)[-1]
   assert no_reduce(last) and loop_sizes(last) == [2, 40]
+
+
+@pytest.mark.parametrize("device", ["PYTHON", "CPU"])
+def test_empty_slice_assignment_changes_nothing(device):
+  """Regression: `x[3:] = 5` on a 3-element tensor wrote 5 everywhere on CPU (zero-trip loop
+  upcast to 16 lanes)."""
+  x = Tensor([1.0, 2, 3], device=device).contiguous().realize()
+  x[3:] = 5.0
+  assert x.tolist() == [1.0, 2.0, 3.0]
+  m = Tensor([[1.0, 2, 3], [4, 5, 6]], device=device).contiguous().realize()
+  m[:, 1:1] = 9
+  assert m.tolist() == [[1.0, 2, 3], [4, 5, 6]]
+  x[1:1].assign(Tensor.zeros(0, device=device)).realize()
+  assert x.tolist() == [1.0, 2.0, 3.0]
+
+
+def test_setitem_with_an_empty_index_tensor_is_a_no_op():
+  """Regression: `x[empty int64 tensor] = 1.0` raised a bare KeyError; PyTorch does nothing."""
+  x = Tensor([1.0, 2, 3], device="PYTHON").contiguous().realize()
+  x[Tensor.zeros(0, dtype=dtypes.int64, device="PYTHON")] = 1.0
+  assert x.tolist() == [1.0, 2.0, 3.0]

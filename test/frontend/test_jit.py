@@ -243,3 +243,20 @@ def test_symbolic_input_shape_replays():
   for k in (3, 3, 3, 7, 16, 1):
     assert f(base[:n.bind(k)].contiguous()).item() == sum(range(k)) + k
   assert len(f.entries) == 1
+
+
+def test_value_checks_run_eagerly_and_not_while_capturing_or_tracing():
+  """cross_entropy's class-range check reads values: eagerly it raises at the call; a TinyJit
+  capture and an @function trace skip it (the eager first call checked)."""
+  from unigrad import function
+  logits = Tensor(np.zeros((2, 3), np.float32))
+  with pytest.raises(IndexError):
+    logits.sparse_categorical_crossentropy(Tensor([0, 5])).realize()
+
+  @TinyJit
+  def f(x, y): return x.sparse_categorical_crossentropy(y)
+  for _ in range(3): assert abs(f(logits, Tensor([0, 2])).item() - np.log(3)) < 1e-6
+
+  @function
+  def g(x, y): return x.sparse_categorical_crossentropy(y)
+  assert abs(g(logits, Tensor([1, 2])).item() - np.log(3)) < 1e-6

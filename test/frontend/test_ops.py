@@ -14,9 +14,11 @@ import pytest
 import torch
 
 from unigrad import Tensor
+from unigrad.codegen.pipeline import full_rewrite
 from unigrad.dtype import dtypes
+from unigrad.engine.realize import renderer_for
 from unigrad.runtime.ops_cpu import find_c_compiler
-from unigrad.uop import Ops, ReduceArg, UOp
+from unigrad.uop import AxisType, Ops, ReduceArg, UOp
 
 ALL = (dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32,
        dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.float16, dtypes.bfloat16, dtypes.float32,
@@ -436,6 +438,18 @@ def test_narrow_int_arithmetic_wraps_before_use(device):
   assert ((h * 2) // 2).tolist() == [-2768, 2768]
 
 
+def test_small_int_arithmetic_wraps_before_a_widening_cast(device):
+  """Regression (kernel simplifier): cast(a+b) was distributed into cast(a)+cast(b) when a+b
+  could wrap in its own dtype, so uint8 200+100 cast to int32 gave 300."""
+  u8 = lambda v: Tensor(np.array(v, np.uint8), device=device)
+  assert (u8([200]) + u8([100])).cast(dtypes.int32).tolist() == [44]
+  want = (torch.tensor([200, 100], dtype=torch.uint8) + torch.tensor([100, 200], dtype=torch.uint8))
+  assert (u8([200, 100]) + u8([100, 200])).sum().item() == want.sum().item() == 88
+  i32 = Tensor(np.array([-2**31, 2**30], np.int32), device=device)
+  assert (i32 * 3).cast(dtypes.int64).tolist() == [-2**31, -2**30]
+  assert (u8([16]) * u8([20])).cast(dtypes.int64).tolist() == [64]
+
+
 def test_shift_past_width_like_pytorch(device):
   """Regression (C renderer): a shift by >= the width was undefined behaviour in C."""
   a = Tensor(np.array([1, -1, 5, -128], np.int32), device=device)
@@ -444,6 +458,17 @@ def test_shift_past_width_like_pytorch(device):
                                                                                dtype=torch.int32))
   assert (a << k).tolist() == want_l.tolist()
   assert (a >> k).tolist() == [0, -1, 0, -1]
+
+
+@pytest.mark.parametrize("n", [3, 4, 16, 17])
+def test_constant_shift_past_width_agrees_on_vector_and_scalar_paths(device, n):
+  """Regression: `int32 << 32` gave -1s on CPU for 4 elements (vector path) and 0s for 3."""
+  ones, neg = Tensor([1] * n, dtype=dtypes.int32, device=device), Tensor([-8] * n, device=device)
+  t_ones, t_neg = torch.ones(n, dtype=torch.int32), torch.full((n,), -8, dtype=torch.int64)
+  assert (ones << 32).tolist() == (t_ones << 32).tolist()
+  assert (ones << 33).tolist() == (t_ones << 33).tolist()
+  assert (neg >> 70).tolist() == (t_neg >> 70).tolist()
+  assert (neg.cast(dtypes.uint8) << 9).tolist() == [0] * n
 
 
 def test_int_floordiv_on_cpu_with_negative_operands(device):
@@ -464,6 +489,63 @@ def test_bool_sub_and_neg_are_errors():
   for f in (lambda: t - t, lambda: t - 1, lambda: Tensor([1, 2], device="PYTHON") - True,
             lambda: True - Tensor([1.0], device="PYTHON"), lambda: -t):
     with pytest.raises(TypeError): f()
+
+
+def test_integer_pow_is_exact_and_wraps_like_pytorch(device):
+  """Regression: int64 3**39 was computed in float64 (4052555153018969600, off by 6667)."""
+  assert (Tensor([3], dtype=dtypes.int64, device=device) ** 39).tolist() == [3 ** 39]
+  a, b = [3, -3, 1, -1, 0, 2, 7, 5], [39, 5, -2, -3, 0, -1, 21, 40]
+  ta, tb = torch.tensor(a), torch.tensor(b)
+  assert (Tensor(a, device=device) ** Tensor(b, device=device)).tolist() == (ta ** tb).tolist()
+  u8 = Tensor(a, device=device).cast(dtypes.uint8)
+  assert (u8 ** 13).tolist() == (ta.to(torch.uint8) ** 13).tolist()
+  i32 = Tensor([3, 10, 40], dtype=dtypes.int32, device=device)
+  assert (2 ** i32).tolist() == (2 ** torch.tensor([3, 10, 40], dtype=torch.int32)).tolist()
+
+
+def test_float32_pow_is_accurate_on_cpu():
+  """Regression: float32 pow on CPU was up to 96 ulp off; PyTorch is within 1 ulp."""
+  if find_c_compiler() is None: pytest.skip("no C compiler")
+  rng = np.random.default_rng(1)
+  a = np.exp(rng.uniform(-8, 8, 4000)).astype(np.float32)
+  b = rng.uniform(-12, 12, 4000).astype(np.float32)
+  want = np.power(a.astype(np.float64), b.astype(np.float64))
+  got = (Tensor(a, device="CPU") ** Tensor(b, device="CPU")).numpy().astype(np.float64)
+  ok = (want > 1e-37) & (want < 3e38)
+  ulp = np.spacing(want[ok].astype(np.float32)).astype(np.float64)
+  assert (np.abs(got[ok] - want[ok]) <= ulp).all()
+
+
+def test_float_sum_over_2_31_and_more_elements_is_right():
+  """Regression: one float32 accumulator over 2**31+5 ones stopped at 2**24 (and 2**33 ones gave
+  2**32); PyTorch gives 2**31 (2**31+5 rounded to float32) and 2**33."""
+  if find_c_compiler() is None: pytest.skip("no C compiler")
+  assert Tensor.ones(2 ** 33, device="CPU").sum().item() == 2.0 ** 33
+  assert Tensor.ones(2 ** 31 + 5, device="CPU").sum().item() == 2.0 ** 31
+  assert Tensor.ones(3, 2 ** 31 + 5, device="CPU").mean(1).tolist() == [1.0] * 3
+  assert Tensor.full((2 ** 23 + 1, 2), 0.5, device="CPU").sum(0).tolist() == [4194304.5] * 2
+
+
+def test_long_float_sum_has_no_long_accumulation_loop():
+  """Long float sums are summed in chunks: no kernel loops over more than a chunk."""
+  linear = Tensor.empty(2 ** 31 + 5, device="NULL").sum().schedule()
+  loops = [u.src[0].arg for call in linear.src for u in call.src[0].toposort()
+           if u.op is Ops.RANGE and u.arg.axis_type is AxisType.REDUCE]
+  assert loops and max(loops) <= 2 ** 16
+
+
+def test_index_arithmetic_over_2_31_elements_is_64_bit():
+  """Loops and addresses into buffers of more than 2**31 elements use 64-bit integers in C."""
+  kernel = (Tensor.empty(2 ** 31 + 5, device="NULL") + 1).schedule().src[-1].src[0]
+  ren = renderer_for("CPU")
+  src = ren.render("k", full_rewrite(kernel, ren))
+  assert "long long ridx0" in src and "2147483653LL" in src and "int ridx0" not in src
+
+
+def test_long_float_sum_of_data_matches_float64():
+  a = np.random.default_rng(2).random((2 ** 22 + 7,), dtype=np.float32)
+  got = Tensor(a, device="CPU" if find_c_compiler() else "PYTHON").sum().item()
+  assert abs(got - a.astype(np.float64).sum()) <= 1e-6 * a.sum(dtype=np.float64)
 
 
 def test_int_pow_negative_scalar_exponent_is_an_error():

@@ -3,6 +3,7 @@ import io
 import json
 import pickle
 import struct
+import time
 import zipfile
 from collections import OrderedDict, namedtuple
 
@@ -544,3 +545,17 @@ def test_torch_load_big_endian_archive(tmp_path):
       dst.writestr(name, data)
   got = torch_load(big)
   for k, t in ref.items(): assert_same(got[k], t)
+
+
+def test_torch_load_of_a_big_overlapping_view_is_fast_and_right(tmp_path):
+  """Regression: a 2000x2000 view with strides (1, 1) over 4000 elements took 14.5 s (a Python
+  loop over 4M indices); it is one indexed read on the device now."""
+  base = torch.arange(4000, dtype=torch.float32)
+  views = {"big": base.as_strided((2000, 2000), (1, 1)),
+           "odd": base.as_strided((3, 4, 5), (7, 2, 3), 11)}
+  torch.save(views, tmp_path / "v.pt")
+  t0 = time.perf_counter()
+  got = torch_load(tmp_path / "v.pt", device="CPU")
+  np.testing.assert_array_equal(got["big"].numpy(), views["big"].numpy())
+  np.testing.assert_array_equal(got["odd"].numpy(), views["odd"].numpy())
+  assert time.perf_counter() - t0 < 5.0

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from unigrad.dtype import dtypes
 from unigrad.uop import Invalid, Ops, PatternMatcher, UOp, UPat, pm_simplify
-from unigrad.uop.symbolic import build_linear, linear_terms
+from unigrad.uop.symbolic import build_linear, linear_terms, no_overflow
 from unigrad.uop.validity import pm_simplify_valid
 
 Bound = tuple[UOp | None, UOp | None]  # (lowest allowed r, first disallowed r)
@@ -139,8 +139,9 @@ pm_reduce_collapse = PatternMatcher([
 ])
 
 def distribute_cast(c: UOp, x: UOp) -> UOp | None:
-  """(int)(a + b) -> (int)a + (int)b and (int)(a * b) likewise, when nothing can overflow."""
-  if not (dtypes.is_int(c.dtype) and dtypes.is_int(x.dtype)): return None
+  """(int)(a + b) -> (int)a + (int)b and (int)(a * b) likewise, when nothing can overflow: neither
+  in x's own dtype (a uint8 200+100 wraps to 44 before a widening cast) nor in c's."""
+  if not (dtypes.is_int(c.dtype) and dtypes.is_int(x.dtype)) or not no_overflow(x): return None
   if not all(_fits(u, c.dtype) for u in (x, *x.src)): return None
   return x.replace(dtype=c.dtype, src=tuple(s.cast(c.dtype) for s in x.src))
 

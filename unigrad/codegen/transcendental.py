@@ -472,11 +472,13 @@ def xpow(a: UOp, b: UOp) -> UOp:
   """a**b = EXP2(LOG2(|a|)*b) with C/PyTorch's special cases: a negative base with an integer
   exponent gives the signed result, with a non-integer one nan; x**0 = 1, 1**y = 1,
   (-1)**(+-inf) = 1, 0**(y<0) = inf (-inf for -0.0 and odd y). Accuracy is that of EXP2/LOG2 in
-  the compute dtype (float32 for float16/bfloat16): relative error about |b*log2|a||*2**-mbits."""
+  the compute dtype: float64 for float16/bfloat16/float32, whose results are then within 1 ulp
+  (|b*log2|a|| <= 160 where the result is a normal float32, so its float64 error is far below
+  2**-24); float64 has relative error about |b*log2|a||*2**-52."""
   if a.dtype != b.dtype:
     raise TypeError(f"xpow needs equal dtypes, got {a.dtype!r} and {b.dtype!r}")
-  if a.dtype in (dtypes.float16, dtypes.bfloat16):
-    return _pow(a.cast(dtypes.float32), b.cast(dtypes.float32)).cast(a.dtype)
+  if a.dtype in (dtypes.float16, dtypes.bfloat16, dtypes.float32):
+    return _pow(a.cast(dtypes.float64), b.cast(dtypes.float64)).cast(a.dtype)
   if a.dtype not in FORMATS: raise TypeError(f"xpow takes a scalar float dtype, got {a.dtype!r}")
   return _pow(a, b)
 

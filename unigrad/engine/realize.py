@@ -8,10 +8,13 @@ map from each realized node to the buffer holding it. On a cache hit the work is
 graph (tuple-device check and callify share it), the body rebuilt over PARAMs, and the launches.
 Symbolic variables: callify returns the bound values (`var_vals`, name -> int) beside the body,
 which holds only the variables; each launch passes its kernel's variables' values as arguments.
+Python threads realize one at a time: `realize`, `schedule`, `copyout` and `buffer_with_data`
+hold `realize_lock` (re-entrant), which guards the caches here and the devices' launch state.
 """
 from __future__ import annotations
 
 import math
+import threading
 import time
 import weakref
 from collections.abc import Callable
@@ -22,7 +25,7 @@ from unigrad.codegen.pipeline import full_rewrite
 from unigrad.dtype import DType, dtypes
 from unigrad.engine import compcache
 from unigrad.helpers import GlobalCounters
-from unigrad.knobs import BEAM, DEBUG, MARCH, NOOPT
+from unigrad.knobs import BEAM, CHECK_OOB, DEBUG, MARCH, NOOPT
 from unigrad.renderer import PythonRenderer, Renderer
 from unigrad.renderer.cstyle import CRenderer
 from unigrad.runtime.device import Buffer, Compiled, Device
@@ -38,7 +41,7 @@ from unigrad.uop import Ops, UOp
 from unigrad.uop.variable import UnboundVariableError, concrete_shape
 
 __all__ = ["realize", "schedule", "new_buffer", "buffer_of", "buffer_with_data", "copyout",
-           "is_realized", "is_buffer_view", "schedule_cache", "renderer_for"]
+           "is_realized", "is_buffer_view", "schedule_cache", "renderer_for", "realize_lock"]
 
 buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
 # realized buffer view -> the graph that computed it (kept while the buffer node lives), so
@@ -54,6 +57,7 @@ def with_history(root: UOp) -> UOp:
   return root
 schedule_cache: dict[UOp, UOp] = {}
 SCHEDULE_CACHE_SIZE = 256
+realize_lock = threading.RLock()
 
 
 def renderer_for(device: str) -> Renderer:
@@ -82,8 +86,9 @@ def new_buffer(device: str | tuple[str, ...], dtype: DType, shape: tuple[int, ..
 
 
 def buffer_with_data(device: str, dtype: DType, data: bytes, shape: tuple[int, ...]) -> UOp:
-  u = new_buffer(device, dtype, shape)
-  buffer_of(u).copyin(data)
+  with realize_lock:
+    u = new_buffer(device, dtype, shape)
+    buffer_of(u).copyin(data)
   return u
 
 
@@ -92,6 +97,10 @@ def copyout(u: UOp) -> memoryview:
     raise CaptureError("a TinyJit function read tensor values (item, tolist, numpy) while it was "
                        "being captured: a replay runs no Python code, so nothing may depend on "
                        "them; return the tensor from the function and read it outside")
+  with realize_lock: return _copyout(u)
+
+
+def _copyout(u: UOp) -> memoryview:
   if isinstance(u.device, tuple):  # gathered onto the first device
     g = UOp(Ops.COPY, u.dtype, (u,), u.device[0])
     u = realize([g], [u.device[0]])[g]
@@ -128,10 +137,14 @@ def _schedule_for(body: UOp, nargs: int, device: str) -> UOp:
 
 def schedule(uops: list[UOp], devices: list[str]) -> UOp:
   """The LINEAR of kernel CALLs that realizing `uops` would run, with the real buffers as args."""
+  with realize_lock: return _schedule(uops, devices)
+
+
+def _schedule(uops: list[UOp], devices: list[str]) -> UOp:
   if has_function(UOp(Ops.SINK, dtypes.void, tuple(uops)).toposort()):
     uops = inline_functions(uops)
   if (plan := multi.lower_multi(uops, devices)) is not None:
-    return schedule(plan.uops, plan.devices)
+    return _schedule(plan.uops, plan.devices)
   res = callify(uops, devices)
   linear = _schedule_for(res.body, len(res.bufs), devices[0])
   args = res.bufs
@@ -145,13 +158,17 @@ def realize(uops: list[UOp], devices: list[str]) -> dict[UOp, UOp]:
   """Compute `uops` into buffers; returns node -> buffer view for every realized node. Graphs on
   tuple devices are first lowered to one graph per device (schedule/multi.py). The one toposort
   of the targets serves both the tuple-device check and callify."""
+  with realize_lock: return _realize(uops, devices)
+
+
+def _realize(uops: list[UOp], devices: list[str]) -> dict[UOp, UOp]:
   nodes = UOp(Ops.SINK, dtypes.void, tuple(uops)).toposort()
   if has_function(nodes):  # realize the calls' results, then map the callers' nodes to them
     inlined = inline_functions(uops)
     done = realize(inlined, devices)
     return {**done, **{u: done[v] for u, v in zip(uops, inlined) if v in done}}
   if (plan := multi.lower_multi(uops, devices, nodes)) is not None:
-    return plan.finish(realize(plan.uops, plan.devices))
+    return plan.finish(_realize(plan.uops, plan.devices))
   res = callify(uops, devices, nodes)
   run_linear(_schedule_for(res.body, len(res.bufs), devices[0]), res.bufs, res.var_vals)
   return res.becomes
@@ -166,7 +183,7 @@ class Runner:
   global_size: tuple[int, ...] = (1,)
 
 
-_runners: dict[tuple[UOp, str, int, bool, str], Runner] = {}
+_runners: dict[tuple[UOp, str, int, bool, str, bool], Runner] = {}
 
 
 def _codegen(kernel: UOp, ren: Renderer) -> compcache.KernelSource:
@@ -188,9 +205,9 @@ def _load(dev: Compiled, ks: compcache.KernelSource) -> object:
 
 def get_runner(kernel: UOp, device: str) -> Runner:
   """The compiled program for a kernel AST on a device (compiled once per optimizer setting:
-  BEAM, NOOPT and the target ISA choose different code for the same kernel). Codegen results
-  come from the disk cache when another process produced them (engine/compcache.py)."""
-  key = (kernel, device, int(BEAM), bool(NOOPT), str(MARCH))
+  BEAM, NOOPT, the target ISA and CHECK_OOB choose different code for the same kernel). Codegen
+  results come from the disk cache when another process produced them (engine/compcache.py)."""
+  key = (kernel, device, int(BEAM), bool(NOOPT), str(MARCH), bool(CHECK_OOB))
   if (r := _runners.get(key)) is not None: return r
   t0 = time.perf_counter()
   dev = Device[device]

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from unigrad.dtype import DType, dtypes, least_upper_float
+from unigrad.dtype import DType, dtypes, finite_max, least_upper_float
 from unigrad.frontend.dtypes import _category
 from unigrad.frontend.elementwise import WIDER_FLOAT
 from unigrad.uop import Ops
@@ -186,12 +186,14 @@ class ActivationsMixin:
   def tan(self) -> Tensor:
     """sin(x)/cos(x) from two exact-argument sines, s = sin(x) and d = sin(2x) = 2 s cos(x):
     cos(x) is d/(2s) where |s| > 1/2 (accurate near the poles) and +-sqrt(1 - s*s) with the sign
-    of d/s elsewhere (cos(x) = sin(pi/2 - x) would round pi/2 - x)."""
-    s, d = self.sin(), (self * 2).sin()
+    of d/s elsewhere (cos(x) = sin(pi/2 - x) would round pi/2 - x). Where 2x overflows, h = sin(x/2)
+    (x/2 is exact) gives the sign: cos(x) = 1 - 2 h*h."""
+    huge = self.abs() > finite_max(self.dtype) / 2
+    s, d = self.sin(), huge.where(self * 0.5, self * 2).sin()
     big = (s > 0.5) | (s < -0.5)
-    flip = (d < 0) ^ (s < 0)
+    flip = huge.where(d * d > 0.5, (d < 0) ^ (s < 0))
     root = (1 - s * s).sqrt()
-    c = big.where(d / (big.where(s, 1.0) * 2), flip.where(-root, root))
+    c = (big & huge.logical_not()).where(d / (big.where(s, 1.0) * 2), flip.where(-root, root))
     return s / c
 
   @_float_op

@@ -32,6 +32,29 @@ WIDER_FLOAT = {dtypes.float16: dtypes.float32, dtypes.bfloat16: dtypes.float32,
 
 
 def _is_float(t: Tensor) -> bool: return dtypes.is_float(t.dtype)
+
+
+def _int_pow_const(a: Tensor, e: int) -> Tensor:
+  """a**e for a Python int e >= 0 by repeated squaring: exact, wrapping in a's dtype."""
+  out, base = a * 0 + 1, a
+  while e:
+    if e & 1: out = out * base
+    e >>= 1
+    if e: base = base * base
+  return out
+
+
+def _int_pow(a: Tensor, b: Tensor) -> Tensor:
+  """a**b for integer tensors, one squaring per exponent bit; a negative b gives 1 for a == 1,
+  +-1 for a == -1 and 0 otherwise (PyTorch's integer pow)."""
+  e = (b < 0).where(0, b)
+  out, base = a * 0 + 1, a
+  for i in range(8 * b.dtype.itemsize - (0 if dtypes.is_unsigned(b.dtype) else 1)):
+    out = ((e >> i) & 1).ne(0).where(out * base, out)
+    base = base * base
+  odd = (b & 1).ne(0)
+  neg = a.eq(1).where(1, a.eq(-1).where(odd.where(-1, 1), 0)).cast(a.dtype)
+  return (b < 0).where(neg, out)
 def _is_inf(t: Tensor) -> Tensor: return t.eq(math.inf) | t.eq(-math.inf)
 
 
@@ -268,16 +291,16 @@ class ElementwiseMixin:
     return (a < b).where(a, b)
 
   def pow(self, x: Operand, reverse: bool = False) -> Tensor:
-    """a ** b. Integer powers of integers stay integers (computed in float64, then rounded).
-    `Tensor([1, 2, 3]) ** 2` is `[1, 4, 9]`."""
+    """a ** b. Integer powers of integers stay integers, exact and wrapping like PyTorch's
+    (repeated squaring in the integer dtype). `Tensor([1, 2, 3]) ** 2` is `[1, 4, 9]`."""
     a, b = self._broadcasted(self, x, reverse=reverse)
     if a.dtype == dtypes.bool: raise TypeError("pow of bool tensors is not supported")
     exponent = self if reverse else x
     if not _is_float(a) and not hasattr(exponent, "uop") and exponent < 0:
       raise ValueError(f"integers to negative integer powers are not allowed (got {exponent})")
     if _is_float(a): return a._wrap(UOp(Ops.POW, a.dtype, (a.uop, b.uop)))
-    fa, fb = a.cast(dtypes.float64), b.cast(dtypes.float64)
-    return fa._wrap(UOp(Ops.POW, dtypes.float64, (fa.uop, fb.uop))).round_half_even().cast(a.dtype)
+    if isinstance(exponent, int): return _int_pow_const(a, exponent)
+    return _int_pow(a, b)
 
   def reciprocal(self) -> Tensor:
     """1/x (ints give a float)."""

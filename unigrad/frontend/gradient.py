@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import threading
 import weakref
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -288,9 +289,15 @@ def backward_body(body: UOp, nargs: int, order: tuple[int, ...]) -> tuple[UOp | 
 
 # ---- no_grad and train ----
 
-class _GradMode:
-  """Whether ops record gradients: `Tensor.no_grad` reads and sets `disabled`."""
-  disabled: ClassVar[bool] = False
+class _GradMode(threading.local):
+  """Whether ops record gradients: `Tensor.no_grad` reads and sets `disabled`. Per thread, like
+  PyTorch's grad mode: a new thread records gradients whatever other threads do."""
+  disabled: bool = False
+
+  def __init__(self) -> None: self.saved: list[bool] = []  # the states `with` blocks restore
+
+
+_grad_mode = _GradMode()
 
 
 class NoGrad(contextlib.ContextDecorator):
@@ -300,19 +307,18 @@ class NoGrad(contextlib.ContextDecorator):
   `with Tensor.no_grad():`, `with Tensor.no_grad:` and `@Tensor.no_grad()` turn it on for a block
   (nesting restores the previous state); `Tensor.no_grad = True` turns it on until set False."""
 
-  def __init__(self) -> None: self._saved: list[bool] = []
-  def __bool__(self) -> bool: return _GradMode.disabled
-  def __repr__(self) -> str: return f"<Tensor.no_grad {'on' if _GradMode.disabled else 'off'}>"
+  def __bool__(self) -> bool: return _grad_mode.disabled
+  def __repr__(self) -> str: return f"<Tensor.no_grad {'on' if _grad_mode.disabled else 'off'}>"
 
   def __call__(self, func: Callable | None = None) -> Any:  # type: ignore[override]
     return NoGrad() if func is None else super().__call__(func)
 
   def __enter__(self) -> NoGrad:
-    self._saved.append(_GradMode.disabled)
-    _GradMode.disabled = True
+    _grad_mode.saved.append(_grad_mode.disabled)
+    _grad_mode.disabled = True
     return self
 
-  def __exit__(self, *exc: object) -> None: _GradMode.disabled = self._saved.pop()
+  def __exit__(self, *exc: object) -> None: _grad_mode.disabled = _grad_mode.saved.pop()
 
 
 _NO_GRAD = NoGrad()
@@ -325,7 +331,7 @@ class TensorMeta(type):
   def no_grad(cls) -> NoGrad: return _NO_GRAD
 
   @no_grad.setter
-  def no_grad(cls, value: bool) -> None: _GradMode.disabled = bool(value)
+  def no_grad(cls, value: bool) -> None: _grad_mode.disabled = bool(value)
 
 
 class Train(contextlib.ContextDecorator):
@@ -344,7 +350,7 @@ class Train(contextlib.ContextDecorator):
 
 def detach_if_no_grad(u: UOp) -> UOp:
   """`u`, detached while `Tensor.no_grad` is on (buffer views stay views: see NoGrad)."""
-  if not _GradMode.disabled or u.op is Ops.DETACH or engine.is_buffer_view(u): return u
+  if not _grad_mode.disabled or u.op is Ops.DETACH or engine.is_buffer_view(u): return u
   return u.detach()
 
 
@@ -352,6 +358,7 @@ def detach_if_no_grad(u: UOp) -> UOp:
 
 # live tensors with requires_grad True, by id (a WeakSet would compare Tensors with their __eq__)
 _leaves: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+_leaves_lock = threading.Lock()  # other threads add leaves while backward() lists them
 
 
 def own_identity(u: UOp, device: str) -> UOp:
@@ -415,8 +422,9 @@ class GradientMixin:
                          f"got {self.dtype!r}")
     if value:
       self.uop = own_identity(self.uop, self.device)
-      _leaves[id(self)] = self  # type: ignore[assignment]
-    elif self.requires_grad: _leaves.pop(id(self), None)
+      with _leaves_lock: _leaves[id(self)] = self  # type: ignore[assignment]
+    elif self.requires_grad:
+      with _leaves_lock: _leaves.pop(id(self), None)
     self.__dict__["_requires_grad"] = value
 
   def requires_grad_(self, requires_grad: bool = True) -> Tensor:
@@ -463,7 +471,8 @@ class GradientMixin:
     `loss.backward(); w.grad.numpy()`"""
     root = engine.with_history(self.uop)
     nodes = root.toposort()
-    leaves = [t for t in list(_leaves.values()) if t.uop in nodes]
+    with _leaves_lock: live = list(_leaves.values())
+    leaves = [t for t in live if t.uop in nodes]
     grads = compute_gradient(root, self._root_grad(gradient), [t.uop for t in leaves])
     if not grads:
       raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn: "

@@ -103,6 +103,10 @@ class MovementMixin:
     new = _shape_arg(shape)
     if len(new) < self.ndim:
       raise ValueError(f"expand: the shape {new} has fewer dims than the tensor's {self.shape}")
+    for i, n in enumerate(new):
+      if isinstance(n, int) and (n < -1 or (n == -1 and i < len(new) - self.ndim)):
+        raise ValueError(f"expand: size {n} for axis {i} of {tuple(new)} is invalid (sizes are "
+                         ">= 0; -1 keeps an existing axis' size)")
     old = (1,) * (len(new) - self.ndim) + tuple(self.shape)
     full = tuple(o if n == -1 else n for o, n in zip(old, new))
     bad = [i for i, (o, n) in enumerate(zip(old, full)) if o != n and o != 1]

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from unigrad.dtype import dtypes, least_upper_dtype
 from unigrad.frontend.dtypes import result_type
 from unigrad.frontend.movement import canonical_axis
+from unigrad.frontend.reduce import any_true
 
 if TYPE_CHECKING:
   from unigrad.frontend.tensor import Tensor
@@ -254,6 +255,14 @@ def _class_targets(x: Tensor, y: Tensor, cdim: int) -> None:
                        f"{y.shape}")
 
 
+def _check_class_range(y: Tensor, c: int, ignore_index: int) -> None:
+  """IndexError for a class index outside [0, c) that is not ignore_index (checked eagerly)."""
+  bad = ((y < 0) | (y >= c)) & y.ne(ignore_index)
+  if y.numel() == 0 or not any_true(bad)[0]: return
+  first = next(v for v in y.flatten().tolist() if not 0 <= v < c and v != ignore_index)
+  raise IndexError(f"Target {first} is out of bounds (classes are 0..{c - 1}).")
+
+
 def _nll_terms(logp: Tensor, y: Tensor, cdim: int, weight: Tensor | None,
                ignore_index: int) -> tuple[Tensor, Tensor, Tensor]:
   """(weighted nll per sample, weighted -sum(logp) per sample, weight of each sample's class);
@@ -447,6 +456,11 @@ class NNOpsMixin:
       if self.numel() == 0:
         raise RuntimeError("Can not infer total number of classes from empty tensor.")
       num_classes = int(self.max().item()) + 1
+    if self.numel():
+      neg, big = any_true(self < 0, self >= num_classes)
+      if neg: raise RuntimeError("one_hot: class values must be non-negative.")
+      if big: raise RuntimeError(f"one_hot: class values must be smaller than num_classes "
+                                 f"({num_classes}).")
     classes = type(self).arange(num_classes, device=self.device)
     return self.unsqueeze(-1).eq(classes).cast(dtypes.int64)
 
@@ -513,6 +527,7 @@ class NNOpsMixin:
       target = Y * (1 - label_smoothing) + label_smoothing / c
       return _reduce_loss(-(logp * target * wc).sum(cdim), reduction)
     _class_targets(self, Y, cdim)
+    _check_class_range(Y, c, ignore_index)
     nll, smooth, wy = _nll_terms(logp, Y, cdim, weight, ignore_index)
     if reduction == "none": return nll * (1 - label_smoothing) + smooth * (label_smoothing / c)
     nll, smooth = nll.sum(), smooth.sum()
@@ -526,6 +541,7 @@ class NNOpsMixin:
     _check_reduction(reduction)
     cdim = 0 if self.ndim == 1 else 1
     _class_targets(self, Y, cdim)
+    _check_class_range(Y, self.shape[cdim], ignore_index)
     nll, _, wy = _nll_terms(self, Y, cdim, weight, ignore_index)
     if reduction == "none": return nll
     return nll.sum() / wy.sum() if reduction == "mean" else nll.sum()

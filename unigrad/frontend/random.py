@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from unigrad.dtype import DType, dtypes, to_bytes, to_dtype
 from unigrad.engine import realize as engine
+from unigrad.frontend.reduce import any_true
 from unigrad.runtime.device import Device
 
 if TYPE_CHECKING:
@@ -302,6 +303,12 @@ class RandomMixin:
       raise ValueError(f"multinomial: num_samples must be positive, got {num_samples}")
     w = self.float().reshape(-1, self.shape[-1])
     k = w.shape[1]
+    if w.numel():
+      invalid, empty = any_true((w < 0) | w.isnan() | w.isinf(), w.sum(-1) <= 0)
+      if invalid:
+        raise RuntimeError("multinomial: probability tensor contains either inf, nan or "
+                           "element < 0")
+      if empty: raise RuntimeError("multinomial: invalid distribution (sum of probabilities <= 0)")
     if not replacement and num_samples > k:
       raise ValueError(f"multinomial: cannot draw {num_samples} samples from {k} categories "
                        "without replacement (pass replacement=True)")

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from unigrad.dtype import DType, dtypes, sum_acc_dtype, to_dtype
+from unigrad.engine import realize as engine
 from unigrad.frontend.dtypes import result_type
 from unigrad.frontend.movement import canonical_axis
 from unigrad.uop import Ops, ReduceArg, UOp
@@ -15,8 +16,10 @@ if TYPE_CHECKING:
 
 Axis = int | Sequence[int] | None
 HALF_LIKE = (dtypes.float16, dtypes.bfloat16)
-# the value of a reduction over no elements
-IDENTITY = {Ops.ADD: 0, Ops.MUL: 1}
+# A float sum over more than LONG_FLOAT_SUM elements is summed in chunks of FLOAT_SUM_CHUNK (then
+# the chunk sums, again in chunks): one accumulator over 2**31 float32 ones stops at 2**24.
+LONG_FLOAT_SUM = 2 ** 22
+FLOAT_SUM_CHUNK = 2 ** 14
 
 
 def _axes(axis: Axis, ndim: int) -> tuple[int, ...]:
@@ -30,6 +33,23 @@ def _axes(axis: Axis, ndim: int) -> tuple[int, ...]:
   if len(set(axes)) != len(axes):
     raise ValueError(f"dim {axis} appears multiple times in the list of dims")
   return axes
+
+
+def any_true(*conds: Tensor) -> list[bool]:
+  """Whether each bool tensor has a True element, computed together in one realize. Checks of
+  values (class indices in range, valid probabilities) run eagerly like PyTorch's CPU kernels,
+  which raise at the call: a small reduction and one sync per checked call. Values that cannot
+  be read now are not checked (all False): placeholders of a function being traced, and any value
+  while a TinyJit capture runs (its eager first call checked them; replays run no Python)."""
+  if engine.capturing or any(_is_traced(c.uop) for c in conds): return [False] * len(conds)
+  flags = [c.any() for c in conds]
+  if flags: type(flags[0]).realize_all(*flags)
+  return [bool(f.item()) for f in flags]
+
+
+def _is_traced(u: UOp) -> bool:
+  """Whether `u` depends on a FUNCTION placeholder (an unnamed PARAM): a value being traced."""
+  return any(n.op is Ops.PARAM and n.arg.name is None for n in u.toposort())
 
 
 def _acc_dtype(dt: DType) -> DType:
@@ -47,16 +67,36 @@ class ReduceMixin:
   def _reduce(self, op: Ops, axis: Axis, keepdim: bool) -> Tensor:
     axes = _axes(axis, self.ndim)
     if self.ndim == 0: return self._wrap(self.uop)
-    kept = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
-    if any(self.shape[a] == 0 for a in axes):  # nothing to read: the identity (no kernel reads x)
-      ret = self._const(IDENTITY[op], self.dtype).reshape(*(1,) * self.ndim).expand(kept)
-    else: ret = self._wrap(UOp(Ops.REDUCE, self.uop.dtype, (self.uop,), ReduceArg(op, axes)))
+    # over a zero-size axis too: the loop runs no trips and gives the identity, and x stays in the
+    # graph, so backward() gives x (and what made x) zero gradients like PyTorch
+    ret = self._wrap(UOp(Ops.REDUCE, self.uop.dtype, (self.uop,), ReduceArg(op, axes)))
     if keepdim: return ret
     return ret.reshape(*[s for i, s in enumerate(self.shape) if i not in axes])
 
   def _accumulate(self, op: Ops, dtype: Any, axis: Axis, keepdim: bool) -> Tensor:
     dt = to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
-    return self.cast(_acc_dtype(dt))._reduce(op, axis, keepdim).cast(dt)
+    x = self.cast(_acc_dtype(dt))
+    s = x._chunked_sum(axis, keepdim) if op is Ops.ADD and dtypes.is_float(x.dtype) else None
+    return (s if s is not None else x._reduce(op, axis, keepdim)).cast(dt)
+
+  def _chunked_sum(self, axis: Axis, keepdim: bool) -> Tensor | None:
+    """A sum over more than LONG_FLOAT_SUM elements as sums of chunks (None for shorter ones):
+    the reduced axes moved last and flattened, zero-padded to whole chunks."""
+    axes = _axes(axis, self.ndim) if self.ndim else ()
+    shape = self.shape
+    if not all(isinstance(d, int) for d in shape): return None
+    n = math.prod(shape[a] for a in axes)
+    if n <= LONG_FLOAT_SUM: return None
+    keep = [i for i in range(self.ndim) if i not in axes]
+    outer = [shape[i] for i in keep]
+    y = self.permute(*keep, *axes).reshape(*outer, n)
+    while n > FLOAT_SUM_CHUNK:
+      m = -(-n // FLOAT_SUM_CHUNK)
+      y = y.pad(((0, 0),) * len(outer) + ((0, m * FLOAT_SUM_CHUNK - n),))
+      y = y.reshape(*outer, m, FLOAT_SUM_CHUNK)._reduce(Ops.ADD, -1, False)
+      n = m
+    y = y._reduce(Ops.ADD, -1, False)
+    return y.reshape(*[1 if i in axes else d for i, d in enumerate(shape)]) if keepdim else y
 
   def sum(self, axis: Axis = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
     """Sum over `axis` (all by default); bool and integers accumulate in int64 like PyTorch.
@@ -98,6 +138,8 @@ class ReduceMixin:
     """Matrix product with broadcasting batch dims, as the spec's gemm composition:
     (A.reshape(M,K,1) * B.reshape(1,K,N)).sum(K). `a @ b`"""
     x, y = self, w
+    if not hasattr(y, "uop"):
+      raise TypeError(f"matmul: the other operand must be a Tensor, got {type(w).__name__} {w!r}")
     if x.ndim == 0 or y.ndim == 0:
       raise RuntimeError(f"matmul needs two tensors of at least 1 dim, got {x.shape} and {y.shape}")
     if x.shape[-1] != y.shape[-min(y.ndim, 2)]:
@@ -116,5 +158,9 @@ class ReduceMixin:
 
   def dot(self, w: Tensor) -> Tensor: return self.matmul(w)
   def __matmul__(self, w: Tensor) -> Tensor: return self.matmul(w)
-  def __rmatmul__(self, w: Tensor) -> Tensor: return w.matmul(self)
+
+  def __rmatmul__(self, w: Tensor) -> Tensor:
+    if not hasattr(w, "uop"):
+      raise TypeError(f"matmul: the other operand must be a Tensor, got {type(w).__name__} {w!r}")
+    return w.matmul(self)
 

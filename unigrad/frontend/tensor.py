@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import itertools
 import math
+import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from unigrad.dtype import (DType, dtypes, from_bytes, from_numpy_name, to_bytes, to_dtype,
@@ -31,6 +32,7 @@ from unigrad.uop import Ops, UOp, sint
 from unigrad.uop.variable import concrete_shape, shape_str
 
 all_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
+_all_tensors_lock = threading.Lock()  # a WeakSet cannot be added to while another thread lists it
 _storage_ids = itertools.count()  # tags that give CONTIGUOUS nodes their own storage
 
 
@@ -50,13 +52,13 @@ class Tensor(MultiMixin, ActivationsMixin, IndexingMixin, CompositeMixin, NNOpsM
       self.uop = _uop_from_data(data, dev, to_dtype(dtype) if dtype is not None else None)
     self.requires_grad = requires_grad
     self.grad: Tensor | None = None
-    all_tensors.add(self)
+    with _all_tensors_lock: all_tensors.add(self)
 
   @staticmethod
   def _from_uop(u: UOp, device: str, requires_grad: bool | None = None) -> Tensor:
     t = Tensor.__new__(Tensor)
     t.uop, t._device, t.requires_grad, t.grad = u, device, requires_grad, None
-    all_tensors.add(t)
+    with _all_tensors_lock: all_tensors.add(t)
     return t
 
   def _wrap(self, u: UOp) -> Tensor: return Tensor._from_uop(detach_if_no_grad(u), self._device)
@@ -93,6 +95,11 @@ class Tensor(MultiMixin, ActivationsMixin, IndexingMixin, CompositeMixin, NNOpsM
     if not self.shape: raise TypeError("len() of a 0-d tensor")
     return self.shape[0]
 
+  def __iter__(self) -> Iterator[Tensor]:
+    """The sub-tensors along the first axis (like PyTorch, a 0-d tensor cannot be iterated)."""
+    if not self.shape: raise TypeError("iteration over a 0-d tensor")
+    return (self[i] for i in range(self.shape[0]))
+
   def __repr__(self) -> str:
     op, dt = self.uop.op.name, self.dtype
     return f"<Tensor {op} shape={shape_str(self.shape)} dtype={dt!r} device={self.device}>"
@@ -110,10 +117,12 @@ class Tensor(MultiMixin, ActivationsMixin, IndexingMixin, CompositeMixin, NNOpsM
 
   @staticmethod
   def realize_all(*tensors: Tensor) -> None:
-    todo = [t for t in tensors if not engine.is_realized(t.uop)]
-    if not todo: return
-    mapping = engine.realize([t.uop for t in todo], [t.device for t in todo])
-    _apply_map(mapping)
+    """Realize `tensors` together. Threads realize one at a time (the engine's lock)."""
+    with engine.realize_lock:
+      todo = [t for t in tensors if not engine.is_realized(t.uop)]
+      if not todo: return
+      mapping = engine.realize([t.uop for t in todo], [t.device for t in todo])
+      _apply_map(mapping)
 
   def schedule(self, *others: Tensor) -> UOp:
     """The command buffer (a LINEAR of kernel CALLs) that realizing would run; nothing runs."""
@@ -169,8 +178,9 @@ class Tensor(MultiMixin, ActivationsMixin, IndexingMixin, CompositeMixin, NNOpsM
 
   # ---- data out ----
   def _bytes(self) -> memoryview:
-    self.realize()
-    return engine.copyout(self.uop)
+    with engine.realize_lock:  # no other thread's realize may swap self.uop in between
+      self.realize()
+      return engine.copyout(self.uop)
 
   def numpy(self) -> Any:
     """The values as a numpy array (a copy). bfloat16 is returned as float32."""
@@ -210,10 +220,13 @@ def _apply_map(mapping: dict[UOp, UOp]) -> None:
   """Point every live tensor that uses a realized node at the buffer now holding it, and remember
   what computed each buffer (not for writes, and never behind a requires_grad leaf)."""
   leaves: set[UOp] = set()
-  for t in list(all_tensors):
+  with _all_tensors_lock: live = list(all_tensors)
+  for t in live:
     u = t.uop
-    if (new := mapping.get(u)) is not None: t.uop = new
-    elif not _is_leaf(u, mapping): t.uop = u.substitute(mapping)
+    new = mapping.get(u)
+    if new is None and not _is_leaf(u, mapping): new = u.substitute(mapping)
+    # another thread may have pointed t elsewhere meanwhile (an assign): keep its value then
+    if new is not None and t.uop is u: t.uop = new
     if t.requires_grad: leaves.add(t.uop)
   for old, new in mapping.items():
     if old.op in (Ops.AFTER, Ops.CONTIGUOUS) or new in leaves: continue
@@ -267,7 +280,18 @@ def _uop_from_data(data: Any, device: str, dtype: DType | None) -> UOp:
   shape = _infer_shape(data)
   flat = _flatten(data, shape)
   dt = dtype or (dtypes.from_py(flat) if flat else dtypes.default_float)
+  if dtypes.is_int(dt): _check_int_values(flat, dt)
   return engine.buffer_with_data(device, dt, to_bytes(dt, flat), shape)
+
+
+def _check_int_values(flat: list, dt: DType) -> None:
+  """OverflowError for a Python int that `dt` cannot hold (PyTorch raises; a negative int64 for
+  an unsigned dtype wraps, as in PyTorch)."""
+  lo = dt.min if not dtypes.is_unsigned(dt) else -2 ** 63
+  for v in flat:
+    if type(v) is int and not lo <= v <= dt.max:
+      raise OverflowError(f"value {v} cannot be converted to {dt!r} without overflow "
+                          f"(range {dt.min}..{dt.max})")
 
 
 def _uop_from_numpy(arr: Any, device: str, dtype: DType | None) -> UOp:

@@ -377,11 +377,14 @@ def _byteswapped(data: memoryview, itemsize: int) -> memoryview:
   return memoryview(bytes(out))
 
 
-def _gather(data: memoryview, itemsize: int, offset: int, size: tuple, stride: tuple) -> bytes:
-  """The elements of an arbitrary strided view, copied in row-major order."""
-  idx = [offset]
-  for s, t in zip(size, stride): idx = [i + j * t for i in idx for j in range(s)]
-  return b"".join(data[i * itemsize:(i + 1) * itemsize] for i in idx)
+def _gather(flat: Tensor, offset: int, size: tuple, stride: tuple) -> Tensor:
+  """An arbitrary (overlapping) strided view as one indexed read of the flat storage: the index
+  offset + sum(i_k * stride_k) built from broadcast aranges, computed on the device."""
+  idx = Tensor.full((1,) * len(size), offset, device=flat.device, dtype=dtypes.int64)
+  for k, (s, t) in enumerate(zip(size, stride)):
+    axis = Tensor.arange(s, device=flat.device, dtype=dtypes.int64) * t
+    idx = idx + axis.reshape([s if j == k else 1 for j in range(len(size))])
+  return flat[idx.expand(size)]
 
 
 def _block_shape(sizes: list[int], strides: list[int]) -> list[int] | None:
@@ -429,8 +432,7 @@ def _rebuild(st: Storage, offset: int, size: tuple, stride: tuple, dtype: DType,
   if 0 in size: return Tensor(b"", device, dtype).reshape(size)
   if dtype not in st.flat: st.flat[dtype] = Tensor(st.data[:n * dtype.itemsize], device, dtype)
   view = _strided_view(st.flat[dtype], offset, tuple(size), tuple(stride))
-  if view is not None: return view
-  return Tensor(_gather(st.data, dtype.itemsize, offset, size, stride), device, dtype).reshape(size)
+  return view if view is not None else _gather(st.flat[dtype], offset, tuple(size), tuple(stride))
 
 
 def _rebuild_parameter(data: Tensor, requires_grad: bool = True, *_: Any) -> Tensor:

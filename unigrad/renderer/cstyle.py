@@ -14,7 +14,9 @@ import math
 from dataclasses import dataclass, field
 
 from unigrad.dtype import DType, dtypes
+from unigrad.knobs import CHECK_OOB
 from unigrad.renderer import Renderer
+from unigrad.runtime.device import OOB_STATE
 from unigrad.uop import GroupOp, Ops, UOp
 
 C_TYPES = {dtypes.bool: "_Bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char",
@@ -180,12 +182,41 @@ class _State:
   counter: int = 0
   streamed: frozenset[UOp] = frozenset()  # PARAMs whose vector stores are streaming stores
   stream_used: bool = False
+  checked: dict[UOp, tuple[int, bool]] = field(default_factory=dict)  # CHECK_OOB: (lanes, store)
 
   def emit(self, line: str) -> None: self.lines.append("  " * self.depth + line)
 
   def fresh(self, prefix: str) -> str:
     self.counter += 1
     return f"{prefix}{self.counter}"
+
+
+def _checked_accesses(linear: UOp) -> dict[UOp, tuple[int, bool]]:
+  """INDEX nodes into buffer PARAMs of a known size -> (widest access in lanes, any store)."""
+  out: dict[UOp, tuple[int, bool]] = {}
+  for u in linear.src:
+    if u.op not in (Ops.LOAD, Ops.STORE): continue
+    ix = u.src[0]
+    if ix.op is not Ops.INDEX or ix.dtype.count > 1 or ix.src[0].op is not Ops.PARAM: continue
+    if not isinstance(ix.src[0].shape[0], int): continue
+    lanes = _vdt(u.src[1] if u.op is Ops.STORE else u).count
+    w, store = out.get(ix, (1, False))
+    out[ix] = (max(w, lanes), store or u.op is Ops.STORE)
+  return out
+
+
+def _oob_index(st: _State, ix: UOp, idx: str) -> str:
+  """`idx` checked against its buffer: outside, the first bad access is recorded in OOB_STATE
+  (read by the runtime after the launch) and element 0 is accessed instead."""
+  st.helpers.setdefault("__oob", f"""long long {OOB_STATE}[6];
+static inline long long __oob(long long i, long long n, long long w, long long b, long long st) {{
+  if (i >= 0 && i + w <= n) return i;
+  if (!__atomic_exchange_n(&{OOB_STATE}[0], 1, __ATOMIC_RELAXED)) {{
+    {OOB_STATE}[1] = b; {OOB_STATE}[2] = i; {OOB_STATE}[3] = n; {OOB_STATE}[4] = st;
+    {OOB_STATE}[5] = w; }}
+  return 0; }}""")
+  lanes, store = st.checked[ix]
+  return f"__oob({idx}, {ix.src[0].shape[0]}, {lanes}, {ix.src[0].arg.slot}, {int(store)})"
 
 
 def _ctype(st: _State, dt: DType) -> str:
@@ -295,6 +326,7 @@ class CRenderer(Renderer):
     params = sorted((u for u in linear.src if u.op is Ops.PARAM),
                     key=lambda p: (p.arg.name is not None, p.arg.slot))
     st.streamed = self._streamed(linear)
+    if CHECK_OOB: st.checked = _checked_accesses(linear)
     for u in linear.src: self._node(st, u, uses)
     # streaming stores are weakly ordered: fence them before the caller reads the output
     if st.stream_used: st.emit("__atomic_thread_fence(__ATOMIC_SEQ_CST);")
@@ -350,7 +382,9 @@ class CRenderer(Renderer):
     elif op is Ops.IF:
       st.emit(f"if ({st.names[u.src[0]]}) {{")
       st.depth += 1
-    elif op is Ops.INDEX: st.names[u] = f"({st.names[u.src[0]]}+{st.names[u.src[1]]})"
+    elif op is Ops.INDEX:
+      idx = _oob_index(st, u, st.names[u.src[1]]) if u in st.checked else st.names[u.src[1]]
+      st.names[u] = f"({st.names[u.src[0]]}+{idx})"
     elif op is Ops.LOAD: self._load(st, u)
     elif op is Ops.STORE: self._store(st, u)
     elif op is Ops.GEP:

@@ -30,7 +30,7 @@ from unigrad.knobs import DEBUG, DEV, LRU
 from unigrad.runtime.diskcache import cache_digest, diskcache_get, diskcache_put
 
 __all__ = ["Batch", "Allocator", "LRUAllocator", "Compiler", "CompileError", "Program", "Compiled",
-           "DeviceRegistry", "Device", "Buffer"]
+           "DeviceRegistry", "Device", "Buffer", "OutOfBoundsError", "OOB_STATE"]
 
 
 # *** memory ***
@@ -113,6 +113,23 @@ def number_lines(src: str) -> str:
   lines = src.splitlines()
   width = len(str(len(lines)))
   return "\n".join(f"{i:{width}d} | {line}" for i, line in enumerate(lines, 1))
+
+
+# the C symbol (long long[6]) where a CHECK_OOB kernel records its first bad access:
+# (set, buffer slot, index, buffer size, 1 for a store, lanes accessed)
+OOB_STATE = "unigrad_oob"
+
+
+class OutOfBoundsError(IndexError):
+  """A kernel loaded or stored outside a buffer (checked with the CHECK_OOB knob on CPU, always on
+  PYTHON); the message names the kernel, the buffer parameter and the index."""
+
+  def __init__(self, kernel: str, slot: int, index: int, size: int, store: bool,
+               lanes: int = 1) -> None:
+    self.kernel, self.slot, self.index, self.size, self.store = kernel, slot, index, size, store
+    what = ("store" if store else "load") + (f" of {lanes} lanes" if lanes > 1 else "")
+    super().__init__(f"kernel {kernel}: {what} at index {index} of buffer data{slot}, which has "
+                     f"{size} elements")
 
 
 class CompileError(RuntimeError):

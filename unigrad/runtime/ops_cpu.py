@@ -28,7 +28,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from unigrad.knobs import CC, MARCH, THREADS
-from unigrad.runtime.device import Buffer, Compiled, CompileError, Compiler, LRUAllocator
+from unigrad.runtime.device import (Buffer, Compiled, CompileError, Compiler, LRUAllocator,
+                                    OOB_STATE, OutOfBoundsError)
 
 __all__ = ["CPUDevice", "CPUAllocator", "ClangCompiler", "CPUProgram", "ChunkPool",
            "find_c_compiler", "cpu_threads", "chunk_pool", "target_vector_bytes",
@@ -349,6 +350,7 @@ class ChunkPool:
     self._lib = _pool_lib()
     self._pool = self._lib.unigrad_pool_new(self.nthreads, SPIN_NS)
     if not self._pool: raise MemoryError("CPU: cannot allocate the thread pool")
+    self._launch_lock = threading.Lock()  # the pool runs one launch at a time (one launch slot)
 
   @property
   def thread_ids(self) -> list[int]:
@@ -360,12 +362,18 @@ class ChunkPool:
     core_id for core_id in 0..n-1, in parallel; returns when all are done."""
     args = [*bufs, *(v & (2 ** 64 - 1) for v in vals)]
     arr = (ctypes.c_uint64 * max(1, len(args)))(*args)
-    self._lib.unigrad_pool_run(self._pool, trampoline(len(bufs), len(vals)), fxn, arr, n)
+    tramp = trampoline(len(bufs), len(vals))
+    with self._launch_lock: self._lib.unigrad_pool_run(self._pool, tramp, fxn, arr, n)
+
+  def run_many(self, items: int, count: int) -> None:
+    """Run `count` launch descriptors (`_Item`s at address `items`) in order, in one call."""
+    with self._launch_lock: self._lib.unigrad_pool_run_many(self._pool, items, count)
 
   def close(self) -> None:
-    if self._pool:
-      self._lib.unigrad_pool_stop(self._pool)
-      self._pool = None
+    with self._launch_lock:
+      if self._pool:
+        self._lib.unigrad_pool_stop(self._pool)
+        self._pool = None
 
 
 _pool: ChunkPool | None = None
@@ -447,6 +455,9 @@ class CPUProgram:
     self.fxn.restype = None
     self.address = ctypes.cast(self.fxn, ctypes.c_void_p).value or 0
     self._nargs = -1
+    # with CHECK_OOB the source defines OOB_STATE, the first bad access (see runtime/device.py)
+    try: self.oob: Any = (ctypes.c_longlong * 6).in_dll(self.lib, OOB_STATE)
+    except ValueError: self.oob = None
 
   def _set_signature(self, nbufs: int, nvals: int) -> None:
     if self._nargs == nbufs + nvals: return
@@ -467,7 +478,13 @@ class CPUProgram:
       for i in range(n): self.fxn(*addrs, *ints, i)
     else:
       chunk_pool().run(self.address, addrs, ints, n)
+    if self.oob is not None and self.oob[0]: self._raise_oob()
     return time.perf_counter() - st if wait else None
+
+  def _raise_oob(self) -> None:
+    _, slot, index, size, store, lanes = list(self.oob)
+    ctypes.memset(self.oob, 0, ctypes.sizeof(self.oob))
+    raise OutOfBoundsError(self.name, slot, index, size, bool(store), lanes)
 
 
 class _Item(ctypes.Structure):
@@ -484,6 +501,8 @@ class CPUBatch:
     self.items = (_Item * max(1, len(launches)))()
     self.count = len(launches)
     self.args: list[Any] = []
+    self.checked = list({id(p): p for p, _, _, _ in launches
+                         if getattr(p, "oob", None) is not None}.values())
     for i, (prog, bufs, global_size, vals) in enumerate(launches):
       if not isinstance(prog, CPUProgram):
         raise TypeError(f"CPUBatch takes CPU programs, got {type(prog).__name__}")
@@ -499,8 +518,9 @@ class CPUBatch:
       2 ** 64 - 1)
 
   def __call__(self) -> None:
-    pool = chunk_pool()
-    pool._lib.unigrad_pool_run_many(pool._pool, ctypes.addressof(self.items), self.count)
+    chunk_pool().run_many(ctypes.addressof(self.items), self.count)
+    for prog in self.checked:  # CHECK_OOB programs: the first bad access of the batch raises
+      if prog.oob[0]: prog._raise_oob()
 
 
 class CPUDevice(Compiled):

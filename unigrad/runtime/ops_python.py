@@ -13,7 +13,7 @@ from typing import Any
 
 import unigrad.uop as uop_module
 from unigrad.dtype import DType, dtypes, from_bytes, to_bytes
-from unigrad.runtime.device import Compiled, Compiler, LRUAllocator
+from unigrad.runtime.device import Compiled, Compiler, LRUAllocator, OutOfBoundsError
 from unigrad.uop import GroupOp, Ops, UOp
 from unigrad.uop.alu import exec_alu, exec_bitcast, exec_cast
 
@@ -41,21 +41,19 @@ class PythonCompiler(Compiler):
 
 
 class _Memory:
-  """A buffer viewed as elements of one dtype."""
+  """A buffer viewed as elements of one dtype; `kernel` and `slot` name it in bounds errors."""
 
-  def __init__(self, mv: memoryview, dt: DType) -> None:
-    self.mv, self.dt = mv, dt
+  def __init__(self, mv: memoryview, dt: DType, kernel: str = "", slot: int = -1) -> None:
+    self.mv, self.dt, self.kernel, self.slot = mv, dt, kernel, slot
     self.size = len(mv) // dt.itemsize
 
   def load(self, i: int) -> Any:
-    if not 0 <= i < self.size:
-      raise IndexError(f"PYTHON device: load at {i} outside a buffer of {self.size}")
+    if not 0 <= i < self.size: raise OutOfBoundsError(self.kernel, self.slot, i, self.size, False)
     it = self.dt.itemsize
     return from_bytes(self.dt, self.mv[i * it:(i + 1) * it])[0]
 
   def store(self, i: int, v: Any) -> None:
-    if not 0 <= i < self.size:
-      raise IndexError(f"PYTHON device: store at {i} outside a buffer of {self.size}")
+    if not 0 <= i < self.size: raise OutOfBoundsError(self.kernel, self.slot, i, self.size, True)
     it = self.dt.itemsize
     self.mv[i * it:(i + 1) * it] = to_bytes(self.dt, [v])
 
@@ -83,7 +81,7 @@ class PythonProgram:
       op = u.op
       if op is Ops.PARAM:
         if u.arg.name is not None: env[u] = vals[u.arg.slot]  # slots: see finalize_kernel
-        else: env[u] = _Memory(_mv(bufs[u.arg.slot]), u.dtype)
+        else: env[u] = _Memory(_mv(bufs[u.arg.slot]), u.dtype, self.name, u.arg.slot)
       elif op is Ops.BUFFER:
         env[u] = _Memory(memoryview(bytearray(u.dtype.itemsize * u.shape[0])), u.dtype)
       elif op is Ops.RANGE:

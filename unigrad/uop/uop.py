@@ -3,11 +3,13 @@
 Building the same (op, dtype, src, arg, tag) twice returns the same object, so `is` is structural
 equality. The cache holds nodes weakly: a graph no one references is freed. Derived properties are
 computed on first use, bottom-up over the not-yet-cached part of the graph with an explicit stack,
-so 100k-node chains never hit Python's recursion limit.
+so 100k-node chains never hit Python's recursion limit. Lookup-or-insert in the cache and the
+removal of a freed node's entry hold one lock, so threads building the same node get one node.
 """
 from __future__ import annotations
 
 import math
+import threading
 import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import replace as dc_replace
@@ -26,6 +28,8 @@ T = TypeVar("T")
 sint = Union[int, "UOp"]  # a size: a Python int or a symbolic index UOp
 
 _ucache: dict[tuple, weakref.ref] = {}
+# re-entrant: a node freed by the garbage collector while this thread holds it removes its entry
+_ucache_lock = threading.RLock()
 
 
 def _arg_key(arg: Any) -> Any:
@@ -67,11 +71,14 @@ class UOpMetaClass(type):
     except TypeError:
       _check_new(op, dtype, src, arg)  # a non-UOp source is the better message
       raise TypeError(f"{op!r}: arg and tag must be hashable, got {arg!r} / {tag!r}") from None
-    if ref is not None and (node := ref()) is not None: return node
+    if ref is not None and (node := ref()) is not None: return node  # a live node: no lock needed
     _check_new(op, dtype, src, arg)
-    node = super().__call__(op, dtype, src, arg, tag)
-    _ucache[key] = weakref.ref(node)
-    return node
+    with _ucache_lock:  # look again: another thread may have made it meanwhile
+      ref = _ucache.get(key)
+      if ref is not None and (node := ref()) is not None: return node
+      node = super().__call__(op, dtype, src, arg, tag)
+      _ucache[key] = weakref.ref(node)
+      return node
 
 
 def _derived(compute: Callable[[UOp], Any]) -> property:
@@ -128,9 +135,10 @@ class UOp(metaclass=UOpMetaClass):
   def __del__(self) -> None:
     try:
       key = (self.op, self.dtype, self.src, _arg_key(self.arg), _arg_key(self.tag))
-      ref = _ucache.get(key)
-      # during __del__ the weakref still answers self: the entry is ours unless rebuilt since
-      if ref is not None and ((node := ref()) is None or node is self): del _ucache[key]
+      with _ucache_lock:
+        ref = _ucache.get(key)
+        # during __del__ the weakref still answers self: the entry is ours unless rebuilt since
+        if ref is not None and ((node := ref()) is None or node is self): del _ucache[key]
     except (AttributeError, TypeError, KeyError):  # half-built node or interpreter shutdown
       pass
 

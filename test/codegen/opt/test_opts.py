@@ -88,3 +88,12 @@ def test_opts_compose_left_to_right_and_names_show_axis_types():
   assert k2.name() == "r_t2_L2_L2_R3_u4_r2"
   assert [t for t in k2.axis_types()] == [AxisType.THREAD, AxisType.LOOP, AxisType.LOOP,
                                           AxisType.REDUCE, AxisType.UPCAST, AxisType.UNROLL]
+
+
+def test_zero_size_axis_cannot_be_split():
+  """Regression: 0 % k == 0 let UPCAST(0,16) split a zero-trip axis into 16 stored lanes (an empty
+  slice assignment then overwrote, and ran past, the whole buffer)."""
+  x = Tensor([1.0, 2, 3]).contiguous().realize()
+  kernel = x[3:].assign(Tensor.full((0,), 5.0)).schedule().src[-1].src[0]
+  with pytest.raises(KernelOptError, match="cannot be split"):
+    OptKernel(kernel).apply(Opt.upcast(0, 16))

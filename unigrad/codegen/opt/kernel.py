@@ -126,7 +126,7 @@ class OptKernel:
     if target is AxisType.THREAD and any(t is AxisType.THREAD for t in self.axis_types()):
       raise KernelOptError("a kernel has at most one THREAD axis")
     if n is None: raise KernelOptError(f"axis {opt.axis} has a symbolic size")
-    if not isinstance(k, int) or k <= 1 or n % k:
+    if not isinstance(k, int) or k <= 1 or n % k or n == 0:  # 0 % k == 0, but 0 trips have no lanes
       raise KernelOptError(f"axis {opt.axis} of size {n} cannot be split by {k}")
     new_id = max(a.arg.id for a in self.axes) + 1
     old = UOp.range(n // k, r.arg.id, src_type)
