@@ -19,10 +19,8 @@ from unigrad.codegen.pipeline import full_rewrite
 from unigrad.dtype import DType, dtypes
 from unigrad.helpers import GlobalCounters
 from unigrad.knobs import BEAM, DEBUG, NOOPT
-from unigrad.renderer import PythonRenderer, Renderer
-from unigrad.renderer.cstyle import CRenderer
+from unigrad.renderer import Renderer
 from unigrad.runtime.device import Buffer, Device
-from unigrad.runtime.ops_cpu import last_level_cache_bytes, native_vector_bytes
 from unigrad.schedule import multi
 from unigrad.schedule.function import has_function, inline_functions
 from unigrad.schedule.callify import buffer_base, callify, is_plain_buffer
@@ -51,10 +49,8 @@ SCHEDULE_CACHE_SIZE = 256
 
 
 def renderer_for(device: str) -> Renderer:
-  base = device.split(":")[0]
-  if base == "PYTHON": return PythonRenderer()
-  if base != "CPU": return CRenderer(base)
-  return CRenderer(base, native_vector_bytes(), last_level_cache_bytes())
+  """The renderer of `device`'s kernels: the device owns it."""
+  return Device[device].renderer
 
 
 def buffer_of(u: UOp) -> Buffer:
@@ -162,7 +158,7 @@ def get_runner(kernel: UOp, device: str) -> Runner:
   if (r := _runners.get(key)) is not None: return r
   t0 = time.perf_counter()
   dev = Device[device]
-  ren = renderer_for(device)
+  ren = dev.renderer
   if DEBUG >= 3: print(f"kernel AST:\n{kernel!r}")
   linear = full_rewrite(kernel, ren)
   name = linear.arg.name if linear.arg is not None else "kernel"

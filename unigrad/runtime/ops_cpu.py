@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from unigrad.knobs import CC, THREADS
+from unigrad.renderer.cstyle import CRenderer
 from unigrad.runtime.device import Buffer, Compiled, CompileError, Compiler, LRUAllocator
 
 __all__ = ["CPUDevice", "CPUAllocator", "ClangCompiler", "CPUProgram", "ChunkPool",
@@ -442,7 +443,8 @@ class CPUDevice(Compiled):
   """The host CPU: clang/gcc-compiled C kernels, run on a thread pool."""
 
   def __init__(self, name: str = "CPU") -> None:
-    super().__init__(name, CPUAllocator(), ClangCompiler(), CPUProgram)
+    renderer = CRenderer("CPU", native_vector_bytes(), last_level_cache_bytes())
+    super().__init__(name, CPUAllocator(), ClangCompiler(), CPUProgram, renderer)
 
   @property
   def threads(self) -> int:
