@@ -14,7 +14,8 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from unigrad.codegen.linearize import Estimates, estimate, launch_size
+from unigrad.codegen.gpudims import launch_dims
+from unigrad.codegen.linearize import Estimates, estimate
 from unigrad.codegen.pipeline import full_rewrite
 from unigrad.dtype import DType, dtypes
 from unigrad.helpers import GlobalCounters
@@ -146,6 +147,7 @@ class Runner:
   program: object
   estimates: Estimates
   global_size: tuple[int, ...] = (1,)
+  local_size: tuple[int, ...] | None = None  # work items per work group (GPU targets)
 
 
 _runners: dict[tuple[UOp, str, int, bool], Runner] = {}
@@ -166,7 +168,7 @@ def get_runner(kernel: UOp, device: str) -> Runner:
   if DEBUG >= 4: print(src)
   t1 = time.perf_counter()
   lib = dev.compiler.compile_cached(src) if dev.compiler is not None else src.encode()
-  r = _runners[key] = Runner(name, dev.runtime(name, lib), estimate(linear), launch_size(linear))
+  r = _runners[key] = Runner(name, dev.runtime(name, lib), estimate(linear), *launch_dims(linear))
   GlobalCounters.programs_compiled += 1
   if DEBUG >= 1:
     codegen_ms, compile_ms = (t1 - t0) * 1e3, (time.perf_counter() - t1) * 1e3
@@ -289,6 +291,7 @@ def run_linear(linear: UOp, args: tuple[UOp, ...]) -> None:
       if DEBUG >= 2: print(f"*** COPY {bufs[1].device} -> {bufs[0].device} {bufs[0].nbytes} bytes")
       continue
     runner = get_runner(launch.kernel, device)
-    t = runner.program(*bufs, global_size=runner.global_size, wait=wait)
+    t = runner.program(*bufs, global_size=runner.global_size, local_size=runner.local_size,
+                       wait=wait)
     if capture is not None: capture.launches.append((runner, bufs, device))
     _count(runner, device, t)
