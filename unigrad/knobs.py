@@ -86,6 +86,10 @@ JIT = knob("JIT", int, 1, "0 makes TinyJit run its function eagerly on every cal
 JIT_CAPTURES = knob("JIT_CAPTURES", int, 8, "input signatures one TinyJit keeps captured programs "
                     "for (the oldest is dropped)")
 SEED = knob("SEED", int, 0, "default random seed")
+CUDA_COMPILE_ONLY = knob("CUDA_COMPILE_ONLY", bool, False, "open CUDA without a GPU: every kernel "
+                         "is rendered and compiled (NVRTC or nvcc, sm_90 PTX and SASS), none runs")
+CUDA_ARCH = knob("CUDA_ARCH", str, "", "GPU architecture CUDA compiles for (e.g. sm_90); empty "
+                 "asks the GPU, or sm_90 in compile-only mode")
 XDG_CACHE_HOME = knob("XDG_CACHE_HOME", str, "", "standard cache directory root")
 HOME = knob("HOME", str, "", "the user's home directory (for the cache)")
 
