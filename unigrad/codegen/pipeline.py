@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from unigrad.codegen.expand import expand
 from unigrad.codegen.gpudims import gpudims, launch_dims
+from unigrad.codegen.opt.gpu_heuristic import gpu_optimizations
 from unigrad.codegen.opt.heuristic import hand_coded_optimizations
 from unigrad.codegen.opt.kernel import OptKernel
 from unigrad.codegen.isel import (lower_index_dtype, pm_add_loads, pm_divmod_nonneg,
@@ -59,7 +60,8 @@ def optimize(ast: UOp, ren: Renderer) -> UOp:
   if isinstance(info, KernelInfo) and info.opts_to_apply is not None:
     for opt in info.opts_to_apply: k = k.apply(opt)
   elif not NOOPT:
-    heuristic = hand_coded_optimizations(k, ren, ren_threads(ren))
+    heuristic = gpu_optimizations(k, ren) if ren.has_local else hand_coded_optimizations(
+      k, ren, ren_threads(ren))
     k = heuristic if BEAM < 1 else beam_search(
       k, heuristic, int(BEAM), make_timer(ast, ren), ren_threads(ren),
       kernel_key(ast, ren.device, int(BEAM)), ren.vector_bytes)
