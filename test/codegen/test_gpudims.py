@@ -1,0 +1,60 @@
+"""gpudims: output axes become work-group / work-item indices on GPU targets (no device needed)."""
+from unigrad import Context, Tensor
+from unigrad.codegen.gpudims import launch_dims
+from unigrad.codegen.opt import Opt
+from unigrad.codegen.pipeline import full_rewrite
+from unigrad.renderer.cstyle import CRenderer
+from unigrad.renderer.gpu import CUDARenderer, OpenCLRenderer
+from unigrad.uop import KernelInfo, Ops
+
+CL = OpenCLRenderer()
+
+
+def lower(t, ren=CL, opts=None):
+  """The LINEAR of t's last kernel with `opts` (None: no opts, and no opts_to_apply marker)."""
+  kernel = t.schedule().src[-1].src[0]
+  if opts is not None: kernel = kernel.replace(arg=KernelInfo(opts_to_apply=tuple(opts)))
+  with Context(NOOPT=1): return full_rewrite(kernel, ren)
+
+
+def specials(linear): return {u.arg: u.src[0].arg for u in linear.src if u.op is Ops.SPECIAL}
+
+
+def test_output_axes_become_group_ids_innermost_first():
+  linear = lower(Tensor.empty(3, 5, device="NULL").exp(), opts=())
+  assert specials(linear) == {}  # opts_to_apply=() keeps the loops: one work item
+  linear = lower(Tensor.empty(3, 5, device="NULL").exp(), opts=[Opt.local(1, 5)])
+  assert specials(linear) == {"gidx0": 3, "lidx0": 5}  # the size-1 outer part is gone
+  assert launch_dims(linear) == ((3, 1, 1), (5, 1, 1))
+  assert not any(u.op is Ops.RANGE for u in linear.src)
+
+
+def test_more_axes_than_dimensions_are_merged_into_the_last():
+  linear = lower(Tensor.empty(2, 3, 4, 5, device="NULL").permute(3, 1, 2, 0) + 1)
+  assert specials(linear) == {"gidx0": 2, "gidx1": 4, "gidx2": 15}
+  assert launch_dims(linear) == ((2, 4, 15), (1, 1, 1))
+
+
+def test_a_dimension_above_the_limit_merges_everything_into_dimension_0():
+  ren = CUDARenderer(global_max=(2 ** 31 - 1, 4, 4))
+  linear = lower(Tensor.empty(7, 9, device="NULL").exp(), ren)
+  assert specials(linear) == {"gidx0": 63}
+  assert launch_dims(linear) == ((63, 1, 1), (1, 1, 1))
+
+
+def test_cpu_targets_keep_loops_and_core_id():
+  linear = lower(Tensor.empty(3, 5, device="NULL").exp(), CRenderer())
+  assert specials(linear) == {} and launch_dims(linear) == ((1,), None)
+
+
+def test_reductions_stay_loops_inside_a_work_item():
+  linear = lower(Tensor.empty(6, 8, device="NULL").sum(1))
+  assert specials(linear) == {"gidx0": 6}
+  assert [u.src[0].arg for u in linear.src if u.op is Ops.RANGE] == [8]
+
+
+def test_cuda_and_opencl_render_the_same_linear_in_their_dialects():
+  linear = lower(Tensor.empty(4, 4, device="NULL").exp(), opts=[Opt.local(1, 4)])
+  cl, cu = CL.render("k", linear), CUDARenderer().render("k", linear)
+  assert "__kernel void k(" in cl and "get_group_id(0)" in cl and "get_local_id(0)" in cl
+  assert 'extern "C" __global__ void k(' in cu and "blockIdx.x" in cu and "threadIdx.x" in cu
