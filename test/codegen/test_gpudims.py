@@ -58,3 +58,26 @@ def test_cuda_and_opencl_render_the_same_linear_in_their_dialects():
   cl, cu = CL.render("k", linear), CUDARenderer().render("k", linear)
   assert "__kernel void k(" in cl and "get_group_id(0)" in cl and "get_local_id(0)" in cl
   assert 'extern "C" __global__ void k(' in cu and "blockIdx.x" in cu and "threadIdx.x" in cu
+
+
+def test_group_reduce_goes_through_local_memory_with_a_barrier():
+  linear = lower(Tensor.empty(6, 64, device="NULL").sum(1), opts=[Opt.group(1, 16)])
+  assert specials(linear) == {"gidx0": 6, "lidx0": 16}
+  ops = [u.op for u in linear.src]
+  assert ops.count(Ops.BARRIER) == 1
+  smem = [u for u in linear.src if u.op is Ops.BUFFER and u.addrspace.name == "LOCAL"]
+  assert len(smem) == 1 and smem[0].shape == (16,)
+  src = CL.render("k", linear)
+  assert "__local float smem" in src and "barrier(CLK_LOCAL_MEM_FENCE);" in src
+  assert "__shared__ float smem" in CUDARenderer().render("k", linear)
+
+
+def test_gpu_heuristics_pick_groups_for_reductions_and_work_groups_for_elementwise():
+  with Context(NOOPT=0):
+    kernel = Tensor.empty(8, 4096, device="NULL").sum(1).schedule().src[-1].src[0]
+    reduce = full_rewrite(kernel, CL)
+    kernel = Tensor.empty(64, 64, device="NULL").exp().schedule().src[-1].src[0]
+    elementwise = full_rewrite(kernel, CL)
+  assert launch_dims(reduce)[1][0] == 256 and any(u.op is Ops.BARRIER for u in reduce.src)
+  glob, local = launch_dims(elementwise)
+  assert local[0] == 64 and glob[0] * glob[1] * local[0] * local[1] == 64 * 64

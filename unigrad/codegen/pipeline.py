@@ -20,6 +20,7 @@ from unigrad.codegen.opt.kernel import OptKernel
 from unigrad.codegen.isel import (lower_index_dtype, pm_add_loads, pm_divmod_nonneg,
                                   pm_fma_accumulate, pm_mul_recip)
 from unigrad.codegen.linearize import linearize
+from unigrad.codegen.local_reduce import local_reduce
 from unigrad.codegen.opt import KernelOptError
 from unigrad.codegen.opt.search import beam_search, kernel_key, scratch_params
 from unigrad.codegen.simplify import pm_kernel_simplify
@@ -149,6 +150,7 @@ CODEGEN_STAGES: tuple[Stage, ...] = (
   Stage("simplify", lambda ast, ren: graph_rewrite(ast, pm_kernel_simplify, name="simplify"),
         spec_kernel),
   Stage("optimize", optimize, spec_kernel),
+  Stage("local reduce", local_reduce, spec_kernel),
   Stage("expand", lambda ast, ren: expand(ast, ren.vector_bytes), spec_kernel),
   Stage("gpudims", gpudims, spec_kernel),
   Stage("add loads", lambda ast, ren: graph_rewrite(ast, pm_add_loads, name="add loads")),
