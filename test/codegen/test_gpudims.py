@@ -1,6 +1,7 @@
 """gpudims: output axes become work-group / work-item indices on GPU targets (no device needed)."""
 from unigrad import Context, Tensor
 from unigrad.codegen.gpudims import launch_dims
+from unigrad.codegen.linearize import estimate
 from unigrad.codegen.opt import Opt
 from unigrad.codegen.pipeline import full_rewrite
 from unigrad.renderer.cstyle import CRenderer
@@ -81,3 +82,9 @@ def test_gpu_heuristics_pick_groups_for_reductions_and_work_groups_for_elementwi
   assert launch_dims(reduce)[1][0] == 256 and any(u.op is Ops.BARRIER for u in reduce.src)
   glob, local = launch_dims(elementwise)
   assert local[0] == 64 and glob[0] * glob[1] * local[0] * local[1] == 64 * 64
+
+
+def test_estimates_count_every_work_item():
+  linear = lower(Tensor.empty(64, 64, device="NULL").exp(), opts=[Opt.local(1, 16)])
+  assert estimate(linear).mem_bytes == 2 * 64 * 64 * 4  # one load and one store per element
+  assert estimate(linear).flops >= 64 * 64

@@ -11,6 +11,7 @@ Each loop's parent is the block its END lives in, so loops nest as the kernel's 
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass, field
 
 from unigrad.dtype import dtypes
@@ -162,7 +163,9 @@ class Estimates:
 def estimate(linear: UOp) -> Estimates:
   """Count data ALU ops and global loads/stores, times the trip counts of their loops."""
   flops = mem = 0
-  trips = [1]
+  # a GPU kernel's body runs once per work item: its thread indices multiply every count
+  trips = [math.prod(u.src[0].arg for u in linear.src if u.op is Ops.SPECIAL
+                     and str(u.arg)[:4] in ("gidx", "lidx"))]
   data: set[UOp] = set()
   for u in linear.src:
     if u.op is Ops.RANGE:

@@ -70,12 +70,14 @@ def _cuda() -> ctypes.CDLL:
                        c_void_p, c_void_p],
     "cuEventCreate": [ptr, c_uint], "cuEventRecord": [c_void_p, c_void_p],
     "cuEventSynchronize": [c_void_p], "cuEventDestroy_v2": [c_void_p],
-    "cuEventElapsedTime": [ctypes.POINTER(ctypes.c_float), c_void_p, c_void_p],
+    "cuEventElapsedTime_v2": [ctypes.POINTER(ctypes.c_float), c_void_p, c_void_p],
     "cuGetErrorString": [c_int, ctypes.POINTER(ctypes.c_char_p)],
   }
   for name, args in sigs.items():
-    fn = getattr(lib, name)
+    # cuda.h maps some names to _v2 symbols; older drivers export only the plain one
+    fn = getattr(lib, name) if hasattr(lib, name) else getattr(lib, name.removesuffix("_v2"))
     fn.restype, fn.argtypes = c_int, args
+    setattr(lib, name, fn)
   return lib
 
 
@@ -247,7 +249,7 @@ class CUDAProgram:
     _call("cuEventRecord", end, None)
     _call("cuEventSynchronize", end)
     ms = ctypes.c_float(0)
-    _call("cuEventElapsedTime", ctypes.byref(ms), start, end)
+    _call("cuEventElapsedTime_v2", ctypes.byref(ms), start, end)
     for ev in (start, end): _cuda().cuEventDestroy_v2(ev)
     return ms.value * 1e-3
 
