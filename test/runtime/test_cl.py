@@ -133,3 +133,12 @@ def test_no_opencl_platform_is_a_clear_error(monkeypatch):
   monkeypatch.setattr(ops_cl, "opencl_devices", lambda: ())
   with pytest.raises(RuntimeError, match="no OpenCL platform"): ops_cl.CLDevice("CL:7")
   assert not ops_cl.CLDevice.is_available()
+
+
+def test_a_tuple_of_cpu_and_cl_shards_and_gathers():
+  a = np.arange(16, dtype=np.float32).reshape(4, 4)
+  t = Tensor(a).shard(("CPU", "CL"), axis=0)
+  r = (t * 2).sum(1)
+  assert r.device == ("CPU", "CL")
+  np.testing.assert_allclose(r.numpy(), (a * 2).sum(1))
+  np.testing.assert_allclose(((t + 1) @ Tensor(a).to(("CPU", "CL"))).numpy(), (a + 1) @ a)
