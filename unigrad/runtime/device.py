@@ -29,6 +29,7 @@ from unigrad.dtype import DType, PtrDType, dtypes, from_bytes
 from unigrad.helpers import GlobalCounters
 from unigrad.knobs import DEBUG, DEV, LRU
 from unigrad.renderer import Renderer
+from unigrad.renderer.cstyle import CRenderer
 from unigrad.runtime.diskcache import cache_digest, diskcache_get, diskcache_put
 
 __all__ = ["Batch", "Allocator", "LRUAllocator", "Compiler", "CompileError", "Program", "Compiled",
@@ -177,9 +178,10 @@ class Compiled:
   renderer of its kernels (the engine asks the device for all four and never names a device)."""
 
   def __init__(self, name: str, allocator: Allocator, compiler: Compiler | None,
-               runtime: type[Program], renderer: Renderer) -> None:
+               runtime: type[Program], renderer: Renderer | None = None) -> None:
     self.name, self.allocator, self.compiler, self.runtime = name, allocator, compiler, runtime
-    self.renderer = renderer
+    # a device that names no renderer gets plain C with no vectors or threads
+    self.renderer = renderer if renderer is not None else CRenderer(name.split(":")[0])
 
   @classmethod
   def is_available(cls) -> bool:
