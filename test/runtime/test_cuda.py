@@ -77,6 +77,8 @@ def _one_unit(srcs):
 def test_every_kernel_compiles_to_ptx_and_sass_for_sm90():
   srcs = _kernels()
   assert len(srcs) > 100
+  assert sum("__syncthreads();" in s and "__shared__" in s for s in srcs) >= 2  # GROUP_REDUCE
+  assert sum("threadIdx.x" in s for s in srcs) > len(srcs) // 2  # work groups of several threads
   compiler = ops_cuda.CUDACompiler("sm_90")
   try: assert compiler.compile(_one_unit(srcs))
   except CompileError:  # name the kernels that fail, one compile each
