@@ -1,8 +1,10 @@
 """gpudims: output axes become work-group / work-item indices on GPU targets (no device needed)."""
+import pytest
+
 from unigrad import Context, Tensor
 from unigrad.codegen.gpudims import launch_dims
 from unigrad.codegen.linearize import estimate
-from unigrad.codegen.opt import Opt
+from unigrad.codegen.opt import KernelOptError, Opt
 from unigrad.codegen.pipeline import full_rewrite
 from unigrad.renderer.cstyle import CRenderer
 from unigrad.renderer.gpu import CUDARenderer, OpenCLRenderer
@@ -88,3 +90,8 @@ def test_estimates_count_every_work_item():
   linear = lower(Tensor.empty(64, 64, device="NULL").exp(), opts=[Opt.local(1, 16)])
   assert estimate(linear).mem_bytes == 2 * 64 * 64 * 4  # one load and one store per element
   assert estimate(linear).flops >= 64 * 64
+
+
+def test_a_thread_axis_on_a_gpu_target_is_a_clear_error():
+  with pytest.raises(KernelOptError, match="THREAD"):
+    lower(Tensor.empty(64, 64, device="NULL").exp(), opts=[Opt.thread(0, 4)])

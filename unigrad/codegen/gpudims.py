@@ -8,12 +8,14 @@ innermost axis. More axes than the target has dimensions (or a dimension above t
 limit) are merged into one index and recovered by division and modulo.
 Invariants: runs only where the renderer `has_local`; a kernel that asks for no optimizations
 (`opts_to_apply == ()`, e.g. a scatter whose iterations write the same element) keeps its loops
-and runs as one work item. `launch_dims(linear)` reads the launch size back off the SPECIALs.
+and runs as one work item; a THREAD axis (a CPU opt) raises KernelOptError.
+`launch_dims(linear)` reads the launch size back off the SPECIALs.
 """
 from __future__ import annotations
 
 import math
 
+from unigrad.codegen.opt import KernelOptError
 from unigrad.codegen.opt.kernel import axis_key
 from unigrad.renderer import Renderer
 from unigrad.uop import AxisType, KernelInfo, Ops, UOp
@@ -64,8 +66,11 @@ def _bind(ranges: list[UOp], prefix: str, limits: tuple[int, ...]) -> dict[UOp, 
 def gpudims(ast: UOp, ren: Renderer) -> UOp:
   """The kernel with its parallel axes bound to thread indices (see the module docstring)."""
   if not ren.has_local: return ast
-  if isinstance(ast.arg, KernelInfo) and ast.arg.opts_to_apply == (): return ast
   nodes = ast.toposort()
+  if any(u.op is Ops.SPECIAL and u.arg == "core_id" for u in nodes):
+    raise KernelOptError("THREAD axes are CPU chunks; a GPU target runs its output axes as work "
+                         "groups and work items (use LOCAL)")
+  if isinstance(ast.arg, KernelInfo) and ast.arg.opts_to_apply == (): return ast
   stores = [u for u in nodes if u.op is Ops.STORE]
   ranges = sorted((u for u in nodes if u.op is Ops.RANGE), key=axis_key)
   glob = [r for r in ranges if _is_parallel(r, stores, OUTPUT_AXES)]
