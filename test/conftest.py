@@ -3,15 +3,19 @@ import pytest
 
 from unigrad.helpers import GlobalCounters
 from unigrad.knobs import SPEC
+from unigrad.runtime.device import Device
 from unigrad.runtime.ops_cpu import find_c_compiler
 
 SPEC.value = max(int(SPEC.value), 1)
 
 
-@pytest.fixture(params=["PYTHON", "CPU"])
+@pytest.fixture(params=["PYTHON", "CPU", "CL"])
 def device(request):
-  """Each device that executes kernels here: the PYTHON reference interpreter and CPU (C)."""
+  """Each device that executes kernels here: the PYTHON reference interpreter, CPU (C) and CL
+  (OpenCL C; PoCL runs it on the CPU)."""
   if request.param == "CPU" and find_c_compiler() is None: pytest.skip("no C compiler")
+  if request.param == "CL" and not Device.device_class("CL").is_available():
+    pytest.skip("no OpenCL platform")
   return request.param
 
 

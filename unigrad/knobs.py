@@ -95,6 +95,10 @@ JIT_CAPTURES = knob("JIT_CAPTURES", int, 8, "input signatures one TinyJit keeps 
 SEED = knob("SEED", int, 0, "default random seed")
 FUZZ_EXAMPLES = knob("FUZZ_EXAMPLES", int, 100, "programs the differential fuzzer test "
                      "(test/test_fuzz_differential.py) tries; raise it for a longer hunt")
+CUDA_COMPILE_ONLY = knob("CUDA_COMPILE_ONLY", bool, False, "open CUDA without a GPU: every kernel "
+                         "is rendered and compiled (NVRTC or nvcc, sm_90 PTX and SASS), none runs")
+CUDA_ARCH = knob("CUDA_ARCH", str, "", "GPU architecture CUDA compiles for (e.g. sm_90); empty "
+                 "asks the GPU, or sm_90 in compile-only mode")
 XDG_CACHE_HOME = knob("XDG_CACHE_HOME", str, "", "standard cache directory root")
 HOME = knob("HOME", str, "", "the user's home directory (for the cache)")
 

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from unigrad import Context, Tensor, TinyJit, Variable, dtypes, nn
+from unigrad import Context, Tensor, TinyJit, Variable, dtypes, function, nn
 from unigrad.engine.realize import CaptureError
 from unigrad.frontend.jit import JitError
 from unigrad.helpers import GlobalCounters
@@ -248,7 +248,6 @@ def test_symbolic_input_shape_replays():
 def test_value_checks_run_eagerly_and_not_while_capturing_or_tracing():
   """cross_entropy's class-range check reads values: eagerly it raises at the call; a TinyJit
   capture and an @function trace skip it (the eager first call checked)."""
-  from unigrad import function
   logits = Tensor(np.zeros((2, 3), np.float32))
   with pytest.raises(IndexError):
     logits.sparse_categorical_crossentropy(Tensor([0, 5])).realize()

@@ -22,7 +22,8 @@ MEMORY = (Ops.PARAM, Ops.BUFFER, Ops.AFTER)
 def is_memory_ref(u: UOp) -> bool:
   """An INDEX into a buffer (as opposed to a loaded value)."""
   if u.op is not Ops.INDEX: return False
-  return u.src[0].op in MEMORY and u.src[0].addrspace in (AddrSpace.GLOBAL, AddrSpace.REG)
+  return u.src[0].op in MEMORY and u.src[0].addrspace in (AddrSpace.GLOBAL, AddrSpace.REG,
+                                                          AddrSpace.LOCAL)
 
 
 def _is_invalid(u: UOp) -> bool: return u.op is Ops.CONST and isinstance(u.arg, InvalidType)

@@ -165,7 +165,9 @@ def estimate(linear: UOp) -> Estimates:
   number of launched chunks (each SPECIAL runs the whole body once per index): the work of the
   whole launch, every thread included, whatever THREAD/UPCAST opts shaped the kernel."""
   flops = mem = 0
-  trips = [1]
+  # a GPU kernel's body runs once per work item: its thread indices multiply every count
+  trips = [math.prod(u.src[0].arg for u in linear.src if u.op is Ops.SPECIAL
+                     and str(u.arg)[:4] in ("gidx", "lidx"))]
   data: set[UOp] = set()
   for u in linear.src:
     if u.op is Ops.RANGE:
@@ -185,7 +187,8 @@ def estimate(linear: UOp) -> Estimates:
 
 
 def launch_size(linear: UOp) -> tuple[int, ...]:
-  """(number of core_id chunks,) from the kernel's SPECIAL, or (1,)."""
+  """(number of core_id chunks,) from the kernel's CPU thread SPECIAL, or (1,) (GPU work-item
+  SPECIALs are counted by `estimate` itself)."""
   for u in linear.src:
-    if u.op is Ops.SPECIAL: return (u.src[0].arg,)
+    if u.op is Ops.SPECIAL and u.arg == "core_id": return (u.src[0].arg,)
   return (1,)

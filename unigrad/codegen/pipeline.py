@@ -13,11 +13,14 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from unigrad.codegen.expand import expand
+from unigrad.codegen.gpudims import gpudims, launch_dims
+from unigrad.codegen.opt.gpu_heuristic import gpu_optimizations
 from unigrad.codegen.opt.heuristic import hand_coded_optimizations
 from unigrad.codegen.opt.kernel import OptKernel
 from unigrad.codegen.isel import (lower_index_dtype, pm_add_loads, pm_divmod_nonneg,
                                   pm_fma_accumulate, pm_mul_recip)
-from unigrad.codegen.linearize import launch_size, linearize
+from unigrad.codegen.linearize import linearize
+from unigrad.codegen.local_reduce import local_reduce
 from unigrad.codegen.opt import KernelOptError
 from unigrad.codegen.opt.search import beam_search, kernel_key, scratch_params
 from unigrad.codegen.simplify import pm_kernel_simplify
@@ -58,7 +61,8 @@ def optimize(ast: UOp, ren: Renderer) -> UOp:
   if isinstance(info, KernelInfo) and info.opts_to_apply is not None:
     for opt in info.opts_to_apply: k = k.apply(opt)
   elif not NOOPT:
-    heuristic = hand_coded_optimizations(k, ren, ren_threads(ren))
+    heuristic = gpu_optimizations(k, ren) if ren.has_local else hand_coded_optimizations(
+      k, ren, ren_threads(ren))
     k = heuristic if BEAM < 1 else beam_search(
       k, heuristic, int(BEAM), make_timer(ast, ren), ren_threads(ren),
       kernel_key(ast, f"{ren.device}:{ren.vector_bytes}x{ren.vector_registers}", int(BEAM)),
@@ -73,6 +77,7 @@ def finish(k: OptKernel) -> UOp:
   return graph_rewrite(ast, pm_kernel_simplify, name="simplify opts") if k.applied else ast
 
 
+Launch = tuple[tuple[int, ...], tuple[int, ...] | None]  # (global, local) sizes
 SCRATCH_FILL = 0x3C  # every byte of a float scratch input: small normal values (never NaN)
 BEAM_KERNEL = "beam_candidate"
 
@@ -85,12 +90,12 @@ class KernelTimer:
   ren: Renderer
   bufs: list[Buffer]
   vals: list[int]  # each symbolic variable at its largest value (the scratch buffers fit it)
-  programs: dict[UOp, tuple[Program, tuple[int, ...]]] = field(default_factory=dict)
+  programs: dict[UOp, tuple[Program, Launch]] = field(default_factory=dict)
 
   def build(self, ks: Sequence[OptKernel], deadline: float) -> list[OptKernel]:
     dev = Device[self.ren.device]
     compile_src = dev.compiler.compile_cached if dev.compiler is not None else str.encode
-    jobs: dict[OptKernel, tuple[Future[bytes], tuple[int, ...]]] = {}
+    jobs: dict[OptKernel, tuple[Future[bytes], Launch]] = {}
     with ThreadPoolExecutor(max(2, cpu_threads())) as pool:
       for k in ks:
         if time.perf_counter() >= deadline: break
@@ -104,19 +109,19 @@ class KernelTimer:
       except (RuntimeError, OSError): continue
     return [k for k in jobs if k.ast in self.programs]
 
-  def _render(self, k: OptKernel) -> tuple[str, tuple[int, ...]] | None:
+  def _render(self, k: OptKernel) -> tuple[str, Launch] | None:
     """The source of candidate `k` and its launch size (None if it cannot be lowered)."""
     try:
       linear = lower(finish(k), self.ren)
-      return self.ren.render(BEAM_KERNEL, linear), launch_size(linear)
+      return self.ren.render(BEAM_KERNEL, linear), launch_dims(linear)
     except (KernelOptError, CompileError, RuntimeError): return None
 
   def time(self, k: OptKernel, runs: int, cap: float) -> float:
     if (built := self.programs.get(k.ast)) is None: return math.inf
-    prog, size = built
+    prog, (size, local) = built
     best = math.inf
     for _ in range(runs):
-      t = prog(*self.bufs, global_size=size, vals=self.vals, wait=True) or 0.0
+      t = prog(*self.bufs, global_size=size, local_size=local, vals=self.vals, wait=True) or 0.0
       best = min(best, t)
       if t > cap: break
     return best
@@ -149,7 +154,9 @@ CODEGEN_STAGES: tuple[Stage, ...] = (
   Stage("simplify", lambda ast, ren: graph_rewrite(ast, pm_kernel_simplify, name="simplify"),
         spec_kernel),
   Stage("optimize", optimize, spec_kernel),
+  Stage("local reduce", local_reduce, spec_kernel),
   Stage("expand", lambda ast, ren: expand(ast, ren.vector_bytes), spec_kernel),
+  Stage("gpudims", gpudims, spec_kernel),
   Stage("add loads", lambda ast, ren: graph_rewrite(ast, pm_add_loads, name="add loads")),
   Stage("decompose", _decompose),
   Stage("index dtype", lambda ast, ren: lower_index_dtype(graph_rewrite(ast, pm_simplify))),

@@ -65,6 +65,7 @@ class KernelSource:
   src: str
   estimates: Estimates
   global_size: tuple[int, ...]
+  local_size: tuple[int, ...] | None = None  # work items per work group (GPU targets)
 
 
 @functools.cache
@@ -159,16 +160,20 @@ def _is_portable(linear: UOp, body: UOp) -> bool:
 
 
 def _encode_kernel(ks: KernelSource) -> bytes:
+  local = None if ks.local_size is None else list(ks.local_size)
   return json.dumps([ks.name, ks.src, ks.estimates.flops, ks.estimates.mem_bytes,
-                     list(ks.global_size)]).encode()
+                     list(ks.global_size), local]).encode()
 
 
 def _decode_kernel(data: bytes) -> KernelSource | None:
-  try: name, src, flops, mem, size = json.loads(data)
+  try: name, src, flops, mem, size, local = json.loads(data)
   except (ValueError, TypeError, UnicodeDecodeError): return None
   if not (isinstance(name, str) and isinstance(src, str) and isinstance(size, list)): return None
+  if local is not None and not (isinstance(local, list) and all(type(v) is int for v in local)):
+    return None
   if not all(isinstance(v, int) for v in (flops, mem, *size)): return None
-  return KernelSource(name, src, Estimates(flops, mem), tuple(size))
+  return KernelSource(name, src, Estimates(flops, mem), tuple(size),
+                      None if local is None else tuple(local))
 
 
 def cached_kernel(kernel: UOp, device: str, ren: Renderer, threads: int,

@@ -143,7 +143,8 @@ def _launch(lau: ReplayLaunch, wait: bool) -> float | None:
     lau.bufs[0].copyin(lau.bufs[1].copyout())
     return time.perf_counter() - st
   r = lau.runner
-  return r.program(*lau.bufs, global_size=r.global_size, vals=lau.vals, wait=wait)
+  return r.program(*lau.bufs, global_size=r.global_size, local_size=r.local_size, vals=lau.vals,
+                   wait=wait)
 
 
 def _replan(launches: list[ReplayLaunch], inter: dict[Buffer, None]) -> int:

@@ -20,17 +20,16 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from unigrad.codegen.linearize import Estimates, estimate, launch_size
+from unigrad.codegen.gpudims import launch_dims
+from unigrad.codegen.linearize import Estimates, estimate
 from unigrad.codegen.pipeline import full_rewrite
 from unigrad.dtype import DType, dtypes
 from unigrad.engine import compcache
 from unigrad.helpers import GlobalCounters
 from unigrad.knobs import BEAM, CHECK_OOB, DEBUG, MARCH, NOOPT
-from unigrad.renderer import PythonRenderer, Renderer
-from unigrad.renderer.cstyle import CRenderer
+from unigrad.renderer import Renderer
 from unigrad.runtime.device import Buffer, Compiled, Device
-from unigrad.runtime.ops_cpu import cpu_threads, last_level_cache_bytes, target_vector_bytes
-from unigrad.runtime.ops_cpu import target_vector_registers
+from unigrad.runtime.ops_cpu import cpu_threads
 from unigrad.schedule import multi
 from unigrad.schedule.function import has_function, inline_functions
 from unigrad.schedule.callify import buffer_base, callify, is_plain_buffer
@@ -61,11 +60,8 @@ realize_lock = threading.RLock()
 
 
 def renderer_for(device: str) -> Renderer:
-  base = device.split(":")[0]
-  if base == "PYTHON": return PythonRenderer()
-  if base != "CPU": return CRenderer(base)
-  return CRenderer(base, target_vector_bytes(), last_level_cache_bytes(),
-                   target_vector_registers())
+  """The renderer of `device`'s kernels: the device owns it."""
+  return Device[device].renderer
 
 
 def buffer_of(u: UOp) -> Buffer:
@@ -181,6 +177,7 @@ class Runner:
   program: object
   estimates: Estimates
   global_size: tuple[int, ...] = (1,)
+  local_size: tuple[int, ...] | None = None  # work items per work group (GPU targets)
 
 
 _runners: dict[tuple[UOp, str, int, bool, str, bool], Runner] = {}
@@ -191,7 +188,7 @@ def _codegen(kernel: UOp, ren: Renderer) -> compcache.KernelSource:
   linear = full_rewrite(kernel, ren)
   name = linear.arg.name if linear.arg is not None else "kernel"
   return compcache.KernelSource(name, ren.render(name, linear), estimate(linear),
-                                launch_size(linear))
+                                *launch_dims(linear))
 
 
 def _load(dev: Compiled, ks: compcache.KernelSource) -> object:
@@ -211,13 +208,14 @@ def get_runner(kernel: UOp, device: str) -> Runner:
   if (r := _runners.get(key)) is not None: return r
   t0 = time.perf_counter()
   dev = Device[device]
-  ren = renderer_for(device)
+  ren = dev.renderer
   if DEBUG >= 3: print(f"kernel AST:\n{kernel!r}")
   threads = cpu_threads() if ren.has_threads else 1
   ks = compcache.cached_kernel(kernel, device, ren, threads, lambda: _codegen(kernel, ren))
   if DEBUG >= 4: print(ks.src)
   t1 = time.perf_counter()
-  r = _runners[key] = Runner(ks.name, _load(dev, ks), ks.estimates, ks.global_size)
+  r = _runners[key] = Runner(ks.name, _load(dev, ks), ks.estimates, ks.global_size,
+                             ks.local_size)
   GlobalCounters.programs_compiled += 1
   if DEBUG >= 1:
     codegen_ms, compile_ms = (t1 - t0) * 1e3, (time.perf_counter() - t1) * 1e3
@@ -373,7 +371,8 @@ def run_linear(linear: UOp, args: tuple[UOp, ...], var_vals: dict[str, int] | No
       continue
     runner = get_runner(launch.kernel, device)
     vals = launch_values(launch.variables, var_vals, runner.name) if launch.variables else ()
-    t = runner.program(*bufs, global_size=runner.global_size, vals=vals, wait=wait)
+    t = runner.program(*bufs, global_size=runner.global_size, local_size=runner.local_size,
+                       vals=vals, wait=wait)
     if capture is not None:
       capture.launches.append(CapturedLaunch(runner, bufs, device, launch.variables))
       capture.var_vals.update(var_vals)

@@ -21,6 +21,11 @@ class Renderer:
   vector_bytes: int = 0  # width of the target's vector registers (0: no vector values)
   stream_bytes: int = 0  # outputs this big are written around the caches (0: never)
   vector_registers: int = 0  # how many vector registers the target has (0: no vector values)
+  # GPU targets: output axes run as work groups x work items (SPECIAL gidx/lidx, codegen/gpudims)
+  has_local: bool = False
+  global_max: tuple[int, ...] = ()  # work groups per launch dimension
+  local_max: int = 0  # work items per work group
+  shared_bytes: int = 0  # LOCAL (shared) memory per work group
 
   def render(self, name: str, linear: UOp) -> str: raise NotImplementedError
 

@@ -16,8 +16,11 @@ from dataclasses import dataclass, field
 from unigrad.dtype import DType, dtypes
 from unigrad.knobs import CHECK_OOB
 from unigrad.renderer import Renderer
-from unigrad.runtime.device import OOB_STATE
 from unigrad.uop import GroupOp, Ops, UOp
+
+# the C symbol (long long[6]) where a CHECK_OOB kernel records its first bad access:
+# (set, buffer slot, index, buffer size, 1 for a store, lanes accessed); the runtime reads it
+OOB_STATE = "unigrad_oob"
 
 C_TYPES = {dtypes.bool: "_Bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char",
            dtypes.int16: "short", dtypes.uint16: "unsigned short", dtypes.int32: "int",

@@ -1,7 +1,8 @@
 """Devices and their memory: the `Device` registry, `Buffer`, and the interfaces of a device.
 
-A device is an object with four attributes (see `Compiled`):
+A device is an object with five attributes (see `Compiled`):
   name       canonical name, e.g. "CPU" or "CL:1"
+  renderer   the `Renderer` of its kernels: the target's capabilities and its source dialect
   allocator  an `Allocator`: opaque handles to device memory, copies in and out
   compiler   a `Compiler` from source text to the bytes the runtime loads, or None
   runtime    the `Program` class: `runtime(name, lib)` loads one kernel, calling it launches it
@@ -27,6 +28,8 @@ from typing import Any, Protocol
 from unigrad.dtype import DType, PtrDType, dtypes, from_bytes
 from unigrad.helpers import GlobalCounters
 from unigrad.knobs import DEBUG, DEV, LRU
+from unigrad.renderer import Renderer
+from unigrad.renderer.cstyle import OOB_STATE, CRenderer
 from unigrad.runtime.diskcache import cache_digest, diskcache_get, diskcache_put
 
 __all__ = ["Batch", "Allocator", "LRUAllocator", "Compiler", "CompileError", "Program", "Compiled",
@@ -115,9 +118,6 @@ def number_lines(src: str) -> str:
   return "\n".join(f"{i:{width}d} | {line}" for i, line in enumerate(lines, 1))
 
 
-# the C symbol (long long[6]) where a CHECK_OOB kernel records its first bad access:
-# (set, buffer slot, index, buffer size, 1 for a store, lanes accessed)
-OOB_STATE = "unigrad_oob"
 
 
 class OutOfBoundsError(IndexError):
@@ -189,11 +189,19 @@ class Batch(Protocol):
 
 
 class Compiled:
-  """The base of a device object: an allocator, a compiler (or None) and a Program class."""
+  """The base of a device object: an allocator, a compiler (or None), a Program class and the
+  renderer of its kernels (the engine asks the device for all four and never names a device)."""
 
   def __init__(self, name: str, allocator: Allocator, compiler: Compiler | None,
-               runtime: type[Program]) -> None:
+               runtime: type[Program], renderer: Renderer | None = None) -> None:
     self.name, self.allocator, self.compiler, self.runtime = name, allocator, compiler, runtime
+    # a device that names no renderer gets plain C with no vectors or threads
+    self._renderer = renderer if renderer is not None else CRenderer(name.split(":")[0])
+
+  @property
+  def renderer(self) -> Renderer:
+    """The renderer of this device's kernels (capabilities and source dialect)."""
+    return self._renderer
 
   @classmethod
   def is_available(cls) -> bool:

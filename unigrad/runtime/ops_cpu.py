@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from unigrad.knobs import CC, MARCH, THREADS
+from unigrad.renderer.cstyle import CRenderer
 from unigrad.runtime.device import (Buffer, Compiled, CompileError, Compiler, LRUAllocator,
                                     OOB_STATE, OutOfBoundsError)
 
@@ -455,7 +456,7 @@ class CPUProgram:
     self.fxn.restype = None
     self.address = ctypes.cast(self.fxn, ctypes.c_void_p).value or 0
     self._nargs = -1
-    # with CHECK_OOB the source defines OOB_STATE, the first bad access (see runtime/device.py)
+    # with CHECK_OOB the source defines OOB_STATE, the first bad access (see renderer/cstyle.py)
     try: self.oob: Any = (ctypes.c_longlong * 6).in_dll(self.lib, OOB_STATE)
     except ValueError: self.oob = None
 
@@ -523,11 +524,22 @@ class CPUBatch:
       if prog.oob[0]: prog._raise_oob()
 
 
+@functools.cache
+def _cpu_renderer(march: str, vector_bytes: int, vector_registers: int) -> CRenderer:
+  return CRenderer("CPU", vector_bytes, last_level_cache_bytes(), vector_registers)
+
+
 class CPUDevice(Compiled):
   """The host CPU: clang/gcc-compiled C kernels, run on a thread pool."""
 
   def __init__(self, name: str = "CPU") -> None:
     super().__init__(name, CPUAllocator(), ClangCompiler(), CPUProgram)
+
+  @property
+  def renderer(self) -> CRenderer:
+    """C for the target ISA the `MARCH` knob names (its vector width and register count), made
+    per target: `Context(MARCH=...)` switches it."""
+    return _cpu_renderer(str(MARCH), target_vector_bytes(), target_vector_registers())
 
   @property
   def threads(self) -> int:

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from unigrad.renderer.cstyle import CRenderer
 from unigrad.runtime.device import Allocator, Compiled, Compiler
 
 __all__ = ["NullDevice", "NullAllocator", "NullCompiler", "NullProgram", "NullHandle"]
@@ -65,4 +66,4 @@ class NullDevice(Compiled):
   """Runs the pipeline, not the kernels."""
 
   def __init__(self, name: str = "NULL") -> None:
-    super().__init__(name, NullAllocator(), NullCompiler(), NullProgram)
+    super().__init__(name, NullAllocator(), NullCompiler(), NullProgram, CRenderer("NULL"))

@@ -13,6 +13,7 @@ from typing import Any
 
 import unigrad.uop as uop_module
 from unigrad.dtype import DType, dtypes, from_bytes, to_bytes
+from unigrad.renderer import PythonRenderer
 from unigrad.runtime.device import Compiled, Compiler, LRUAllocator, OutOfBoundsError
 from unigrad.uop import GroupOp, Ops, UOp
 from unigrad.uop.alu import exec_alu, exec_bitcast, exec_cast
@@ -145,7 +146,7 @@ class PythonDevice(Compiled):
   """The reference interpreter device."""
 
   def __init__(self, name: str = "PYTHON") -> None:
-    super().__init__(name, PythonAllocator(), PythonCompiler(), PythonProgram)
+    super().__init__(name, PythonAllocator(), PythonCompiler(), PythonProgram, PythonRenderer())
 
 
 __all__ = ["PythonDevice", "PythonProgram", "struct", "dtypes"]

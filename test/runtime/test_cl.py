@@ -1,0 +1,144 @@
+"""The CL device (OpenCL through PoCL here): the same programs on PYTHON, CPU and CL agree with
+numpy and PyTorch; the device's errors are clear. Skips when no OpenCL platform exists."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from unigrad import Tensor
+from unigrad.engine.realize import get_runner
+from unigrad.runtime import ops_cl
+from unigrad.runtime.device import Buffer, CompileError, Device
+from unigrad.dtype import dtypes
+
+if not Device.device_class("CL").is_available():
+  pytest.skip("no OpenCL platform", allow_module_level=True)
+
+DEVICES = ("PYTHON", "CPU", "CL")
+
+
+def rand(*shape, seed=0):
+  return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_elementwise_and_broadcast(device):
+  a, b = rand(5, 7), rand(1, 7, seed=1)
+  got = ((Tensor(a, device=device) * Tensor(b, device=device)).exp().sqrt() - 1).numpy()
+  np.testing.assert_allclose(got, np.sqrt(np.exp(a * b)) - 1, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_reductions_over_each_axis(device):
+  a = rand(6, 5, 4)
+  t = Tensor(a, device=device)
+  np.testing.assert_allclose(t.sum(0).numpy(), a.sum(0), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(t.max(1).numpy(), a.max(1))
+  np.testing.assert_allclose(t.mean(2).numpy(), a.mean(2), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(t.sum().numpy(), a.sum(), rtol=1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_matmul(device):
+  a, b = rand(9, 17), rand(17, 6, seed=1)
+  got = (Tensor(a, device=device) @ Tensor(b, device=device)).numpy()
+  np.testing.assert_allclose(got, a @ b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_conv2d(device):
+  x, w = rand(2, 3, 7, 7), rand(4, 3, 3, 3, seed=1)
+  got = Tensor(x, device=device).conv2d(Tensor(w, device=device), padding=1).numpy()
+  want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1).numpy()
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_softmax(device):
+  a = rand(4, 33) * 10
+  got = Tensor(a, device=device).softmax(-1).numpy()
+  np.testing.assert_allclose(got, torch.from_numpy(a).softmax(-1).numpy(), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("device", ("CPU", "CL"))
+def test_training_step_matches_torch(device):
+  x, w0, y = rand(8, 5), rand(5, 3, seed=1), np.arange(8) % 3
+  w = Tensor(w0, device=device, requires_grad=True)
+  loss = (Tensor(x, device=device) @ w).cross_entropy(Tensor(y, device=device))
+  loss.backward()
+  tw = torch.from_numpy(w0).requires_grad_()
+  tl = torch.nn.functional.cross_entropy(torch.from_numpy(x) @ tw, torch.from_numpy(y))
+  tl.backward()
+  np.testing.assert_allclose(loss.numpy(), tl.item(), rtol=1e-5)
+  np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-6)
+
+
+def test_half_and_bfloat16_are_emulated_and_round_like_torch():
+  a = rand(3, 8)
+  for dt, tdt in ((dtypes.float16, torch.float16), (dtypes.bfloat16, torch.bfloat16)):
+    t = Tensor(a, device="CL").cast(dt)
+    got = (t * t + t).cast(dtypes.float32).numpy()
+    ta = torch.from_numpy(a).to(tdt)
+    np.testing.assert_array_equal(got, (ta * ta + ta).float().numpy())
+
+
+def test_copy_between_cpu_and_cl_and_to():
+  a = rand(4, 4)
+  t = Tensor(a, device="CPU").to("CL") + 1
+  assert t.device == "CL"
+  back = t.to("CPU") * 2
+  np.testing.assert_allclose(back.numpy(), (a + 1) * 2, rtol=1e-6)
+
+
+def test_kernels_run_as_work_groups():
+  """The output axes are the launch: work groups of several work items cover every element."""
+  t = Tensor(rand(64, 32), device="CL").exp()
+  kernel = t.schedule().src[-1].src[0]
+  runner = get_runner(kernel, "CL")
+  assert math.prod(runner.global_size) * math.prod(runner.local_size) == 64 * 32
+  assert math.prod(runner.local_size) > 1  # work groups of several items
+  np.testing.assert_allclose(t.numpy(), np.exp(rand(64, 32)), rtol=1e-6)
+
+
+def test_a_kernel_that_does_not_build_raises_with_the_build_log_and_source():
+  dev = Device["CL"]
+  with pytest.raises(CompileError) as e: dev.compiler.compile("__kernel void k() { nope; }")
+  assert "nope" in str(e.value) and "1 | __kernel void k()" in str(e.value)
+
+
+def test_a_buffer_larger_than_the_device_allows_raises_memory_error():
+  dev = Device["CL"]
+  with pytest.raises(MemoryError, match="CL_DEVICE_MAX_MEM_ALLOC_SIZE"):
+    Buffer("CL", dev.max_alloc + 1, dtypes.uint8).ensure_allocated()
+
+
+def test_a_work_group_above_the_device_limit_raises():
+  dev = Device["CL"]
+  lib = dev.compiler.compile("__kernel void k(__global uchar* a, ulong o) { }")
+  prog = dev.runtime("k", lib)
+  buf = Buffer("CL", 4, dtypes.uint8).ensure_allocated()
+  with pytest.raises(ValueError, match="CL_DEVICE_MAX_WORK_GROUP_SIZE"):
+    prog(buf, global_size=(1, 1, 1), local_size=(dev.max_group + 1, 1, 1))
+  assert prog(buf, global_size=(2, 1, 1), local_size=(1, 1, 1), wait=True) >= 0
+
+
+def test_views_into_one_buffer_are_offsets():
+  base = Buffer("CL", 8, dtypes.float32).copyin(np.arange(8, dtype=np.float32).tobytes())
+  view = base.view(3, 4, dtypes.float32)
+  assert np.frombuffer(view.copyout(), np.float32).tolist() == [3, 4, 5, 6]
+
+
+def test_no_opencl_platform_is_a_clear_error(monkeypatch):
+  monkeypatch.setattr(ops_cl, "opencl_devices", lambda: ())
+  with pytest.raises(RuntimeError, match="no OpenCL platform"): ops_cl.CLDevice("CL:7")
+  assert not ops_cl.CLDevice.is_available()
+
+
+def test_a_tuple_of_cpu_and_cl_shards_and_gathers():
+  a = np.arange(16, dtype=np.float32).reshape(4, 4)
+  t = Tensor(a).shard(("CPU", "CL"), axis=0)
+  r = (t * 2).sum(1)
+  assert r.device == ("CPU", "CL")
+  np.testing.assert_allclose(r.numpy(), (a * 2).sum(1))
+  np.testing.assert_allclose(((t + 1) @ Tensor(a).to(("CPU", "CL"))).numpy(), (a + 1) @ a)
