@@ -31,6 +31,19 @@ def best_of(fn: Callable[[], object], repeat: int) -> float:
   return min(times)
 
 
+def median_of(fn: Callable[[], object], repeat: int, warmup: int = 3) -> float:
+  """The median of `repeat` timed runs of `fn` after `warmup` untimed ones (steps short enough
+  to be preempted now and then are better summarized by the median than the minimum)."""
+  for _ in range(warmup): fn()
+  times = []
+  for _ in range(repeat):
+    t0 = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - t0)
+  times.sort()
+  return times[len(times) // 2]
+
+
 def try_torch() -> Any:
   """torch using every core, or None when it is not installed (it is never a dependency)."""
   try:

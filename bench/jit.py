@@ -9,9 +9,8 @@ and Python for an eager call; only the launches for a replay. PyTorch eager runs
 from __future__ import annotations
 
 import argparse
-import time
 
-from common import try_torch
+from common import median_of, try_torch
 
 from unigrad import Tensor, TinyJit
 
@@ -19,17 +18,6 @@ from unigrad import Tensor, TinyJit
 def chain(x: Tensor, n: int) -> Tensor:
   for _ in range(n): x = (x + 1.0).contiguous()
   return x
-
-
-def per_call(fn, repeat: int) -> float:
-  for _ in range(3): fn()
-  times = []
-  for _ in range(repeat):
-    t0 = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - t0)
-  times.sort()
-  return times[len(times) // 2]  # the median: replays are short enough to be preempted
 
 
 def main() -> None:
@@ -42,8 +30,8 @@ def main() -> None:
   jitted = TinyJit(lambda t: chain(t, n))
   jitted(x), jitted(x)
   assert jitted.captured is not None and jitted.captured.kernel_count == n, "not one kernel each"
-  eager = per_call(lambda: chain(x, n).realize(), args.repeat)
-  replay = per_call(lambda: jitted(x), args.repeat)
+  eager = median_of(lambda: chain(x, n).realize(), args.repeat)
+  replay = median_of(lambda: jitted(x), args.repeat)
   print(f"{n}-kernel function of tiny tensors, median per call:")
   print(f"  unigrad eager     {eager * 1e6:9.1f} us  ({eager / n * 1e6:7.2f} us/kernel)")
   print(f"  unigrad TinyJit   {replay * 1e6:9.1f} us  ({replay / n * 1e6:7.2f} us/kernel)")
@@ -53,7 +41,7 @@ def main() -> None:
     def tchain() -> None:
       y = tx
       for _ in range(n): y = (y + 1.0).contiguous()
-    t = per_call(tchain, args.repeat)
+    t = median_of(tchain, args.repeat)
     print(f"  torch eager       {t * 1e6:9.1f} us  ({t / n * 1e6:7.2f} us/op)   "
           f"TinyJit ratio x{t / replay:.2f}")
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 from train_digits import DigitsCNN, load_digits  # noqa: E402
 
-from common import try_torch  # noqa: E402
+from common import median_of, try_torch  # noqa: E402
 from unigrad import Tensor, TinyJit, dtypes, nn  # noqa: E402
 from unigrad.nn.state import get_parameters  # noqa: E402
 
@@ -67,16 +66,6 @@ def mlp_case(torch) -> tuple:
     torch.tensor(xs), torch.tensor(ys)
 
 
-def median_time(fn: Callable, repeat: int) -> float:
-  for _ in range(3): fn()
-  times = []
-  for _ in range(repeat):
-    t0 = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - t0)
-  return float(np.median(times))
-
-
 def run_case(name: str, case: Callable, torch, repeat: int) -> None:
   model, ours, opt, x, y, net, topt, tx, ty = case(torch)
   with torch.no_grad():  # same weights as the unigrad model
@@ -88,9 +77,9 @@ def run_case(name: str, case: Callable, torch, repeat: int) -> None:
     torch.nn.functional.cross_entropy(net(tx), ty).backward()
     topt.step()
   step = unigrad_step(model, opt, x, y)
-  eager = median_time(step, repeat)
-  jit = median_time(TinyJit(step), repeat)
-  theirs = median_time(tstep, repeat)
+  eager = median_of(step, repeat)
+  jit = median_of(TinyJit(step), repeat)
+  theirs = median_of(tstep, repeat)
   print(f"{name:34s} unigrad eager {eager * 1e3:7.2f} ms (x{theirs / eager:5.2f})  "
         f"TinyJit {jit * 1e3:7.2f} ms (x{theirs / jit:5.2f})  torch {theirs * 1e3:7.2f} ms")
 

@@ -9,16 +9,14 @@ from hypothesis import strategies as st
 
 from unigrad import Context
 from unigrad.codegen.gpudims import launch_dims
-from unigrad.codegen.opt import KernelOptError, Opt
-from unigrad.codegen.opt.kernel import OptKernel
+from unigrad.codegen.opt import Opt
 from unigrad.codegen.pipeline import full_rewrite
-from unigrad.codegen.simplify import pm_kernel_simplify
 from unigrad.renderer import PythonRenderer
 from unigrad.runtime.device import Buffer, Device
-from unigrad.uop import KernelInfo, UOp, graph_rewrite
+from unigrad.uop import KernelInfo, UOp
 
 from codegen.kernels import inputs_for, params_of
-from codegen.opt.test_random_kernels import (amounts_for, assert_same, elementwise_kernels,
+from codegen.opt.test_random_kernels import (assert_same, draw_opts, elementwise_kernels,
                                              matmul_kernels, run, single_kernel)
 
 if not Device.device_class("CL").is_available():
@@ -40,21 +38,7 @@ def run_cl(kernel: UOp, opts, inputs: list[np.ndarray]) -> np.ndarray:
   return np.frombuffer(bufs[0].copyout(), dtype=inputs[0].dtype).copy()
 
 
-def draw_gpu_opts(data, kernel: UOp) -> list[Opt]:
-  k = OptKernel(graph_rewrite(kernel, pm_kernel_simplify, name="simplify"))
-  want, opts = data.draw(st.integers(1, 3), label="number of opts"), []
-  for _ in range(12):
-    if len(opts) == want or not k.axes: break
-    kind = data.draw(st.sampled_from(GPU_OPTS))
-    axis = data.draw(st.integers(0, len(k.axes) - 1))
-    others = [a for a in range(len(k.axes)) if a != axis]
-    amounts = others if kind == "swap" else amounts_for(kind, k.sizes[axis])
-    if not amounts: continue
-    opt = getattr(Opt, kind)(axis, data.draw(st.sampled_from(amounts)))
-    try: k = k.apply(opt)
-    except KernelOptError: continue
-    opts.append(opt)
-  return opts
+def draw_gpu_opts(data, kernel: UOp) -> list[Opt]: return draw_opts(data, kernel, GPU_OPTS)
 
 
 def check_random_gpu(data, expr: str) -> None:

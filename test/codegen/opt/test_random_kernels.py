@@ -191,14 +191,18 @@ def amounts_for(kind: str, size: int) -> list[int]:
   return [m for m in AMOUNTS if size % m == 0]
 
 
-def draw_opts(data, kernel: UOp) -> list[Opt]:
-  """1-3 opts that apply, in order, to `kernel`; illegal draws are skipped, not failures. Opts
-  number the axes of the kernel after the pipeline's first stage (simplify drops size-1 axes)."""
+CPU_OPTS = ("upcast", "unroll", "group", "thread", "padto", "swap")
+
+
+def draw_opts(data, kernel: UOp, kinds: tuple[str, ...] = CPU_OPTS) -> list[Opt]:
+  """1-3 opts of `kinds` that apply, in order, to `kernel`; illegal draws are skipped, not
+  failures. Opts number the axes of the kernel after the pipeline's first stage (simplify drops
+  size-1 axes)."""
   k = OptKernel(graph_rewrite(kernel, pm_kernel_simplify, name="simplify"))
   want, opts = data.draw(st.integers(1, 3), label="number of opts"), []
   for _ in range(12):
     if len(opts) == want or not k.axes: break
-    kind = data.draw(st.sampled_from(["upcast", "unroll", "group", "thread", "padto", "swap"]))
+    kind = data.draw(st.sampled_from(kinds))
     axis = data.draw(st.integers(0, len(k.axes) - 1))
     others = [a for a in range(len(k.axes)) if a != axis]
     amounts = others if kind == "swap" else amounts_for(kind, k.sizes[axis])
