@@ -262,12 +262,23 @@ def transposed_operand(red: UOp) -> UOp | None:
   if not all(isinstance(d, int) for d in red.src[0].shape) or _has_closed_form(red): return None
   views = [v for v in _view_operands(red)
            if math.prod(red.src[0].shape) >= MIN_COPY_REUSE * math.prod(v.shape)]
-  if not views or (now := _reads_contiguous_output(red, [])) is None or now != (False, True):
+  # the reductions below read from buffers: the question is how this kernel's own loads walk,
+  # and a probe of everything upstream would grow with the model's depth
+  nested = _top_reduces(red)
+  if not views or (now := _reads_contiguous_output(red, nested)) is None or now != (False, True):
     return None
   for v in views:
-    after = _reads_contiguous_output(red, [v])
+    after = _reads_contiguous_output(red, [*nested, v])
     if after is not None and after[0]: return v
   return None
+
+
+def _top_reduces(red: UOp) -> list[UOp]:
+  """The REDUCEs below `red`'s body that no other one below it contains."""
+  stop = (Ops.PARAM, Ops.AFTER)
+  gate = lambda n: n.op not in stop and (n is red.src[0] or n.op is not Ops.REDUCE)  # noqa: E731
+  inside = red.src[0].toposort(gate)
+  return [u for s in inside for u in s.src if u.op is Ops.REDUCE and u not in inside]
 
 
 def find_realizes(body: UOp) -> set[UOp]:
