@@ -49,6 +49,12 @@ def translate_types(src: str, table: tuple[tuple[str, str], ...]) -> str:
   return src
 
 
+
+def _variable_decl(p: UOp, st: _State) -> str:
+  """A symbolic variable's kernel parameter: the runtimes pass integer variables as 32-bit int
+  (as the CPU ABI does); the kernel widens them where used."""
+  return f"{'int' if dtypes.is_int(p.dtype) else C_TYPES[p.dtype]} {st.names[p]}"
+
 class GPURenderer(CRenderer):
   """The C renderer with GPU thread indices, LOCAL memory and barriers; dialects subclass it."""
   fn_qualifier = "static inline"
@@ -149,7 +155,7 @@ class OpenCLRenderer(GPURenderer):
     return f"__kernel void {name}({', '.join(args)}) {{\n{body}\n}}\n"
 
   def _param_decl(self, p: UOp, st: _State) -> str:
-    if p.arg.name is not None: return f"{C_TYPES[p.dtype]} {st.names[p]}"
+    if p.arg.name is not None: return _variable_decl(p, st)
     return f"__global uchar* {st.names[p]}_base, ulong {st.names[p]}_off"
 
 
@@ -186,7 +192,7 @@ class CUDARenderer(GPURenderer):
     return f'extern "C" __global__ void {name}({", ".join(args)}) {{\n{body}\n}}\n'
 
   def _param_decl(self, p: UOp, st: _State) -> str:
-    if p.arg.name is not None: return f"{C_TYPES[p.dtype]} {st.names[p]}"
+    if p.arg.name is not None: return _variable_decl(p, st)
     return f"{STORAGE[p.dtype]}* __restrict__ {st.names[p]}"
 
 
