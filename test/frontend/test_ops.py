@@ -764,3 +764,10 @@ def test_realize_numpy_tolist_item(device):
   assert Tensor([True], device=device).item() is True
   assert Tensor(np.zeros((0, 2), np.float32), device=device).tolist() == []
   with pytest.raises(RuntimeError): a.item()
+
+
+def test_vector_shift_by_the_lane_width_is_guarded_on_cpu():
+  """Regression: a vector's shift amount was judged against the whole vector's bits (64 for two
+  int32 lanes), so `x << 32` on an upcast kernel was C's undefined shift (garbage or x)."""
+  x = Tensor([1, -1, 5, -128, 7, 9, 11, 13], dtype=dtypes.int32, device="CPU")
+  assert (x << 32).tolist() == [0] * 8 and (x >> 40).tolist() == [0, -1, 0, -1, 0, 0, 0, 0]

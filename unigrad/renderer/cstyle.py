@@ -118,9 +118,10 @@ def _fits(u: UOp) -> bool:
 
 
 def _is_shift_in_range(u: UOp) -> bool:
-  """A shift by an amount in [0, bits): C's << and >> are defined there."""
+  """A shift by an amount in [0, bits) of one lane: C's << and >> are defined there (a vector
+  dtype's itemsize is all its lanes: counting it let `x << 32` through on int32 vectors)."""
   b = u.src[1]
-  return 0 <= b.vmin and b.vmax < 8 * u.dtype.itemsize
+  return 0 <= b.vmin and b.vmax < 8 * u.dtype.scalar().itemsize
 
 
 def _guarded_shift(op: Ops, dt: DType, s: list[str]) -> str:
