@@ -25,7 +25,7 @@ import pathlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from unigrad.codegen.linearize import Estimates
 from unigrad.dtype import AddrSpace
@@ -132,15 +132,30 @@ def _decode_schedule(data: bytes) -> UOp | None:
   return linear
 
 
+T = TypeVar("T")
+
+
+def _lookup(table: str, key: str | None, decode: Callable[[bytes], T | None]) -> T | None:
+  """The decoded entry of `key` in `table`, counting the hit or the miss (None: build it)."""
+  t0 = time.perf_counter()
+  if key is not None and (data := diskcache_get(table, key)) is not None:
+    if (value := decode(data)) is not None:
+      setattr(stats, f"{table}_hits", getattr(stats, f"{table}_hits") + 1)
+      stats.lookup_s += time.perf_counter() - t0
+      return value
+  setattr(stats, f"{table}_misses", getattr(stats, f"{table}_misses") + 1)
+  return None
+
+
 def cached_schedule(body: UOp, nargs: int, device: str, build: Callable[[], UOp]) -> UOp:
   """The schedule of `body` from the disk cache, else `build()` (stored for the next process)."""
-  t0 = time.perf_counter()
   key = _graph_key("schedule", body, str(nargs), device)
-  if key is not None and (data := diskcache_get("schedule", key)) is not None:
-    if (linear := _decode_schedule(data)) is not None:
-      stats.schedule_hits += 1
-      stats.lookup_s += time.perf_counter() - t0
-      return linear
+  if (linear := _lookup("schedule", key, _decode_schedule)) is not None: return linear
+  linear = build()
+  if key is not None and _is_portable(linear, body):
+    try: diskcache_put("schedule", key, _encode_schedule(linear))
+    except SerializeError: pass
+  return linear
   stats.schedule_misses += 1
   linear = build()
   if key is not None and _is_portable(linear, body):
@@ -179,13 +194,11 @@ def _decode_kernel(data: bytes) -> KernelSource | None:
 def cached_kernel(kernel: UOp, device: str, ren: Renderer, threads: int,
                   build: Callable[[], KernelSource]) -> KernelSource:
   """The codegen result for `kernel` from the disk cache, else `build()` (and stored)."""
-  t0 = time.perf_counter()
   key = _graph_key("kernel", kernel, device, renderer_identity(ren), str(threads))
-  if key is not None and (data := diskcache_get("kernel", key)) is not None:
-    if (ks := _decode_kernel(data)) is not None:
-      stats.kernel_hits += 1
-      stats.lookup_s += time.perf_counter() - t0
-      return ks
+  if (ks := _lookup("kernel", key, _decode_kernel)) is not None: return ks
+  ks = build()
+  if key is not None: diskcache_put("kernel", key, _encode_kernel(ks))
+  return ks
   stats.kernel_misses += 1
   ks = build()
   if key is not None: diskcache_put("kernel", key, _encode_kernel(ks))
