@@ -1,12 +1,15 @@
-"""Test defaults: every stage's spec verifier runs (SPEC=1)."""
+"""Test defaults: every stage's spec verifier runs (SPEC=1) and every generated load and store
+checks its index against its buffer (CHECK_OOB=1), so an out-of-bounds access anywhere in the suite
+fails the test that caused it."""
 import pytest
 
 from unigrad.helpers import GlobalCounters
-from unigrad.knobs import SPEC
+from unigrad.knobs import CHECK_OOB, SPEC
 from unigrad.runtime.device import Device
 from unigrad.runtime.ops_cpu import find_c_compiler
 
 SPEC.value = max(int(SPEC.value), 1)
+CHECK_OOB.value = True
 
 
 @pytest.fixture(params=["PYTHON", "CPU", "CL"])
