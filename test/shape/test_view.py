@@ -128,6 +128,18 @@ def test_merged_view_reads_what_both_views_read(views: tuple[View, View]):
     if ok: assert evaluate(both_idx, env) == evaluate(one_idx, env), point
 
 
+def test_real_strides():
+  st = ShapeTracker.from_shape((2, 3)).permute((1, 0))
+  assert st.real_strides() == (1, 3) and st.unit_stride_axes() == [0]
+  assert st.reshape((6,)).real_strides() == (None,)  # a transpose read flat: no constant step
+  padded = ShapeTracker.from_shape((4,)).pad(((1, 1),)).reshape((2, 3))
+  assert len(padded.views) == 2
+  assert padded.real_strides() == (None, None)  # both axes decide validity
+  assert padded.real_strides(ignore_valid=True) == (3, 1)
+  assert padded.unit_stride_axes(ignore_valid=True) == [1]
+  assert ShapeTracker.from_shape((3, 1)).expand((3, 4)).real_strides() == (1, 0)
+
+
 # ---- symbolic shapes ----
 
 def test_symbolic_views():

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from unigrad.shape.view import View, _add, _mul, _prod
 from unigrad.uop import Ops, UOp, sint
 from unigrad.uop.properties import as_shape
+from unigrad.uop.symbolic import linear_terms
 from unigrad.uop.uop import as_uop
 
 __all__ = ["ShapeTracker", "view_chain"]
@@ -92,6 +93,24 @@ class ShapeTracker:
     for v in reversed(self.views[:-1]):
       idx, valid = v.to_indexed_uops(_unflatten(idx, v.shape), valid)
     return idx, valid
+
+
+  def real_strides(self, ignore_valid: bool = False) -> tuple[sint | None, ...]:
+    """Each axis' stride in the buffer: how far the position moves per step along it, or None
+    where that is no constant (the axis is merged into or split from another View's axes, or,
+    unless `ignore_valid`, a mask depends on it)."""
+    if len(self.views) == 1 and self.views[0].mask is None: return self.views[0].strides
+    rngs = tuple(UOp.range(s, i) for i, s in enumerate(self.shape))
+    idx, valid = self.to_indexed_uops(rngs)
+    terms, _ = linear_terms(idx.simplify())
+    nonlinear = [t for t in terms if t not in rngs]
+    masked = set() if ignore_valid else set(valid.simplify().toposort())
+    return tuple(None if r in masked or any(r in t.toposort() for t in nonlinear)
+                 else terms.get(r, 0) for r in rngs)
+
+  def unit_stride_axes(self, ignore_valid: bool = False) -> list[int]:
+    """The axes along which consecutive indices read consecutive positions."""
+    return [i for i, st in enumerate(self.real_strides(ignore_valid)) if st == 1]
 
 
 def _unflatten(flat: UOp, shape: tuple[sint, ...]) -> tuple[UOp, ...]:
