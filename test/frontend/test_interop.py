@@ -261,3 +261,18 @@ def test_from_blob_on_a_device_without_raw_addresses():
   a = np.zeros(2, np.float32)
   with pytest.raises(RuntimeError, match="raw address"):
     Tensor.from_blob(a.ctypes.data, (2,), device="CL")
+
+
+# ---- CUDA (device pointers; runs on a GPU machine) ----
+
+@pytest.mark.skipif(not Device.device_class("CUDA").is_available(), reason="no CUDA GPU")
+def test_cuda_dlpack_and_from_blob_share_device_memory():
+  a = Tensor(np.arange(6, dtype=np.float32), device="CUDA").realize()
+  assert a.__dlpack_device__() == (2, 0)
+  b = Tensor.from_dlpack(a)  # a CUDA capsule: wraps the device pointer
+  assert b.device == "CUDA"
+  b.assign(b * 2).realize()
+  assert a.tolist() == [0, 2, 4, 6, 8, 10]
+  c = Tensor.from_blob(engine.buffer_of(a.uop).address(), (2, 3), device="CUDA")
+  assert c.T.tolist() == [[0, 6], [2, 8], [4, 10]]
+  assert a.numpy().tolist() == [0, 2, 4, 6, 8, 10]  # device memory: numpy() copies
