@@ -33,7 +33,7 @@ def run_ours(make, init, grads) -> list[list[np.ndarray]]:
   for step in grads:
     for p, g in zip(params, step): p.grad = Tensor(g)
     opt.step()
-    out.append([p.numpy() for p in params])
+    out.append([p.numpy().copy() for p in params])  # numpy() shares the buffer the step updates
   return out
 
 

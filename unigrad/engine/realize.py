@@ -39,8 +39,9 @@ from unigrad.schedule.schedule import create_schedule
 from unigrad.uop import Ops, UOp
 from unigrad.uop.variable import UnboundVariableError, concrete_shape
 
-__all__ = ["realize", "schedule", "new_buffer", "buffer_of", "buffer_with_data", "copyout",
-           "is_realized", "is_buffer_view", "schedule_cache", "renderer_for", "realize_lock"]
+__all__ = ["realize", "schedule", "new_buffer", "buffer_of", "buffer_from", "buffer_with_data",
+           "copyout", "is_realized", "is_buffer_view", "schedule_cache", "renderer_for",
+           "realize_lock"]
 
 buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
 # realized buffer view -> the graph that computed it (kept while the buffer node lives), so
@@ -79,6 +80,15 @@ def new_buffer(device: str | tuple[str, ...], dtype: DType, shape: tuple[int, ..
   """A fresh buffer viewed with `shape`; on a tuple of devices, replicated (a copy on each)."""
   if isinstance(device, tuple): return multi.new_multi_buffer(device, dtype, shape, None)
   return new_single_buffer(device, dtype, shape)
+
+
+def buffer_from(buf: Buffer) -> UOp:
+  """A fresh BUFFER node of shape (buf.size,) backed by the existing Buffer `buf` (memory
+  wrapped without a copy: from_blob, DLPack)."""
+  with realize_lock:
+    u = new_single_buffer(buf.device, buf.dtype, (buf.size,))
+    buffers[u] = buf
+  return u
 
 
 def buffer_with_data(device: str, dtype: DType, data: bytes, shape: tuple[int, ...]) -> UOp:

@@ -1,5 +1,5 @@
 """Tensor creation: empty, zeros, ones, full, arange (the spec's prefix-sum composition), eye,
-from_blob (a copy of host memory at a raw address)."""
+from_blob (memory at a raw address, wrapped without a copy)."""
 from __future__ import annotations
 
 import ctypes
@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from unigrad.dtype import PtrDType, dtypes, to_dtype
 from unigrad.engine import realize as engine
-from unigrad.runtime.device import Device
+from unigrad.runtime.device import Buffer, Device
 from unigrad.uop import UOp, sint
 from unigrad.uop.variable import is_size, simplify_size
 
@@ -107,12 +107,12 @@ class CreationMixin:
 
   @classmethod
   def from_blob(cls, ptr: int, shape: Any, dtype: Any = None, device: str | None = None) -> Tensor:
-    """A tensor of `shape` and `dtype` (default float32) holding the prod(shape) elements stored
-    contiguously (C order) at the host address `ptr`, e.g. `arr.ctypes.data` of a numpy array
-    or `ctypes.addressof(c_array)`. The bytes are copied into a new buffer of `device` when
-    from_blob is called: unlike tinygrad's zero-copy wrap, later writes to that memory are not
-    seen, and the memory need not outlive the tensor. `ptr` must be valid for that many bytes
-    (it cannot be checked). `Tensor.from_blob(a.ctypes.data, a.shape, dtypes.int32)`"""
+    """A tensor of `shape` and `dtype` (default float32) over the prod(shape) elements stored
+    contiguously (C order) at address `ptr` of `device`'s memory (a host address such as
+    `arr.ctypes.data` on CPU and PYTHON, a device pointer on CUDA), without a copy: writes
+    through either side show in the other. The memory must stay valid while the tensor (or
+    anything computed lazily from it) is in use; unigrad never frees it.
+    `Tensor.from_blob(a.ctypes.data, a.shape, dtypes.int32)`"""
     if isinstance(ptr, bool) or not hasattr(ptr, "__index__"):
       raise TypeError(f"from_blob: ptr must be an int address, got {type(ptr).__name__}")
     if (ptr := operator.index(ptr)) <= 0:
@@ -123,11 +123,16 @@ class CreationMixin:
     dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
     if dt.itemsize == 0 or dt.count != 1 or dt == dtypes.index or isinstance(dt, PtrDType):
       raise TypeError(f"from_blob: {dt!r} has no memory layout; use a scalar dtype")
-    nbytes = math.prod(dims) * dt.itemsize
-    if ptr + nbytes > 1 << (8 * ctypes.sizeof(ctypes.c_void_p)):
-      raise ValueError(f"from_blob: {nbytes} bytes at address {ptr:#x} leave the address space")
-    data = ctypes.string_at(ptr, nbytes) if nbytes else b""
-    return cls._from_uop(engine.buffer_with_data(dev, dt, data, dims), dev)
+    if not all(isinstance(d, int) for d in dims):
+      raise TypeError(f"from_blob: the shape must be concrete, got {dims}")
+    numel = math.prod(dims)
+    if ptr + numel * dt.itemsize > 1 << (8 * ctypes.sizeof(ctypes.c_void_p)):
+      raise ValueError(f"from_blob: {numel * dt.itemsize} bytes at address {ptr:#x} leave the "
+                       "address space")
+    try: buf = Buffer.wrap(dev, numel, dt, ptr)
+    except NotImplementedError as e:
+      raise RuntimeError(f"from_blob: {dev} cannot use memory at a raw address ({e})") from e
+    return cls._from_uop(engine.buffer_from(buf), dev).reshape(dims)
 
   def full_like(self, fill_value: Any, dtype: Any = None) -> Tensor:
     return type(self).full(self.shape, fill_value, dtype or self.dtype, self.device)

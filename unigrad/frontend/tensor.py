@@ -22,11 +22,13 @@ from unigrad.frontend.creation import CreationMixin
 from unigrad.frontend.elementwise import ElementwiseMixin
 from unigrad.frontend.gradient import GradientMixin, TensorMeta, detach_if_no_grad
 from unigrad.frontend.indexing import IndexingMixin
+from unigrad.frontend.interop import InteropMixin, shared_numpy
 from unigrad.frontend.movement import MovementMixin
 from unigrad.frontend.multi import MultiMixin
 from unigrad.frontend.nnops import NNOpsMixin
 from unigrad.frontend.random import RandomMixin
 from unigrad.frontend.reduce import ReduceMixin
+from unigrad.frontend.strided import StridedMixin
 from unigrad.runtime.device import Device
 from unigrad.uop import Ops, UOp, sint
 from unigrad.uop.variable import concrete_shape, shape_str
@@ -38,7 +40,7 @@ _storage_ids = itertools.count()  # tags that give CONTIGUOUS nodes their own st
 
 class Tensor(MultiMixin, ActivationsMixin, IndexingMixin, CompositeMixin, NNOpsMixin, MovementMixin,
              ElementwiseMixin, ReduceMixin, GradientMixin, CreationMixin, RandomMixin,
-             metaclass=TensorMeta):
+             StridedMixin, InteropMixin, metaclass=TensorMeta):
   """A lazy n-dimensional array. `Tensor([[1, 2], [3, 4]]) @ Tensor.ones(2, 2)`"""
 
   def __init__(self, data: Any, device: str | tuple[str, ...] | None = None, dtype: Any = None,
@@ -179,12 +181,22 @@ class Tensor(MultiMixin, ActivationsMixin, IndexingMixin, CompositeMixin, NNOpsM
   # ---- data out ----
   def _bytes(self) -> memoryview:
     with engine.realize_lock:  # no other thread's realize may swap self.uop in between
+      if not engine.is_realized(self.uop) and engine.is_buffer_view(self.uop):
+        # a view of a buffer stays one (it may share memory with numpy or DLPack): read a copy
+        return engine.copyout(self.contiguous().realize().uop)
       self.realize()
       return engine.copyout(self.uop)
 
   def numpy(self) -> Any:
-    """The values as a numpy array (a copy). bfloat16 is returned as float32."""
+    """The values as a numpy array that, like PyTorch's, shares this tensor's memory on a host
+    device (CPU, PYTHON): a transpose, slice or broadcast of a realized buffer is read in place
+    without a kernel, any other tensor is realized first. Writes through either side show in
+    the other, and the buffer lives as long as the array (`.copy()` for a snapshot). bfloat16
+    (returned as float32), other devices and symbolic shapes give a copy."""
     import numpy as np  # noqa: PLC0415 (numpy is optional: only needed here)
+    with engine.realize_lock:  # no other thread's realize may swap self.uop in between
+      shared = shared_numpy(self)
+    if shared is not None: return shared
     shape = self.concrete_shape
     if self.dtype == dtypes.bfloat16:
       return np.array(self.tolist(), dtype=np.float32).reshape(shape)

@@ -76,6 +76,11 @@ class Allocator:
     """The raw address of the memory (devices with a flat address space only)."""
     raise NotImplementedError(f"{type(self).__name__} handles have no raw address")
 
+  def from_address(self, address: int, nbytes: int) -> Any:
+    """A handle to `nbytes` bytes at `address` that someone else allocated (zero-copy wraps:
+    from_blob, DLPack); the handle never owns the memory."""
+    raise NotImplementedError(f"{type(self).__name__} cannot wrap memory at a raw address")
+
 
 class LRUAllocator(Allocator):
   """An allocator that keeps freed handles in per-size free lists and hands them out again.
@@ -329,6 +334,19 @@ class Buffer:
     self.size, self.dtype = _check_size(size), _check_dtype(dtype)
     self._base, self.offset = base, offset  # offset: bytes into base's allocation
     self._handle: Any = None
+    self._owner: Any = None  # what keeps wrapped memory alive (see `wrap`)
+    self._wrapped = False
+
+  @classmethod
+  def wrap(cls, device: str, size: int, dtype: DType, address: int, owner: Any = None) -> Buffer:
+    """A Buffer over `size` elements at `address` (device memory someone else allocated: a
+    host pointer on CPU and PYTHON, a device pointer on CUDA), without a copy. The memory is
+    never freed here; `owner` (a DLPack exporter's handle, say) lives as long as the Buffer and
+    its views. The device must support it (`Allocator.from_address`)."""
+    buf = cls(device, size, dtype)
+    buf._handle = buf.allocator.from_address(address, buf.nbytes)
+    buf._owner, buf._wrapped = owner, True
+    return buf
 
   @property
   def nbytes(self) -> int: return self.size * self.dtype.itemsize
@@ -403,6 +421,7 @@ class Buffer:
   def __del__(self) -> None:
     handle = getattr(self, "_handle", None)
     if handle is None or getattr(self, "_base", True) is not None: return
+    if getattr(self, "_wrapped", True): return  # someone else's memory (see `wrap`)
     self._handle = None
     try:
       GlobalCounters.mem_used -= self.nbytes

@@ -80,6 +80,9 @@ class CPUAllocator(LRUAllocator):
 
   def address(self, handle: Any) -> int: return ctypes.addressof(handle)
 
+  def from_address(self, address: int, nbytes: int) -> Any:
+    return (ctypes.c_uint8 * nbytes).from_address(address)
+
 
 # *** compiler ***
 

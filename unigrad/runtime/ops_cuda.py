@@ -216,6 +216,8 @@ class CUDAAllocator(LRUAllocator):
 
   def address(self, handle: CUDAHandle) -> int: return handle.ptr
 
+  def from_address(self, address: int, nbytes: int) -> CUDAHandle: return CUDAHandle(address)
+
 
 # *** programs ***
 

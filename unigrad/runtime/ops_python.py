@@ -7,6 +7,7 @@ uses). Every result is rounded to its dtype, so it is the oracle other devices a
 """
 from __future__ import annotations
 
+import ctypes
 import struct
 from collections.abc import Sequence
 from typing import Any
@@ -33,6 +34,13 @@ class PythonAllocator(LRUAllocator):
 
   def offset(self, handle: Any, byte_offset: int, nbytes: int) -> Any:
     return memoryview(handle)[byte_offset:byte_offset + nbytes]
+
+  def address(self, handle: Any) -> int:
+    mv = memoryview(handle)
+    return ctypes.addressof((ctypes.c_char * mv.nbytes).from_buffer(mv)) if mv.nbytes else 0
+
+  def from_address(self, address: int, nbytes: int) -> Any:
+    return memoryview((ctypes.c_uint8 * nbytes).from_address(address)).cast("B")
 
 
 class PythonCompiler(Compiler):
