@@ -35,7 +35,8 @@ class WebSocket:
                        "Sec-WebSocket-Version: 13\r\n\r\n").encode())
     head = b""
     while b"\r\n\r\n" not in head: head += self._recv(1)
-    if b" 101 " not in head.split(b"\r\n", 1)[0]: raise ConnectionError(head.decode(errors="replace"))
+    if b" 101 " not in head.split(b"\r\n", 1)[0]:
+      raise ConnectionError(head.decode(errors="replace"))
 
   def _recv(self, n: int) -> bytes:
     out = b""

@@ -72,7 +72,7 @@ def graph_rewrite(sink: UOp, pm: PatternMatcher | None, ctx: Any = None, bottom_
   (`track_rewrites`) the call is recorded as a step of the trace.
   """
   if not active_traces: return _graph_rewrite(sink, pm, ctx, bottom_up, name, bpm, enter_calls)
-  begin_step(name or "graph_rewrite", sink)
+  begin_step(name, sink)
   ret = _graph_rewrite(sink, pm, ctx, bottom_up, name, bpm, enter_calls)
   end_step(ret)
   return ret

@@ -426,10 +426,12 @@ active_traces: list[RewriteTrace] = []
 traces: list[RewriteTrace] = []
 
 
-def begin_step(name: str, before: Any) -> None:
-  """A graph_rewrite call or stage starts on `before` (callers check `active_traces` first)."""
+def begin_step(name: str | None, before: Any) -> None:
+  """A graph_rewrite call or stage starts on `before` (callers check `active_traces` first); an
+  unnamed one takes the name of the step it runs in."""
   for trace in active_traces:
-    step = TraceStep(name, len(trace.open), before)
+    label = name or (trace.open[-1].name if trace.open else "graph_rewrite")
+    step = TraceStep(label, len(trace.open), before)
     trace.steps.append(step)
     trace.open.append(step)
 

@@ -3,11 +3,11 @@
 The viewer loads an index first (every schedule and kernel, its steps, the script's error if it
 raised) and then one page at a time: a step's graphs and `PAGE_RECORDS` of its rewrites. A page
 holds a node table (each node once, however many graphs of the page share it: `[op, group,
-dtype, arg, [source ids]]`) and graphs as root ids, so a graph is the nodes reachable from its
-root. The graph after each single rewrite is rebuilt in the browser by replaying the page's
-rewrites in order from the page's start graph; the start graph of a later page is the step's
-input with the rewrites of the pages before replayed here (a node that a rule rewrote, as it was
-or rebuilt over rewritten sources, is replaced by the rule's result).
+dtype, arg, [source ids], kind, tag]`, see `NodeTable.kind`) and graphs as root ids, so a graph
+is the nodes reachable from its root. The graph after each single rewrite is rebuilt in the
+browser by replaying the rewrites so far over the step's input graph, the way graph_rewrite
+applied them (`_replay`); a later page also lists the earlier pages' rewrites (as node pairs)
+and its start graph.
 """
 from __future__ import annotations
 
@@ -17,14 +17,13 @@ import pathlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from unigrad.uop import GroupOp, Ops, RewriteError, UOp
+from unigrad.uop import GroupOp, Ops, PatternMatcher, RewriteError, UOp, UPat, graph_rewrite
 from unigrad.uop.upat import RewriteTrace, TraceStep
 
 __all__ = ["PAGE_RECORDS", "NodeTable", "op_group", "build_index", "build_page",
            "build_trace_info", "page_count"]
 
 PAGE_RECORDS = 100  # rewrites per page
-REPLAY_CHAIN = 1000  # a rewrite of a rewrite of ... longer than this is a loop
 ARG_CHARS = 160  # an arg's repr is cut to this length
 PACKAGE_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -61,6 +60,15 @@ class NodeTable:
   """Nodes numbered in the order they are first added (sources before their consumers)."""
   ids: dict[UOp, int] = field(default_factory=dict)
   rows: list[list[Any]] = field(default_factory=list)
+  kinds: dict[Any, int] = field(default_factory=dict)
+
+  def kind(self, u: UOp) -> int:
+    """A number for the node's op, dtype, arg and tag: two nodes with the same kind and the same
+    sources are one node (the viewer's replay builds nodes and finds them by this)."""
+    try: key: Any = (u.op, u.dtype, u.arg, u.tag)
+    except TypeError: key = (u.op, u.dtype, repr(u.arg), repr(u.tag))
+    try: return self.kinds.setdefault(key, len(self.kinds))
+    except TypeError: return self.kinds.setdefault(repr(key), len(self.kinds))
 
   def add(self, root: UOp | None) -> int | None:
     """The id of `root`, adding it and every node below it not yet in the table."""
@@ -70,7 +78,8 @@ class NodeTable:
       if u in self.ids: continue
       self.ids[u] = len(self.rows)
       self.rows.append([u.op.name, op_group(u.op), str(u.dtype), _arg_text(u),
-                        [self.ids[s] for s in u.src]])
+                        [self.ids[s] for s in u.src], self.kind(u),
+                        "" if u.tag is None else repr(u.tag)])
     return self.ids[root]
 
 
@@ -110,45 +119,36 @@ def build_index(trace_list: list[RewriteTrace], error: str | None, title: str,
   return {"title": title, "error": error, "traces": out, "profile": has_profile}
 
 
-def _resolve(u: UOp, done: dict[UOp, UOp]) -> UOp:
-  for _ in range(REPLAY_CHAIN):
-    if (nxt := done.get(u)) is None: return u
-    u = nxt
-  raise RewriteError("the recorded rewrites loop")
+# the recorded rewrites as a rule table: a node that a rule rewrote becomes what the rule gave
+_pm_replay = PatternMatcher([(UPat(name="x"), lambda ctx, x: ctx.get(x))])
 
 
 def _replay(before: UOp, done: dict[UOp, UOp]) -> UOp | None:
-  """`before` with the rewrites in `done` (before -> after) applied again, sources first: a node
-  that a rule rewrote, as it was or rebuilt over rewritten sources, is replaced by the rule's
-  result. None if the rewrites loop."""
-  memo: dict[UOp, UOp] = {}
-  try:
-    for u in before.toposort():
-      if u in done:
-        memo[u] = _resolve(u, done)
-        continue
-      src = tuple([memo[s] for s in u.src])
-      x = u if src == u.src else u.replace(src=src)
-      memo[u] = _resolve(x, done)
+  """`before` with the rewrites in `done` (node -> replacement) applied again by graph_rewrite,
+  as they were first applied: to a node when it is reached (pre-order rewrites) and to it
+  rebuilt over its rewritten sources (post-order ones); replacements are rewritten in turn.
+  With every rewrite of a step, this gives the step's output. None if the rewrites loop."""
+  try: return graph_rewrite(before, _pm_replay, ctx=done, bpm=_pm_replay, name="replay")
   except RewriteError: return None
-  return memo[before]
 
 
 def build_page(trace: RewriteTrace, step_index: int, page: int) -> dict[str, Any]:
-  """Step `step_index` of `trace`: its graphs before and after, the graph this page of rewrites
-  starts from (`start`: the step's input with the earlier pages' rewrites replayed; None if they
-  do not replay) and the page's rewrites (rule, source line, node before and after). The viewer
-  replays the page's rewrites one by one from `start` to draw the graph around each."""
+  """Step `step_index` of `trace`: its graphs before and after, the earlier pages' rewrites
+  (`prior`, node pairs), the graph this page starts from (`start`: the input with those
+  replayed; None if they do not replay) and the page's rewrites (rule, source line, node before
+  and after). The viewer replays the rewrites up to each one over the input to draw it."""
   step = _step_graphs(trace)[step_index]
   table = NodeTable()
   first = page * PAGE_RECORDS
   done = {r.before: r.after for r in step.records[:first]}
   start = _replay(step.before, done) if done else step.before
   before, after = table.add(step.before), table.add(step.after)
+  prior = [[table.add(r.before), table.add(r.after)] for r in step.records[:first]]
   records = [{**rule_location(r.location), "before": table.add(r.before),
               "after": table.add(r.after)} for r in step.records[first:first + PAGE_RECORDS]]
   return {"name": step.name, "before": before, "after": after, "start": table.add(start),
-          "first": first, "total": len(step.records), "records": records, "nodes": table.rows}
+          "prior": prior, "first": first, "total": len(step.records), "records": records,
+          "nodes": table.rows}
 
 
 def build_trace_info(trace: RewriteTrace) -> dict[str, Any]:

@@ -9,15 +9,16 @@ const GROUP_COLORS = {
 };
 const MARK_COLORS = { new: "#2a9d2a", rewritten: "#e63946", target: "#1d6fd8", removed: "#e63946" };
 
-// A page's nodes: rows [op, group, dtype, arg, [src ids]] plus nodes the replay builds. Equal
-// rows are one node (as the UOps they stand for are hash-consed).
+// A page's nodes: rows [op, group, dtype, arg, [src ids], kind, tag] plus nodes the replay
+// builds. Rows of one kind (op, dtype, arg, tag) over the same sources are one node, as the
+// UOps they stand for are hash-consed.
 class NodeStore {
   constructor(rows) {
     this.rows = rows.slice();
     this.keys = new Map();
     rows.forEach((r, i) => { const k = this.key(r); if (!this.keys.has(k)) this.keys.set(k, i); });
   }
-  key(r) { return `${r[0]}|${r[2]}|${r[3]}|${r[4].join(",")}`; }
+  key(r) { return `${r[5]}|${r[4].join(",")}`; }
   make(row) {
     const k = this.key(row);
     let id = this.keys.get(k);
@@ -41,30 +42,42 @@ class NodeStore {
     const r = this.rows[id], lines = [r[0]];
     if (r[2] && r[2] !== "dtypes.void") lines.push(r[2].replace(/^dtypes\./, ""));
     if (r[3]) lines.push(r[3].length > 36 ? r[3].slice(0, 35) + "…" : r[3]);
+    if (r[6]) lines.push(`tag ${r[6]}`.slice(0, 36));
     return lines;
   }
-  // root with `before` replaced by `after`: only its consumers are rebuilt (null: not found)
-  substitute(root, before, after) {
-    const memo = new Map();
-    for (const id of this.toposort(root)) {
-      if (id === before) { memo.set(id, after); continue; }
-      const r = this.rows[id], s = r[4].map((x) => memo.get(x));
-      memo.set(id, s.every((x, k) => x === r[4][k]) ? id : this.make([r[0], r[1], r[2], r[3], s]));
-    }
-    const out = memo.get(root);
-    return out === root && before !== root ? null : out;
-  }
-  // root with every rewrite in `done` (before -> after) applied, sources first
+  // root with the rewrites in `done` (id -> id) applied the way graph_rewrite applied them: a
+  // node is replaced when reached and again when rebuilt over rewritten sources, and each
+  // replacement is processed in turn (unigrad/viz/data.py _replay). null if they loop.
   replay(root, done) {
-    const memo = new Map();
-    const resolve = (x) => { for (let i = 0; i < 1000 && done.has(x); i++) x = done.get(x); return x; };
-    for (const id of this.toposort(root)) {
-      if (done.has(id)) { memo.set(id, resolve(id)); continue; }
-      const r = this.rows[id], s = r[4].map((x) => memo.get(x));
-      const x = s.every((v, k) => v === r[4][k]) ? id : this.make([r[0], r[1], r[2], r[3], s]);
-      memo.set(id, resolve(x));
+    const memo = new Map(), busy = new Set(), stack = [[root, 0, -1]];
+    let budget = 50 * (this.rows.length + 16);
+    while (stack.length) {
+      if (--budget < 0) return null;
+      const [n, stage, other] = stack.pop();
+      if (stage === 0) {
+        if (memo.has(n) || busy.has(n)) continue;
+        busy.add(n);
+        const r = done.get(n);
+        if (r !== undefined && r !== n) {
+          if (busy.has(r)) return null;
+          stack.push([n, 2, r], [r, 0, -1]);
+          continue;
+        }
+        stack.push([n, 1, -1]);
+        for (const s of this.rows[n][4]) if (!memo.has(s)) stack.push([s, 0, -1]);
+      } else if (stage === 1) {
+        const row = this.rows[n], src = row[4].map((s) => (memo.has(s) ? memo.get(s) : s));
+        const x = src.every((v, k) => v === row[4][k]) ? n : this.make([row[0], row[1], row[2], row[3], src, row[5], row[6]]);
+        const r = done.get(x);
+        if (r === undefined || r === x) { memo.set(n, x); busy.delete(n); continue; }
+        if (busy.has(r)) return null;
+        stack.push([n, 2, r], [r, 0, -1]);
+      } else {
+        memo.set(n, memo.has(other) ? memo.get(other) : other);
+        busy.delete(n);
+      }
     }
-    return memo.get(root);
+    return memo.has(root) ? memo.get(root) : root;
   }
 }
 

@@ -108,24 +108,19 @@ async function stepPage(p) {
   const cached = state.pageCache.get(key);
   if (cached) return cached;
   const data = await load(key);
-  const page = { data, store: new NodeStore(data.nodes), states: [data.start], done: new Map() };
+  const page = { data, store: new NodeStore(data.nodes), states: new Map() };
   state.pageCache.set(key, page);
   return page;
 }
 
+// the graph after the first k rewrites of a page (null where they do not replay)
 function pageState(page, k) {
-  const st = page.states, recs = page.data.records;
-  while (st.length <= k) {
-    const i = st.length - 1, r = recs[i], prev = st[i];
-    page.done.set(r.before, r.after);
-    let next = null;
-    if (prev !== null) {
-      next = page.store.substitute(prev, r.before, r.after);
-      if (next === null) next = page.store.replay(page.data.start, page.done);
-    }
-    st.push(next);
-  }
-  return st[k];
+  if (page.states.has(k)) return page.states.get(k);
+  const d = page.data, done = new Map(d.prior);
+  for (const r of d.records.slice(0, k)) done.set(r.before, r.after);
+  const out = k === 0 ? d.start : page.store.replay(d.before, done);
+  page.states.set(k, out);
+  return out;
 }
 
 function diffMarks(store, from, to, mark) {
