@@ -105,7 +105,12 @@ class GraphView {
     this.layout = layoutDag(this.order, (id) => store.srcs(id), (id) => store.label(id));
     this.canvas.dataset.layoutMs = (performance.now() - t0).toFixed(1);
     this.canvas.dataset.nodes = String(this.order.length);
-    if (!keepView) this.fit();
+    if (!keepView) {
+      this.fit();
+      // too small to read: zoom in on the node that changed (f or "fit" shows it all)
+      const changed = [...this.marks].find(([, m]) => m === "target" || m === "rewritten");
+      if (this.scale < 0.45 && changed) this.focus(changed[0]);
+    }
     this.request();
   }
   fit() {
