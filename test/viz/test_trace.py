@@ -48,12 +48,15 @@ def test_nested_steps_and_unnamed_rewrites_take_their_parents_name() -> None:
   def run() -> UOp:
     upat_module.begin_step("stage", x)
     out = graph_rewrite(x * 1, pm_fold)
+    graph_rewrite(y + 1, pm_fold, name="no-op")
     upat_module.end_step(out)
     return out
   run()
   steps = traces[-1].steps
-  assert [(s.name, s.depth) for s in steps] == [("stage", 0), ("stage", 1)]
+  assert [(s.name, s.depth) for s in steps] == [("stage", 0), ("stage", 1), ("no-op", 1)]
   assert steps[0].records == [] and len(steps[1].records) == 1
+  # a nested rewrite that fired nothing and changed nothing is not shown
+  assert [s.name for s in data.step_list(traces[-1])] == ["stage", "stage"]
 
 
 def test_untracked_graph_rewrite_records_no_step() -> None:

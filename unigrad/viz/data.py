@@ -21,7 +21,7 @@ from unigrad.uop import GroupOp, Ops, PatternMatcher, RewriteError, UOp, UPat, g
 from unigrad.uop.upat import RewriteTrace, TraceStep
 
 __all__ = ["PAGE_RECORDS", "NodeTable", "op_group", "build_index", "build_page",
-           "build_trace_info", "page_count"]
+           "build_trace_info", "page_count", "step_list", "is_shown"]
 
 PAGE_RECORDS = 100  # rewrites per page
 ARG_CHARS = 160  # an arg's repr is cut to this length
@@ -94,9 +94,15 @@ def rule_location(location: str) -> dict[str, Any]:
   return {"file": rel, "line": int(line), "code": code}
 
 
-def _step_graphs(trace: RewriteTrace) -> list[TraceStep]:
-  """The trace's steps, and its result (the schedule or the kernel's final program) last."""
-  steps = list(trace.steps)
+def is_shown(step: TraceStep) -> bool:
+  """Stages, and nested rewrites that changed something or raised (a nested graph_rewrite that
+  neither fired a rule nor changed the graph, say a `simplify()` on an index, is left out)."""
+  return step.depth == 0 or bool(step.records) or step.after is not step.before
+
+
+def step_list(trace: RewriteTrace) -> list[TraceStep]:
+  """The trace's shown steps, and its result (the schedule or the kernel's program) last."""
+  steps = [s for s in trace.steps if is_shown(s)]
   graph = trace.info.get("graph")
   if graph is not None: steps.append(TraceStep("result", 0, graph, graph))
   return steps
@@ -112,7 +118,7 @@ def build_index(trace_list: list[RewriteTrace], error: str | None, title: str,
   out = []
   for i, t in enumerate(trace_list):
     steps = [{"name": s.name, "depth": s.depth, "records": len(s.records), "pages": page_count(s),
-              "failed": s.after is None} for s in _step_graphs(t)]
+              "failed": s.after is None} for s in step_list(t)]
     out.append({"id": i, "name": t.name, "kind": t.kind or "trace", "steps": steps,
                 "device": t.info.get("device", ""), "records": len(t.records),
                 "has_source": "src" in t.info})
@@ -137,7 +143,7 @@ def build_page(trace: RewriteTrace, step_index: int, page: int) -> dict[str, Any
   (`prior`, node pairs), the graph this page starts from (`start`: the input with those
   replayed; None if they do not replay) and the page's rewrites (rule, source line, node before
   and after). The viewer replays the rewrites up to each one over the input to draw it."""
-  step = _step_graphs(trace)[step_index]
+  step = step_list(trace)[step_index]
   table = NodeTable()
   first = page * PAGE_RECORDS
   done = {r.before: r.after for r in step.records[:first]}

@@ -17,7 +17,7 @@ from typing import Any
 
 from unigrad.engine import profile
 from unigrad.uop.upat import RewriteTrace
-from unigrad.viz.data import build_index, build_page, build_trace_info, page_count
+from unigrad.viz.data import build_index, build_page, build_trace_info, page_count, step_list
 
 __all__ = ["STATIC_DIR", "Viewer", "UnknownPageError", "export"]
 
@@ -44,9 +44,8 @@ class Viewer:
     if self.events: yield "profile"
     for i, t in enumerate(self.traces):
       yield f"t{i}"
-      steps = list(t.steps) + ([None] if "graph" in t.info else [])
-      for j, s in enumerate(steps):
-        for k in range(1 if s is None else page_count(s)): yield f"t{i}_s{j}_p{k}"
+      for j, s in enumerate(step_list(t)):
+        for k in range(page_count(s)): yield f"t{i}_s{j}_p{k}"
 
   def data(self, key: str) -> Any:
     """The JSON-ready data of page `key` (UnknownPageError if there is none)."""
@@ -56,8 +55,7 @@ class Viewer:
     if m is None or int(m[1]) >= len(self.traces): raise UnknownPageError(key)
     trace = self.traces[int(m[1])]
     if m[2] is None: return build_trace_info(trace)
-    nsteps = len(trace.steps) + ("graph" in trace.info)
-    if int(m[2]) >= nsteps: raise UnknownPageError(key)
+    if int(m[2]) >= len(step_list(trace)): raise UnknownPageError(key)
     return build_page(trace, int(m[2]), int(m[3]))
 
   def script(self, key: str) -> str:
