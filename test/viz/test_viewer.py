@@ -1,4 +1,5 @@
 """The viewer without a browser: the CLI's export, the server, a port in use, VIZ=1."""
+import errno
 import json
 import os
 import pathlib
@@ -90,7 +91,8 @@ def busy_port():
 def test_port_in_use_says_so_and_names_a_free_port(busy_port) -> None:
   with pytest.raises(PortInUseError) as e: bind(busy_port)
   msg = str(e.value)
-  assert f"port {busy_port}" in msg and "in use" in msg and "try --port " in msg
+  assert msg.startswith(f"port {busy_port} ") and e.value.errno == errno.EADDRINUSE
+  assert "in use" in msg and "try --port " in msg
   suggested = int(msg.split("try --port ")[1].split()[0])
   with socket.socket() as s: s.bind(("127.0.0.1", suggested))  # it is free
 

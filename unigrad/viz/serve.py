@@ -68,8 +68,10 @@ def bind(port: int) -> http.server.ThreadingHTTPServer:
   try: return http.server.ThreadingHTTPServer((HOST, port), _Handler, bind_and_activate=True)
   except OSError as e:
     if e.errno != errno.EADDRINUSE: raise
-    raise PortInUseError(errno.EADDRINUSE, f"port {port} on {HOST} is in use: another viewer or "
-                         f"server holds it; try --port {free_port()} (a free port now)") from None
+    err = PortInUseError(f"port {port} on {HOST} is in use: another viewer or server holds it; "
+                         f"try --port {free_port()} (a free port now)")
+    err.errno = errno.EADDRINUSE
+    raise err from None
 
 
 def serve(server: http.server.ThreadingHTTPServer, viewer: Viewer, open_browser: bool,
