@@ -13,7 +13,7 @@ import sys
 from unigrad.knobs import PROFILE
 from unigrad.viz.export import export
 from unigrad.viz.serve import PortInUseError, bind, serve
-from unigrad.viz.session import run_script, viewer
+from unigrad.viz.session import cancel_exit_hook, run_script, viewer
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -29,6 +29,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
   args = parse(sys.argv[1:] if argv is None else argv)
+  cancel_exit_hook()
   if not pathlib.Path(args.script).is_file():
     print(f"unigrad viz: no such script: {args.script}", file=sys.stderr)
     return 2

@@ -122,7 +122,8 @@ def build_index(trace_list: list[RewriteTrace], error: str | None, title: str,
     out.append({"id": i, "name": t.name, "kind": t.kind or "trace", "steps": steps,
                 "device": t.info.get("device", ""), "records": len(t.records),
                 "has_source": "src" in t.info})
-  return {"title": title, "error": error, "traces": out, "profile": has_profile}
+  return {"title": title, "error": error, "traces": out, "profile": has_profile,
+          "page_records": PAGE_RECORDS}
 
 
 # the recorded rewrites as a rule table: a node that a rule rewrote becomes what the rule gave

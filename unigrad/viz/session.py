@@ -22,7 +22,8 @@ from unigrad.uop.upat import traces
 from unigrad.viz.export import Viewer, export
 from unigrad.viz.serve import PortInUseError, bind, serve
 
-__all__ = ["ScriptResult", "start_tracing", "run_script", "viewer", "install_exit_hook"]
+__all__ = ["ScriptResult", "start_tracing", "run_script", "viewer", "install_exit_hook",
+           "cancel_exit_hook"]
 
 _state: dict[str, object] = {"hooked": False, "error": None}
 
@@ -84,6 +85,11 @@ def _serve_at_exit() -> None:
     print(f"unigrad viz: {e}; the viewer was written to {out} instead", file=sys.stderr)
     return
   serve(server, v, open_browser=True)
+
+
+def cancel_exit_hook() -> None:
+  """The CLI serves (or exports) its own viewer: VIZ=1 in its environment adds no second one."""
+  atexit.unregister(_serve_at_exit)
 
 
 def install_exit_hook() -> None:

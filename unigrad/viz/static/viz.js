@@ -137,7 +137,8 @@ async function showPos(pos, keepView) {
   state.pos = pos;
   $("#rec-slider").value = String(pos);
   $("#rec-count").textContent = s.records ? `${pos} / ${s.records}` : pos ? "output" : "input";
-  const page = await stepPage(pos > 0 && s.records ? Math.floor((pos - 1) / 100) : 0);
+  const per = state.index.page_records;
+  const page = await stepPage(pos > 0 && s.records ? Math.floor((pos - 1) / per) : 0);
   const d = page.data, store = page.store, info = $("#rewrite-info");
   if (pos === 0) {
     graph.show(store, d.before, new Map(), keepView);
@@ -152,7 +153,7 @@ async function showPos(pos, keepView) {
       ` (${marks.size} nodes ${state.before ? "replaced" : "new"})`;
     return;
   }
-  const k = (pos - 1) % 100, r = d.records[k];
+  const k = (pos - 1) % per, r = d.records[k];
   const prev = pageState(page, k), next = pageState(page, k + 1);
   let root, marks;
   if (state.before) {
@@ -200,7 +201,7 @@ function bindUi() {
     if (f) f.text().then((t) => timeline.load(JSON.parse(t)));
   };
   document.addEventListener("keydown", (e) => {
-    if (e.target.tagName === "INPUT" && e.target.type === "text") return;
+    if (e.target.tagName === "INPUT" && e.target.type !== "checkbox") return;  // its own keys
     if (e.key === "ArrowRight") showPos(state.pos + 1, false);
     else if (e.key === "ArrowLeft") showPos(state.pos - 1, false);
     else if (e.key === "b") { $("#show-before").checked = state.before = !state.before; showPos(state.pos, true); }
