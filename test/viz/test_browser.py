@@ -60,6 +60,15 @@ def test_steps_through_a_rewrite_with_its_rule_and_highlights(page) -> None:
   b.wait_for("document.querySelector('#rewrite-info .which').textContent.endsWith('before')")
   assert b.eval("[...graph.marks.values()].includes('rewritten')")
   b.eval("document.querySelector('#show-before').click()")
+  b.eval("document.querySelector('#split').click()")  # before and after side by side
+  which = "document.querySelector('#rewrite-info .which').textContent"
+  b.wait_for(f"{which}.endsWith('before | after')")
+  assert not b.eval("document.querySelector('#pane-before').hidden")
+  b.wait_for("+document.querySelector('#graph-before').dataset.drawn > 0")
+  assert b.eval("[...graphBefore.marks.values()].includes('rewritten')")
+  assert b.eval("[...graph.marks.values()].includes('target')")
+  b.eval("document.querySelector('#split').click()")
+  b.wait_for("document.querySelector('#pane-before').hidden")
 
 
 def test_a_paged_step_replays_to_its_recorded_output(page) -> None:

@@ -25,13 +25,15 @@ function load(key) {
   return w.promise;
 }
 
-const state = { index: null, trace: null, step: null, pos: 0, before: false, pageCache: new Map() };
-let graph = null, timeline = null;
+const state = { index: null, trace: null, step: null, pos: 0, before: false, split: false,
+                pageCache: new Map() };
+let graph = null, graphBefore = null, timeline = null;
 
 function status(text) { $("#status").textContent = text; }
 
 async function main() {
-  graph = new GraphView($("#graph"), showNode);
+  graph = new GraphView($("#graph"), (id) => showNode(graph, id));
+  graphBefore = new GraphView($("#graph-before"), (id) => showNode(graphBefore, id));
   timeline = new Timeline($("#timeline"), $("#tl-info"), $("#tl-table"));
   bindUi();
   try { state.index = await load("index"); } catch (e) { status(String(e)); return; }
@@ -141,41 +143,56 @@ async function showPos(pos, keepView) {
   const page = await stepPage(pos > 0 && s.records ? Math.floor((pos - 1) / per) : 0);
   const d = page.data, store = page.store, info = $("#rewrite-info");
   if (pos === 0) {
+    setSplit(false);
     graph.show(store, d.before, new Map(), keepView);
     info.innerHTML = `<b>${escapeHtml(s.name)}</b>: the input graph` +
       (s.records ? ` (${s.records} rewrites: ▶ or → steps through them)` : s.failed ? " (this step raised)" : " (▶ shows its output)");
     return;
   }
   if (!s.records) {  // a stage without rewrites of its own: its input and output
-    const marks = state.before ? diffMarks(store, d.after, d.before, "removed") : diffMarks(store, d.before, d.after, "new");
-    graph.show(store, state.before ? d.before : d.after, marks, keepView);
-    info.innerHTML = `<b>${escapeHtml(s.name)}</b>: the ${state.before ? "input" : "output"} graph` +
-      ` (${marks.size} nodes ${state.before ? "replaced" : "new"})`;
+    const gone = diffMarks(store, d.after, d.before, "removed"), added = diffMarks(store, d.before, d.after, "new");
+    showGraphs(store, d.before, gone, d.after, added, keepView);
+    info.innerHTML = `<b>${escapeHtml(s.name)}</b>: ` + (state.split ? "the input and output graphs" :
+      `the ${state.before ? "input" : "output"} graph`) + ` (${gone.size} nodes replaced, ${added.size} new)`;
     return;
   }
   const k = (pos - 1) % per, r = d.records[k];
   const prev = pageState(page, k), next = pageState(page, k + 1);
-  let root, marks;
-  if (state.before) {
-    root = prev === null ? r.before : prev;
-    marks = diffMarks(store, next, prev, "removed");
-    marks.set(r.before, "rewritten");
-  } else {
-    root = next === null ? r.after : next;
-    marks = diffMarks(store, prev, next, "new");
-    marks.set(r.after, "target");
-  }
-  graph.show(store, root, marks, keepView);
-  info.innerHTML = `<span class="which">rewrite ${pos} of ${s.records}, ${state.before ? "before" : "after"}</span> ` +
+  const beforeMarks = diffMarks(store, next, prev, "removed");
+  beforeMarks.set(r.before, "rewritten");
+  const afterMarks = diffMarks(store, prev, next, "new");
+  afterMarks.set(r.after, "target");
+  const beforeRoot = prev === null ? r.before : prev, afterRoot = next === null ? r.after : next;
+  showGraphs(store, beforeRoot, beforeMarks, afterRoot, afterMarks, keepView);
+  const which = state.split ? "before | after" : state.before ? "before" : "after";
+  info.innerHTML = `<span class="which">rewrite ${pos} of ${s.records}, ${which}</span> ` +
     `<span class="rule-loc">${escapeHtml(r.file)}:${r.line}</span> <code class="rule-code">${escapeHtml(r.code)}</code>` +
     (prev === null || next === null ? ' <span class="failed">(graph replay failed: the rewritten node alone)</span>' : "");
 }
 
-function showNode(id) {
+// the graph before a rewrite and the graph after it: side by side, or the one asked for
+function showGraphs(store, beforeRoot, beforeMarks, afterRoot, afterMarks, keepView) {
+  setSplit(state.split);
+  if (state.split) {
+    graphBefore.show(store, beforeRoot, beforeMarks, keepView);
+    graph.show(store, afterRoot, afterMarks, keepView);
+  } else if (state.before) graph.show(store, beforeRoot, beforeMarks, keepView);
+  else graph.show(store, afterRoot, afterMarks, keepView);
+}
+
+function setSplit(on) {
+  if ($("#pane-before").hidden !== on) return;
+  $("#pane-before").hidden = !on;
+  $("#label-after").hidden = !on;
+  graph.resize();
+  graphBefore.resize();
+}
+
+function showNode(view, id) {
   const box = $("#node-info");
-  if (id === null || !graph.store) { box.hidden = true; return; }
-  const r = graph.store.rows[id];
-  const users = graph.order.filter((u) => graph.store.srcs(u).includes(id)).length;
+  if (id === null || !view.store) { box.hidden = true; return; }
+  const r = view.store.rows[id];
+  const users = view.order.filter((u) => view.store.srcs(u).includes(id)).length;
   box.hidden = false;
   box.innerHTML = `<b>${r[0]}</b> #${id}<br>${escapeHtml(r[2])}<br><pre>${escapeHtml(r[3])}</pre>` +
     `sources: ${r[4].map((x) => "#" + x).join(" ") || "-"}<br>users: ${users}`;
@@ -185,7 +202,7 @@ function switchTab(name) {
   for (const b of document.querySelectorAll("#tabs button")) b.classList.toggle("active", b.dataset.tab === name);
   for (const t of document.querySelectorAll(".tab")) t.hidden = t.id !== `${name}-tab`;
   if (name === "timeline") timeline.resize();
-  if (name === "graph") graph.resize();
+  if (name === "graph") { graph.resize(); graphBefore.resize(); }
 }
 
 function bindUi() {
@@ -195,7 +212,8 @@ function bindUi() {
   $("#next").onclick = () => showPos(state.pos + 1, false);
   $("#rec-slider").oninput = (e) => showPos(+e.target.value, false);
   $("#show-before").onchange = (e) => { state.before = e.target.checked; showPos(state.pos, true); };
-  $("#fit").onclick = () => graph.fit();
+  $("#split").onchange = (e) => { state.split = e.target.checked; showPos(state.pos, false); };
+  $("#fit").onclick = () => { graph.fit(); graphBefore.fit(); };
   $("#profile-file").onchange = (e) => {
     const f = e.target.files[0];
     if (f) f.text().then((t) => timeline.load(JSON.parse(t)));
@@ -205,7 +223,8 @@ function bindUi() {
     if (e.key === "ArrowRight") showPos(state.pos + 1, false);
     else if (e.key === "ArrowLeft") showPos(state.pos - 1, false);
     else if (e.key === "b") { $("#show-before").checked = state.before = !state.before; showPos(state.pos, true); }
-    else if (e.key === "f") graph.fit();
+    else if (e.key === "s") { $("#split").checked = state.split = !state.split; showPos(state.pos, false); }
+    else if (e.key === "f") { graph.fit(); graphBefore.fit(); }
   });
 }
 
