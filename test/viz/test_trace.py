@@ -76,11 +76,11 @@ def test_a_raising_step_is_kept_without_an_output() -> None:
 
 def test_traced_call_records_only_with_viz() -> None:
   before = len(traces)
-  assert traced_call("kernel", graph_rewrite, x * 1, pm_fold) is x
+  assert traced_call("kernel", graph_rewrite, x * 1, pm_fold) == (x, None)
   assert len(traces) == before
-  with Context(VIZ=1): assert traced_call("kernel", graph_rewrite, x * 1, pm_fold) is x
-  assert len(traces) == before + 1 and traces[-1].kind == "kernel"
-  assert len(traces[-1].steps) == 1
+  with Context(VIZ=1): out, trace = traced_call("kernel", graph_rewrite, x * 1, pm_fold)
+  assert out is x and trace is traces[-1] and len(traces) == before + 1
+  assert trace.kind == "kernel" and len(trace.steps) == 1
 
 
 def test_viz_traces_schedules_and_kernels_with_codegen_stages_and_source() -> None:

@@ -37,7 +37,7 @@ from unigrad.schedule.callify import new_buffer as new_single_buffer
 from unigrad.schedule.memory import Lifetime, plan_memory
 from unigrad.schedule.schedule import create_schedule
 from unigrad.uop import Ops, UOp
-from unigrad.uop.upat import traced_call, traces
+from unigrad.uop.upat import traced_call
 from unigrad.uop.variable import UnboundVariableError, concrete_shape
 
 __all__ = ["realize", "schedule", "new_buffer", "buffer_of", "buffer_with_data", "copyout",
@@ -140,10 +140,10 @@ def _schedule_for(body: UOp, nargs: int, device: str) -> UOp:
 
 def _traced_schedule(body: UOp, nargs: int, device: str) -> UOp:
   """create_schedule, recorded for the viewer when VIZ is on (a no-op wrapper otherwise)."""
-  linear = traced_call("schedule", create_schedule, body, nargs, device)
-  if traces and traces[-1].kind == "schedule" and "graph" not in traces[-1].info:
-    traces[-1].name = f"schedule {len(linear.src)} kernels"
-    traces[-1].info.update(graph=linear, device=device)
+  linear, trace = traced_call("schedule", create_schedule, body, nargs, device)
+  if trace is not None:
+    trace.name = f"schedule {len(linear.src)} kernels"
+    trace.info.update(graph=linear, device=device)
   return linear
 
 
@@ -201,14 +201,14 @@ _runners: dict[tuple[UOp, str, int, bool, str, bool], Runner] = {}
 
 def _codegen(kernel: UOp, ren: Renderer) -> compcache.KernelSource:
   """Run the codegen pipeline on a kernel AST: its source, work estimates and launch size."""
-  linear = traced_call("kernel", full_rewrite, kernel, ren)
+  linear, trace = traced_call("kernel", full_rewrite, kernel, ren)
   name = linear.arg.name if linear.arg is not None else "kernel"
   ks = compcache.KernelSource(name, ren.render(name, linear), estimate(linear),
                               *launch_dims(linear))
-  if traces and traces[-1].kind == "kernel" and "src" not in traces[-1].info:
-    traces[-1].name = name
-    traces[-1].info.update(src=ks.src, device=ren.device, graph=linear,
-                           opts=list(getattr(linear.arg, "applied_opts", ())))
+  if trace is not None:
+    trace.name = name
+    trace.info.update(src=ks.src, device=ren.device, graph=linear,
+                      opts=list(getattr(linear.arg, "applied_opts", ())))
   return ks
 
 

@@ -465,8 +465,9 @@ def track_rewrites(name: str | Callable | None = None) -> Callable:
   return deco(name) if callable(name) else deco
 
 
-def traced_call(kind: str, fn: Callable, *args: Any) -> Any:
-  """`fn(*args)`, recorded as a trace of `kind` when VIZ is on (the viewer's schedules and
-  kernels); the caller names it and adds `info` through `traces[-1]` afterwards."""
-  if not VIZ: return fn(*args)
-  return _run_traced(RewriteTrace(kind, kind=kind), fn, args, {})
+def traced_call(kind: str, fn: Callable, *args: Any) -> tuple[Any, RewriteTrace | None]:
+  """`fn(*args)` and, when VIZ is on, its trace of `kind` (the viewer's schedules and kernels;
+  the caller names it and adds `info`), else None."""
+  if not VIZ: return fn(*args), None
+  trace = RewriteTrace(kind, kind=kind)
+  return _run_traced(trace, fn, args, {}), trace
