@@ -9,6 +9,10 @@ from unigrad.uop import UOp
 from unigrad.uop.variable import UnboundVariableError, Variable
 from unigrad import nn  # noqa: E402 (nn builds on Tensor)
 from unigrad import multi  # noqa: E402 (the collectives build on Tensor)
+from unigrad.knobs import VIZ
+if VIZ:  # trace everything and serve the viewer at exit (unigrad/viz)
+  from unigrad.viz.session import install_exit_hook
+  install_exit_hook()
 
 __all__ = ["Context", "Device", "Tensor", "TinyJit", "UOp", "UnboundVariableError", "Variable",
            "dtypes", "function", "multi", "nn"]

@@ -79,6 +79,13 @@ CACHELEVEL = knob("CACHELEVEL", int, 2, "on-disk caches: 0 none, 1 compiled bina
                   "choices, 2 also schedules and rendered kernels (skips scheduling and codegen)")
 TRACK_MATCH_STATS = knob("TRACK_MATCH_STATS", int, 0, "1 records which rewrite rule fired, where, "
                          "with the node before and after")
+VIZ = knob("VIZ", int, 0, "1 records every schedule's and kernel's rewrites and, at exit, serves "
+           "the graph viewer (python -m unigrad.viz; VIZ_PORT sets its port)")
+VIZ_PORT = knob("VIZ_PORT", int, 8000, "port of the viewer that VIZ=1 serves at exit")
+PROFILE = knob("PROFILE", int, 0, "1 records every kernel launch, copy and compile; at exit writes "
+               "a Chrome trace (PROFILE_PATH) and prints the top kernels")
+PROFILE_PATH = knob("PROFILE_PATH", str, "profile.json", "where PROFILE=1 writes its trace")
+PROFILE_TOP = knob("PROFILE_TOP", int, 20, "rows of the kernel table PROFILE=1 prints at exit")
 NOOPT = knob("NOOPT", bool, False, "skip kernel optimizations (heuristics and BEAM)")
 BEAM = knob("BEAM", int, 0, "beam width for the kernel optimizer search; 0 uses the heuristics")
 BEAM_BUDGET = knob("BEAM_BUDGET", float, 30.0, "seconds BEAM may spend searching one kernel")

@@ -1,7 +1,8 @@
 """The codegen pipeline as data: an ordered table of named stages run by one driver.
 
 The driver times each stage (DEBUG>=1 prints the timings), verifies each stage's output with its
-spec verifier when SPEC>=1, and prints the graph after each stage at DEBUG>=5. Stages consume and
+spec verifier when SPEC>=1, prints the graph after each stage at DEBUG>=5 and records each stage
+as a step of the active rewrite traces (the viewer, VIZ=1). Stages consume and
 produce UOps; only the last one (linearize) changes the form, to a LINEAR.
 """
 from __future__ import annotations
@@ -32,6 +33,7 @@ from unigrad.runtime.ops_cpu import cpu_threads
 from unigrad.renderer import Renderer
 from unigrad.uop import KernelInfo, Ops, PatternMatcher, Spec, UOp, graph_rewrite, pm_simplify
 from unigrad.uop.spec_kernel import spec_kernel, spec_linear
+from unigrad.uop.upat import active_traces, begin_step, end_step
 
 try:
   from unigrad.codegen.decompose import pm_decompose
@@ -180,7 +182,9 @@ def full_rewrite(ast: UOp, renderer: Renderer) -> UOp:
   kernel = ast
   for stage in CODEGEN_STAGES:
     t0 = time.perf_counter()
+    if active_traces: begin_step(stage.name, ast)
     ast = stage.run(ast, renderer)
+    if active_traces: end_step(ast)
     if SPEC >= 1 and stage.spec is not None: stage.spec.verify(ast)
     if DEBUG >= 5: print(f"--- after {stage.name} ---\n{ast!r}")
     if DEBUG >= 6 and ast.op is Ops.LINEAR:

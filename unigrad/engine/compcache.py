@@ -41,7 +41,8 @@ __all__ = ["cached_schedule", "cached_kernel", "KernelSource", "source_digest", 
 
 # knobs that change what is printed or where the cache lives, never a schedule or a kernel
 OUTPUT_KNOBS = frozenset({"DEBUG", "SPEC", "CACHEDIR", "CACHELEVEL", "XDG_CACHE_HOME", "HOME",
-                          "TRACK_MATCH_STATS", "LRU", "REWRITE_STACK_LIMIT"})
+                          "TRACK_MATCH_STATS", "LRU", "REWRITE_STACK_LIMIT", "VIZ", "VIZ_PORT",
+                          "PROFILE", "PROFILE_PATH", "PROFILE_TOP"})
 PACKAGE_DIR = pathlib.Path(__file__).resolve().parents[1]
 
 

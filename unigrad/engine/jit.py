@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 
 from unigrad.dtype import dtypes
 from unigrad.helpers import GlobalCounters
-from unigrad.knobs import DEBUG
+from unigrad.knobs import DEBUG, PROFILE
 from unigrad.runtime.device import Batch, Buffer, Device
 from unigrad.schedule.memory import Lifetime, plan_memory
-from unigrad.engine.realize import Capture, Runner, _count, capturing, launch_values
+from unigrad.engine.realize import (Capture, Runner, _count, capturing, launch_values, record_copy,
+                                    record_launch)
 
 __all__ = ["capture", "CapturedProgram", "is_capturing"]
 
@@ -104,7 +105,7 @@ class CapturedProgram:
       for li, j in self.positions[i]: self._set(li, j, new.ensure_allocated())
       self.inputs[i] = new
     for buf, fill in self.refills: buf.copyin(fill())
-    if DEBUG >= 2: return self._run_timed()
+    if DEBUG >= 2 or PROFILE: return self._run_timed()
     for seg in self.segments:
       if seg.batch is not None: seg.batch()
       else:
@@ -131,10 +132,17 @@ class CapturedProgram:
       for k, v in enumerate(lau.vals): seg.batch.set_arg(li - seg.start, len(lau.bufs) + k, v)
 
   def _run_timed(self) -> None:
-    """DEBUG >= 2: each launch on its own, timed and printed like an eager run."""
+    """DEBUG >= 2 or PROFILE: each launch on its own, timed, printed and profiled like an eager
+    run."""
+    prof = bool(PROFILE)
     for lau in self.launches:
+      st = time.perf_counter()
       t = _launch(lau, True)
-      if lau.runner is not None: _count(lau.runner, lau.device, t)
+      if lau.runner is None:
+        if prof: record_copy(lau.bufs[1], lau.bufs[0], st)
+        continue
+      _count(lau.runner, lau.device, t)
+      if prof: record_launch(lau.runner, lau.device, st, t)
 
 
 def _launch(lau: ReplayLaunch, wait: bool) -> float | None:

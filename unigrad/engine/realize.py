@@ -24,9 +24,9 @@ from unigrad.codegen.gpudims import launch_dims
 from unigrad.codegen.linearize import Estimates, estimate
 from unigrad.codegen.pipeline import full_rewrite
 from unigrad.dtype import DType, dtypes
-from unigrad.engine import compcache
+from unigrad.engine import compcache, profile
 from unigrad.helpers import GlobalCounters
-from unigrad.knobs import BEAM, CHECK_OOB, DEBUG, MARCH, NOOPT
+from unigrad.knobs import BEAM, CHECK_OOB, DEBUG, MARCH, NOOPT, PROFILE
 from unigrad.renderer import Renderer
 from unigrad.runtime.device import Buffer, Compiled, Device
 from unigrad.runtime.ops_cpu import cpu_threads
@@ -37,6 +37,7 @@ from unigrad.schedule.callify import new_buffer as new_single_buffer
 from unigrad.schedule.memory import Lifetime, plan_memory
 from unigrad.schedule.schedule import create_schedule
 from unigrad.uop import Ops, UOp
+from unigrad.uop.upat import traced_call
 from unigrad.uop.variable import UnboundVariableError, concrete_shape
 
 __all__ = ["realize", "schedule", "new_buffer", "buffer_of", "buffer_from", "buffer_with_data",
@@ -94,7 +95,9 @@ def buffer_from(buf: Buffer) -> UOp:
 def buffer_with_data(device: str, dtype: DType, data: bytes, shape: tuple[int, ...]) -> UOp:
   with realize_lock:
     u = new_buffer(device, dtype, shape)
+    st = time.perf_counter()
     buffer_of(u).copyin(data)
+    if PROFILE: profile.record("copyin", "copy", device, st, mem_bytes=len(data))
   return u
 
 
@@ -111,9 +114,13 @@ def _copyout(u: UOp) -> memoryview:
     g = UOp(Ops.COPY, u.dtype, (u,), u.device[0])
     u = realize([g], [u.device[0]])[g]
   if not is_plain_buffer(u): raise RuntimeError("copyout needs a realized tensor")
-  if all(isinstance(s, int) for s in u.shape): return buffer_of(u).copyout()
+  st = time.perf_counter()
+  buf = buffer_of(u)
+  out = buf.copyout()
+  if PROFILE: profile.record("copyout", "copy", buf.device, st, mem_bytes=len(out))
+  if all(isinstance(s, int) for s in u.shape): return out
   numel = math.prod(concrete_shape(u.shape))  # a symbolic shape: its row-major prefix
-  return buffer_of(u).copyout()[:numel * u.dtype.itemsize]
+  return out[:numel * u.dtype.itemsize]
 
 
 def is_realized(u: UOp) -> bool: return is_plain_buffer(u) or multi.is_multi_view(u)
@@ -129,8 +136,8 @@ def _schedule_for(body: UOp, nargs: int, device: str) -> UOp:
   if linear is None:
     t0 = time.perf_counter()
     hits = compcache.stats.schedule_hits
-    linear = compcache.cached_schedule(body, nargs, device,
-                                       lambda: create_schedule(body, nargs, device))
+    linear = compcache.cached_schedule(body, nargs, device, lambda: _traced_schedule(body, nargs,
+                                                                                     device))
     if len(schedule_cache) >= SCHEDULE_CACHE_SIZE: schedule_cache.pop(next(iter(schedule_cache)))
     schedule_cache[body] = linear
     if DEBUG >= 1:
@@ -138,6 +145,15 @@ def _schedule_for(body: UOp, nargs: int, device: str) -> UOp:
       where = "disk cache hit" if compcache.stats.schedule_hits > hits else "cache miss"
       print(f"scheduled {len(linear.src)} kernels in {ms:.2f} ms ({where})")
   elif DEBUG >= 1: print(f"scheduled {len(linear.src)} kernels (cache hit)")
+  return linear
+
+
+def _traced_schedule(body: UOp, nargs: int, device: str) -> UOp:
+  """create_schedule, recorded for the viewer when VIZ is on (a no-op wrapper otherwise)."""
+  linear, trace = traced_call("schedule", create_schedule, body, nargs, device)
+  if trace is not None:
+    trace.name = f"schedule {len(linear.src)} kernels"
+    trace.info.update(graph=linear, device=device)
   return linear
 
 
@@ -195,10 +211,15 @@ _runners: dict[tuple[UOp, str, int, bool, str, bool], Runner] = {}
 
 def _codegen(kernel: UOp, ren: Renderer) -> compcache.KernelSource:
   """Run the codegen pipeline on a kernel AST: its source, work estimates and launch size."""
-  linear = full_rewrite(kernel, ren)
+  linear, trace = traced_call("kernel", full_rewrite, kernel, ren)
   name = linear.arg.name if linear.arg is not None else "kernel"
-  return compcache.KernelSource(name, ren.render(name, linear), estimate(linear),
-                                *launch_dims(linear))
+  ks = compcache.KernelSource(name, ren.render(name, linear), estimate(linear),
+                              *launch_dims(linear))
+  if trace is not None:
+    trace.name = name
+    trace.info.update(src=ks.src, device=ren.device, graph=linear,
+                      opts=list(getattr(linear.arg, "applied_opts", ())))
+  return ks
 
 
 def _load(dev: Compiled, ks: compcache.KernelSource) -> object:
@@ -226,6 +247,9 @@ def get_runner(kernel: UOp, device: str) -> Runner:
   t1 = time.perf_counter()
   r = _runners[key] = Runner(ks.name, _load(dev, ks), ks.estimates, ks.global_size,
                              ks.local_size)
+  if PROFILE:
+    profile.record(f"codegen {ks.name}", "codegen", device, t0, t1)
+    profile.record(f"compile {ks.name}", "compile", device, t1)
   GlobalCounters.programs_compiled += 1
   if DEBUG >= 1:
     codegen_ms, compile_ms = (t1 - t0) * 1e3, (time.perf_counter() - t1) * 1e3
@@ -370,20 +394,38 @@ def run_linear(linear: UOp, args: tuple[UOp, ...], var_vals: dict[str, int] | No
   inter = {s: arenas[p.device].view(p.offset, p.size, p.dtype) for s, p in plan.inter.items()}
   capture = capturing[-1] if capturing else None
   if capture is not None: capture.intermediates.update(dict.fromkeys(inter.values()))
-  wait = DEBUG >= 2
+  prof = bool(PROFILE)
+  wait = DEBUG >= 2 or prof
   for launch in plan.launches:
     device = launch.device or fallback
     bufs = [(arg_bufs[s] if s < nargs else inter[s]).ensure_allocated() for s in launch.slots]
+    st = time.perf_counter() if prof else 0.0
     if launch.kernel.op is Ops.COPY:
       bufs[0].copyin(bufs[1].copyout())
+      if prof: record_copy(bufs[1], bufs[0], st)
       if capture is not None: capture.launches.append(CapturedLaunch(None, bufs, device))
       if DEBUG >= 2: print(f"*** COPY {bufs[1].device} -> {bufs[0].device} {bufs[0].nbytes} bytes")
       continue
     runner = get_runner(launch.kernel, device)
     vals = launch_values(launch.variables, var_vals, runner.name) if launch.variables else ()
+    if prof: st = time.perf_counter()
     t = runner.program(*bufs, global_size=runner.global_size, local_size=runner.local_size,
                        vals=vals, wait=wait)
+    if prof: record_launch(runner, device, st, t)
     if capture is not None:
       capture.launches.append(CapturedLaunch(runner, bufs, device, launch.variables))
       capture.var_vals.update(var_vals)
     _count(runner, device, t)
+
+
+def record_launch(runner: Runner, device: str, start: float, t: float | None) -> None:
+  """A kernel launch for the profiler (its device time `t` when it reported one)."""
+  est = runner.estimates
+  profile.record(runner.name, "kernel", device, start, seconds=t, flops=est.flops,
+                 mem_bytes=est.mem_bytes)
+
+
+def record_copy(src: Buffer, dst: Buffer, start: float) -> None:
+  """A buffer copy between devices for the profiler."""
+  profile.record(f"COPY {src.device} -> {dst.device}", "copy", dst.device, start,
+                 mem_bytes=dst.nbytes)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from unigrad.knobs import REWRITE_STACK_LIMIT, TRACK_MATCH_STATS
 from unigrad.uop.ops import Ops
-from unigrad.uop.upat import PatternMatcher, active_traces
+from unigrad.uop.upat import PatternMatcher, active_traces, begin_step, end_step
 
 if TYPE_CHECKING:
   from unigrad.uop.uop import UOp
@@ -68,8 +68,18 @@ def graph_rewrite(sink: UOp, pm: PatternMatcher | None, ctx: Any = None, bottom_
   """Rewrite the graph below `sink` with `pm` (see the module docstring for the modes).
 
   `ctx` is passed to every callback that takes one. With `enter_calls=False` the bodies
-  (first source) of FUNCTION and CALL nodes are left untouched.
+  (first source) of FUNCTION and CALL nodes are left untouched. Inside a tracked function
+  (`track_rewrites`) the call is recorded as a step of the trace.
   """
+  if not active_traces: return _graph_rewrite(sink, pm, ctx, bottom_up, name, bpm, enter_calls)
+  begin_step(name, sink)
+  ret = _graph_rewrite(sink, pm, ctx, bottom_up, name, bpm, enter_calls)
+  end_step(ret)
+  return ret
+
+
+def _graph_rewrite(sink: UOp, pm: PatternMatcher | None, ctx: Any, bottom_up: bool,
+                   name: str | None, bpm: PatternMatcher | None, enter_calls: bool) -> UOp:
   pre = _rewriter(pm if bottom_up else bpm)
   post = None if bottom_up else _rewriter(pm)
   memo: dict[UOp, UOp] = {}

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from unigrad.dtype import DType
+from unigrad.knobs import VIZ
 from unigrad.uop.ops import Ops
 
 if TYPE_CHECKING:
@@ -347,7 +348,7 @@ class PatternMatcher:
       stats.seconds += time.perf_counter() - t0
       if ret is None: continue
       stats.hits += 1
-      for trace in active_traces: trace.records.append(RewriteRecord(rule.location, u, ret))
+      for trace in active_traces: trace.add(RewriteRecord(rule.location, u, ret))
       return ret
     return None
 
@@ -393,15 +394,61 @@ class RewriteRecord:
 
 
 @dataclass
+class TraceStep:
+  """One graph_rewrite call or pipeline stage inside a trace: the graph it got and gave (None
+  while it runs, or if it raised), the rules that fired in it, its nesting depth."""
+  name: str
+  depth: int
+  before: Any
+  after: Any = None
+  records: list[RewriteRecord] = field(default_factory=list)
+
+
+@dataclass
 class RewriteTrace:
-  """Every rewrite recorded while a `track_rewrites` function ran."""
+  """Every rewrite recorded while a `track_rewrites` function ran, flat (`records`) and by the
+  graph_rewrite call or stage it happened in (`steps`). `kind` and `info` describe what was
+  traced for a viewer (a schedule, a kernel with its source and opts)."""
   name: str
   records: list[RewriteRecord] = field(default_factory=list)
+  steps: list[TraceStep] = field(default_factory=list)
+  kind: str = ""
+  info: dict[str, Any] = field(default_factory=dict)
+  open: list[TraceStep] = field(default_factory=list, repr=False)
+
+  def add(self, rec: RewriteRecord) -> None:
+    self.records.append(rec)
+    if self.open: self.open[-1].records.append(rec)
 
 
 match_stats: dict[str, RuleStats] = {}
 active_traces: list[RewriteTrace] = []
 traces: list[RewriteTrace] = []
+
+
+def begin_step(name: str | None, before: Any) -> None:
+  """A graph_rewrite call or stage starts on `before` (callers check `active_traces` first); an
+  unnamed one takes the name of the step it runs in."""
+  for trace in active_traces:
+    label = name or (trace.open[-1].name if trace.open else "graph_rewrite")
+    step = TraceStep(label, len(trace.open), before)
+    trace.steps.append(step)
+    trace.open.append(step)
+
+
+def end_step(after: Any) -> None:
+  """The innermost step of every active trace gave `after`."""
+  for trace in active_traces:
+    if trace.open: trace.open.pop().after = after
+
+
+def _run_traced(trace: RewriteTrace, fn: Callable, args: Any, kwargs: Any) -> Any:
+  active_traces.append(trace)
+  try: return fn(*args, **kwargs)
+  finally:
+    active_traces.remove(trace)
+    trace.open.clear()
+    traces.append(trace)
 
 
 def track_rewrites(name: str | Callable | None = None) -> Callable:
@@ -412,11 +459,15 @@ def track_rewrites(name: str | Callable | None = None) -> Callable:
   def deco(fn: Callable) -> Callable:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-      trace = RewriteTrace(name if isinstance(name, str) else fn.__name__)
-      active_traces.append(trace)
-      try: return fn(*args, **kwargs)
-      finally:
-        active_traces.remove(trace)
-        traces.append(trace)
+      return _run_traced(RewriteTrace(name if isinstance(name, str) else fn.__name__), fn, args,
+                         kwargs)
     return wrapper
   return deco(name) if callable(name) else deco
+
+
+def traced_call(kind: str, fn: Callable, *args: Any) -> tuple[Any, RewriteTrace | None]:
+  """`fn(*args)` and, when VIZ is on, its trace of `kind` (the viewer's schedules and kernels;
+  the caller names it and adds `info`), else None."""
+  if not VIZ: return fn(*args), None
+  trace = RewriteTrace(kind, kind=kind)
+  return _run_traced(trace, fn, args, {}), trace
