@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
+from unigrad.codegen.coalesce import coalesce
 from unigrad.codegen.expand import expand
 from unigrad.codegen.gpudims import gpudims, launch_dims
 from unigrad.codegen.opt.gpu_heuristic import gpu_optimizations
@@ -161,6 +162,7 @@ CODEGEN_STAGES: tuple[Stage, ...] = (
   Stage("decompose", _decompose),
   Stage("index dtype", lambda ast, ren: lower_index_dtype(graph_rewrite(ast, pm_simplify))),
   Stage("vectorize", lambda ast, ren: vectorize(ast)),
+  Stage("coalesce", coalesce),
   Stage("linearize", lambda ast, ren: linearize(ast), spec_linear),
 )
 
