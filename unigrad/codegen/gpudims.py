@@ -9,7 +9,8 @@ than the target has dimensions (or a dimension above the target's limit) are mer
 index and recovered by division and modulo.
 Invariants: runs only where the renderer `has_local`; a kernel that asks for no optimizations
 (`opts_to_apply == ()`, e.g. a scatter whose iterations write the same element) keeps its loops
-and runs as one work item; a THREAD axis (a CPU opt) raises KernelOptError.
+and runs as one work item; a THREAD axis (a CPU opt), or work groups above the target's
+`local_max` work items, raise KernelOptError.
 `launch_dims(linear)` reads the launch size back off the SPECIALs.
 """
 from __future__ import annotations
@@ -79,6 +80,9 @@ def gpudims(ast: UOp, ren: Renderer) -> UOp:
   # are one hardware warp
   local = sorted((r for r in ranges if _is_parallel(r, stores, (AxisType.LOCAL, AxisType.WARP))),
                  key=lambda r: r.arg.axis_type is AxisType.WARP)
+  if (items := math.prod(_size(r) for r in local)) > ren.local_max:
+    raise KernelOptError(f"a work group of {items} work items is above the target's limit of "
+                         f"{ren.local_max}: use fewer or smaller LOCAL/GROUP axes")
   sub = {**_bind(glob, GLOBAL_PREFIX, ren.global_max),
          **_bind(local, LOCAL_PREFIX, (ren.local_max,) * DIMS)}
   if not sub: return ast

@@ -23,7 +23,7 @@ from unigrad.codegen.isel import (lower_index_dtype, pm_add_loads, pm_divmod_non
 from unigrad.codegen.linearize import linearize
 from unigrad.codegen.local_reduce import local_reduce
 from unigrad.codegen.opt import KernelOptError
-from unigrad.codegen.opt.search import beam_search, kernel_key, scratch_params
+from unigrad.codegen.opt.search import GPUTarget, beam_search, kernel_key, scratch_params
 from unigrad.codegen.simplify import pm_kernel_simplify
 from unigrad.codegen.vectorize import vectorize
 from unigrad.knobs import BEAM, DEBUG, NOOPT, SPEC
@@ -67,7 +67,7 @@ def optimize(ast: UOp, ren: Renderer) -> UOp:
     k = heuristic if BEAM < 1 else beam_search(
       k, heuristic, int(BEAM), make_timer(ast, ren), ren_threads(ren),
       kernel_key(ast, f"{ren.device}:{ren.vector_bytes}x{ren.vector_registers}", int(BEAM)),
-      ren.vector_bytes)
+      ren.vector_bytes, GPUTarget(ren.local_max, ren.tensor_cores) if ren.has_local else None)
   if DEBUG >= 3: print(f"  opts {k.name()}: {list(k.applied)}")
   return finish(k)
 
