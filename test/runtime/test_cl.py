@@ -197,3 +197,19 @@ def test_a_local_size_above_the_device_limit_is_a_clear_error_before_running(no_
   if 64 * 8 <= ren.local_max: pytest.skip("the device takes work groups of 512")
   with pytest.raises(KernelOptError, match="above the target's limit"):
     full_rewrite(kernel.replace(arg=KernelInfo(opts_to_apply=opts)), ren)
+
+
+def test_float16_conversions_use_the_opencl_builtins_and_round_like_numpy():
+  """Casts to and from float16 (vload_half / vstore_half_rte): ties to even, subnormals,
+  overflow to infinity, NaN, signed zeros, bit for bit as numpy."""
+  x = np.array([0.1, -0.0, 65504.0, 65520.0, 1e-7, 6e-8, 2.9802322e-08, 1.00048828125,
+                1.000732421875, -3.1e5, np.inf, -np.inf, np.nan, 5.96e-8], np.float32)
+  t = Tensor(x, device="CL").cast(dtypes.float16)
+  kernel = t.schedule().src[-1].src[0]
+  assert "vstore_half_rte" in Device["CL"].renderer.render("k", full_rewrite(
+    kernel, Device["CL"].renderer))
+  got = t.numpy()
+  want = x.astype(np.float16)
+  assert got.view(np.uint16).tolist() == want.view(np.uint16).tolist()
+  back = Tensor(want, device="CL").cast(dtypes.float32).numpy()
+  np.testing.assert_array_equal(back, want.astype(np.float32))

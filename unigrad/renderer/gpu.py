@@ -17,11 +17,12 @@ axes become unrolled scalar code; memory moves up to 4 elements at once (`access
 codegen/coalesce.py): `float4` loads and stores (OpenCL `vload4`/`vstore4`, which need only
 element alignment; CUDA `*(float4*)`, which needs a 16-byte aligned address, so the CUDA renderer
 declares `access_aligned`), read lane by lane (`v.s0` / `v.x`).
-Half types: OpenCL without `cl_khr_fp16` (PoCL) keeps float16/bfloat16 as 16-bit integers
-converted in software (the C renderer's emulation); CUDA stores them as `half` and
-`__nv_bfloat16` (cuda_fp16.h, cuda_bf16.h) and converts with the hardware's instructions, computing
-in float with each op rounded back to 16 bits (as every other device does); tensor cores read the
-16-bit values directly (WMMA, below).
+Half types: OpenCL keeps float16/bfloat16 as 16-bit integers in memory and float in registers
+(arithmetic on `half` needs `cl_khr_fp16`, which PoCL does not report); float16 converts with the
+core builtins vload_half/vstore_half_rte, bfloat16 in software (the C renderer's emulation).
+CUDA stores them as `half` and `__nv_bfloat16` (cuda_fp16.h, cuda_bf16.h) and converts with the
+hardware's instructions, computing in float with each op rounded back to 16 bits (as every other
+device does); tensor cores read the 16-bit values directly (WMMA, below).
 """
 from __future__ import annotations
 
@@ -50,6 +51,12 @@ BITCAST_OPENCL = {dtypes.float32: "float", dtypes.float64: "double", dtypes.int3
 BITS = {dtypes.float64: dtypes.uint64, dtypes.float32: dtypes.uint32}
 
 UNSIGNED = {1: "uchar", 2: "ushort", 4: "uint", 8: "ulong"}
+OPENCL_HALF = """\
+static inline float __h2f(ushort h) { return vload_half(0, (const half*)&h); }
+static inline ushort __f2h(float f) {
+  ushort h; vstore_half_rte(f, 0, (half*)&h);
+  return (h & 0x7fff) > 0x7c00 ? (ushort)((h & 0x8000) | 0x7e00) : h; }
+"""  # NaNs as the canonical quiet NaN (as every other device writes them)
 VECTOR_NAMES = {dtypes.float32: "float", dtypes.int32: "int", dtypes.uint32: "uint"}
 CUDA_STORAGE = {**STORAGE, dtypes.float16: "half", dtypes.bfloat16: "__nv_bfloat16"}
 CUDA_INCLUDES = "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n"
@@ -206,6 +213,14 @@ class OpenCLRenderer(GPURenderer):
     object.__setattr__(self, "access_lanes", (4, 2))
 
   def preamble(self) -> str: return "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
+
+  def prelude(self) -> str:
+    """float16 converts with OpenCL's vload_half / vstore_half_rte (core OpenCL 1.2, no
+    cl_khr_fp16 needed: the device's own conversions), bfloat16 in software."""
+    prelude = super().prelude()
+    start = prelude.index("static inline float __h2f(")
+    end = prelude.index("static inline float __bf2f(")
+    return prelude[:start] + OPENCL_HALF + prelude[end:]
 
   def lane(self, v: str, i: int) -> str: return f"{v}.s{i:x}"
 

@@ -121,7 +121,8 @@ class OptKernel:
     """TC(reduce axis, TensorCore): the matmul on tensor cores (codegen/opt/tc.py)."""
     if self.applied: raise KernelOptError("TC must be the first opt")
     if not isinstance(opt.arg, TensorCore):
-      raise KernelOptError(f"TC takes a TensorCore of the target's renderer, got {opt.arg!r}")
+      raise KernelOptError(f"TC takes one of the target's tensor cores (a TensorCore of its "
+                           f"renderer), got {opt.arg!r}")
     r = self._axis(opt.axis)
     if r.arg.axis_type is not AxisType.REDUCE:
       raise KernelOptError(f"TC applies to a REDUCE axis, not {r.arg.axis_type.name}")
