@@ -25,7 +25,7 @@ def _lowered_ops(t, dev):
 
 
 def test_a_shared_memory_reduction_runs_in_lockstep(emu):
-  a = np.random.default_rng(0).standard_normal((2, 512)).astype(np.float32)
+  a = np.random.default_rng(0).standard_normal((2, 64)).astype(np.float32)
   t = Tensor(a, device=emu).sum(1)
   assert {Ops.BARRIER, Ops.SPECIAL} <= _lowered_ops(t, emu)  # GROUP_REDUCE through LOCAL memory
   np.testing.assert_allclose(t.numpy(), a.sum(1), rtol=1e-4, atol=1e-4)
