@@ -4,7 +4,9 @@ a training step, random numbers, indexing, tensor-core matmuls in fp16 and bf16,
 natively stored halves) in the CUDA dialect and compile them to PTX and SASS for sm_90
 (`nvcc -cubin`, or NVRTC), all in one compiler call; they run wherever a CUDA compiler is found.
 On a GPU the differential tests run against numpy."""
+import pathlib
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -143,3 +145,20 @@ def test_gpu_matmul_softmax_and_reductions(shape):
   np.testing.assert_allclose(t.sum(1).numpy(), a.sum(1), rtol=1e-5, atol=1e-5)
   e = np.exp(a - a.max(-1, keepdims=True))
   np.testing.assert_allclose(t.softmax(-1).numpy(), e / e.sum(-1, keepdims=True), rtol=1e-5)
+
+
+def test_only_kernels_with_16_bit_floats_include_the_cuda_headers():
+  """cuda_fp16.h / cuda_bf16.h are needed (and looked up on NVRTC's include path) only where a
+  kernel stores half or bfloat16: other kernels compile with no header at all."""
+  ren = CUDARenderer()
+  def src(t): return ren.render("k", full_rewrite(t.schedule().src[-1].src[0], ren))
+  x = Tensor.empty(8, 8, device="NULL")
+  assert "#include" not in src(x * 2)
+  assert "#include <cuda_fp16.h>" in src(x.cast(dtypes.half) * 2)
+  assert "__float2bfloat16_rn" in src(x.cast(dtypes.bfloat16) * 2)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no CUDA toolkit")
+def test_nvrtc_include_path_has_the_16_bit_headers():
+  dirs = ops_cuda.cuda_include_dirs()
+  assert dirs and all(pathlib.Path(d, "cuda_fp16.h").is_file() for d in dirs)

@@ -111,11 +111,12 @@ class GPURenderer(CRenderer):
     for u in linear.src: self._node(st, u, uses)
     helpers = "\n".join(h.replace("static inline", self.fn_qualifier) for h in st.helpers.values())
     src = self.kernel(name, [self._param_decl(p, st) for p in params], st.lines, params, st)
-    return translate_types(f"{self.preamble()}{self.prelude()}{helpers}\n{src}", self.type_table)
+    head = f"{self.preamble(linear)}{self.prelude(linear)}"
+    return translate_types(f"{head}{helpers}\n{src}", self.type_table)
 
-  def preamble(self) -> str: return ""
+  def preamble(self, linear: UOp) -> str: return ""
 
-  def prelude(self) -> str:
+  def prelude(self, linear: UOp) -> str:
     """The C renderer's helpers (software float16/bfloat16 conversions) in this dialect."""
     prelude = PRELUDE.replace("#include <stdint.h>", "typedef unsigned int uint32_t;")
     return prelude.replace("static inline", self.fn_qualifier)
@@ -212,12 +213,12 @@ class OpenCLRenderer(GPURenderer):
     super().__init__(device, global_max, local_max, shared_bytes)
     object.__setattr__(self, "access_lanes", (4, 2))
 
-  def preamble(self) -> str: return "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
+  def preamble(self, linear: UOp) -> str: return "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
 
-  def prelude(self) -> str:
+  def prelude(self, linear: UOp) -> str:
     """float16 converts with OpenCL's vload_half / vstore_half_rte (core OpenCL 1.2, no
     cl_khr_fp16 needed: the device's own conversions), bfloat16 in software."""
-    prelude = super().prelude()
+    prelude = super().prelude(linear)
     start = prelude.index("static inline float __h2f(")
     end = prelude.index("static inline float __bf2f(")
     return prelude[:start] + OPENCL_HALF + prelude[end:]
@@ -253,6 +254,10 @@ class OpenCLRenderer(GPURenderer):
     if src.itemsize != dst.itemsize:  # the low bytes, as the C renderer's memcpy takes them
       sv = f"(({UNSIGNED[dst.itemsize]})as_{UNSIGNED[src.itemsize]}({sv}))"
     return self._from_storage(dst, f"as_{BITCAST_OPENCL[dst]}({sv})")
+
+
+def _uses_16_bit_floats(linear: UOp) -> bool:
+  return any(u.dtype.scalar() in HALF_LIKE for u in linear.src)
 
 
 PTX_TYPES = {dtypes.float16: "f16", dtypes.bfloat16: "bf16"}
@@ -300,12 +305,16 @@ class CUDARenderer(GPURenderer):
     object.__setattr__(self, "access_aligned", True)
     object.__setattr__(self, "tensor_cores", MMA_M16N8K16)
 
-  def preamble(self) -> str:
-    return (CUDA_INCLUDES
+  def preamble(self, linear: UOp) -> str:
+    includes = CUDA_INCLUDES if _uses_16_bit_floats(linear) else ""
+    return (includes
             + "template <class T, class S> __device__ static inline T __bitcast(S s) {\n"
             "  T d; memcpy(&d, &s, sizeof(d)); return d; }\n")
 
-  def prelude(self) -> str: return CUDA_PRELUDE
+  def prelude(self, linear: UOp) -> str:
+    """Kernels with 16-bit floats convert with cuda_fp16.h / cuda_bf16.h (NVRTC finds them on
+    the include path runtime/ops_cuda.py gives it); others need no header."""
+    return CUDA_PRELUDE if _uses_16_bit_floats(linear) else super().prelude(linear)
 
   def _wmma(self, st: _State, u: UOp) -> None:
     """One `mma.sync` per warp: the 16-bit fragments packed two to a 32-bit register (the lower
