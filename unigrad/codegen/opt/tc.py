@@ -71,6 +71,8 @@ def matmul_parts(ast: UOp, k: UOp, tc: TensorCore) -> MatmulParts:
   if len(reds) != 1 or reds[0].src[1:] != (k,):
     raise TensorCoreError("TC needs one REDUCE over the given axis alone")
   red = reds[0]
+  if not all(red in s.toposort() for s in ast.src):
+    raise TensorCoreError("TC needs every store of the kernel to store the matmul's result")
   if k.src[0].op is not Ops.CONST or k.src[0].arg % tc.k:
     raise TensorCoreError(f"the reduce axis must be a multiple of {tc.k}")
   if any(r.arg.axis_type not in (AxisType.LOOP, AxisType.GLOBAL) for r in red.ranges):
