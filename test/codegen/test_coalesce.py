@@ -1,5 +1,8 @@
 """coalesce: neighbouring scalar accesses of UPCAST lanes become vector accesses on GPU targets
 (float4 in OpenCL C and CUDA C); CUDA's only where the address is provably 16-byte aligned."""
+import shutil
+import subprocess
+
 import numpy as np
 import pytest
 
@@ -80,3 +83,15 @@ def test_vector_accesses_on_cl_match_numpy(npdt):
   # the heuristic upcast by 4: the two reads share elements (5 per row part): one vload4
   assert vector_accesses(linear) == ([4], [4])
   np.testing.assert_array_equal(out.numpy(), a[:, 1:129] * 3 + a[:, 2:130])
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc")
+def test_cuda_float4_accesses_are_128_bit_loads_and_stores_in_ptx(tmp_path):
+  """The vector access compiles to ld/st .v4.f32 (the buffer-address check keeps a lane-by-lane
+  path for views at odd offsets)."""
+  src = CUDA.render("k", lower(Tensor.empty(64, 64, device="NULL") * 2, CUDA, [Opt.upcast(1, 4)]))
+  (tmp_path / "k.cu").write_text(src)
+  ptx = subprocess.run(["nvcc", "-arch=sm_90", "-ptx", "-o", "-", str(tmp_path / "k.cu")],
+                       capture_output=True, text=True, timeout=300)
+  assert ptx.returncode == 0, ptx.stderr
+  assert ".v4.f32" in ptx.stdout and "ld.global" in ptx.stdout and "st.global.v4" in ptx.stdout

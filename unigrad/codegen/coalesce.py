@@ -12,8 +12,9 @@ Produces: the same kernel where, for k in the renderer's `access_lanes` (widest 
     loop) are one STORE of STACK(v0, ..., vk-1).
 Only 4-byte element types are grouped (the C dialects' vector types). With `access_aligned`
 (CUDA: a `float4` access needs a 16-byte address) a group is formed only where `base + c` is
-provably a multiple of k: c and every coefficient of the base are; buffers start aligned (device
-allocations and the memory planner's offsets, schedule/memory.ALIGN, are multiples of 16 bytes).
+provably a multiple of k: c and every coefficient of the base are. Buffers normally start aligned
+(device allocations and the memory planner's offsets, schedule/memory.ALIGN, are multiples of 16
+bytes); the CUDA renderer still checks a buffer's address, for views at odd offsets.
 Invariants: every element is read and written exactly as before; the order of a buffer's
 accesses within one work item is unchanged where it matters (stores depend on their values).
 """

@@ -16,7 +16,8 @@ Values are scalars: these renderers declare no vector registers (`vector_bytes=0
 axes become unrolled scalar code; memory moves up to 4 elements at once (`access_lanes`,
 codegen/coalesce.py): `float4` loads and stores (OpenCL `vload4`/`vstore4`, which need only
 element alignment; CUDA `*(float4*)`, which needs a 16-byte aligned address, so the CUDA renderer
-declares `access_aligned`), read lane by lane (`v.s0` / `v.x`).
+declares `access_aligned` and checks the buffer's address, uniform over the threads), read lane
+by lane (`v.s0` / `v.x`).
 Half types: OpenCL keeps float16/bfloat16 as 16-bit integers in memory and float in registers
 (arithmetic on `half` needs `cl_khr_fp16`, which PoCL does not report); float16 converts with the
 core builtins vload_half/vstore_half_rte, bfloat16 in software (the C renderer's emulation).
@@ -145,7 +146,9 @@ class GPURenderer(CRenderer):
       st.names[u] = self.lane(st.names[u.src[0]], u.arg[0])
     elif u.op is Ops.LOAD and u.dtype.count > 1: self._vector_load(st, u)
     elif u.op is Ops.STORE and u.src[1].dtype.count > 1:
-      st.emit(self.vector_store(u.src[1].dtype, st.names[u.src[0]], st.names[u.src[1]]))
+      ix = u.src[0]
+      st.emit(self.vector_store(u.src[1].dtype, st.names[ix], st.names[u.src[1]],
+                                st.names[ix.src[0]]))
     elif u.op is Ops.STACK and u.src[0].dtype in HALF_LIKE:
       st.names[u] = ""  # a WMMA operand: its WMMA packs the lanes into registers
     elif u.op is Ops.STACK and u.src[0].dtype in VECTOR_NAMES:
@@ -163,12 +166,16 @@ class GPURenderer(CRenderer):
 
   def vector_literal(self, dt: DType, lanes: list[str]) -> str: raise NotImplementedError
 
-  def vector_load(self, dt: DType, ptr: str) -> str: raise NotImplementedError
+  def vector_load(self, dt: DType, ptr: str, base: str) -> str:
+    """A vector read at `ptr` (an element of buffer `base`)."""
+    raise NotImplementedError
 
-  def vector_store(self, dt: DType, ptr: str, val: str) -> str: raise NotImplementedError
+  def vector_store(self, dt: DType, ptr: str, val: str, base: str) -> str:
+    raise NotImplementedError
 
   def _vector_load(self, st: _State, u: UOp) -> None:
-    name, load = st.fresh("val"), self.vector_load(u.dtype, st.names[u.src[0]])
+    ix = u.src[0]
+    name, load = st.fresh("val"), self.vector_load(u.dtype, st.names[ix], st.names[ix.src[0]])
     st.emit(f"{self.vector_type(u.dtype)} {name} = {load};")
     st.names[u] = name
 
@@ -228,9 +235,9 @@ class OpenCLRenderer(GPURenderer):
   def vector_literal(self, dt: DType, lanes: list[str]) -> str:
     return f"(({self.vector_type(dt)})({', '.join(lanes)}))"
 
-  def vector_load(self, dt: DType, ptr: str) -> str: return f"vload{dt.count}(0, {ptr})"
+  def vector_load(self, dt: DType, ptr: str, base: str) -> str: return f"vload{dt.count}(0, {ptr})"
 
-  def vector_store(self, dt: DType, ptr: str, val: str) -> str:
+  def vector_store(self, dt: DType, ptr: str, val: str, base: str) -> str:
     return f"vstore{dt.count}({val}, 0, {ptr});"
 
   def kernel(self, name: str, args: list[str], lines: list[str], params: list[UOp],
@@ -334,10 +341,21 @@ class CUDARenderer(GPURenderer):
   def vector_literal(self, dt: DType, lanes: list[str]) -> str:
     return f"make_{self.vector_type(dt)}({', '.join(lanes)})"
 
-  def vector_load(self, dt: DType, ptr: str) -> str: return f"*(({self.vector_type(dt)}*){ptr})"
+  # the index is a multiple of the lanes (codegen/coalesce.py, access_aligned); the buffer's own
+  # address is checked too (the same for every thread: no divergence), so a user's Buffer.view at
+  # an odd element offset reads lane by lane instead of faulting
+  def _is_aligned(self, dt: DType, base: str) -> str:
+    return f"(((unsigned long long){base} & {dt.itemsize - 1}) == 0)"
 
-  def vector_store(self, dt: DType, ptr: str, val: str) -> str:
-    return f"*(({self.vector_type(dt)}*){ptr}) = {val};"
+  def vector_load(self, dt: DType, ptr: str, base: str) -> str:
+    lanes = [f"{ptr}[{i}]" for i in range(dt.count)]
+    return (f"({self._is_aligned(dt, base)} ? *(({self.vector_type(dt)}*){ptr}) : "
+            f"{self.vector_literal(dt, lanes)})")
+
+  def vector_store(self, dt: DType, ptr: str, val: str, base: str) -> str:
+    lanes = " ".join(f"{ptr}[{i}] = {self.lane(val, i)};" for i in range(dt.count))
+    return (f"if {self._is_aligned(dt, base)} *(({self.vector_type(dt)}*){ptr}) = {val}; "
+            f"else {{ {lanes} }}")
 
   def kernel(self, name: str, args: list[str], lines: list[str], params: list[UOp],
              st: _State) -> str:
