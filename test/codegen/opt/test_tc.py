@@ -56,8 +56,9 @@ def _rand(shape, dt, seed):
 
 
 def _uses_wmma(out, dev):
+  """How many WMMA instructions the kernel of `out` runs per warp step (0: no tensor cores)."""
   kernel = out.schedule().src[-1].src[0]
-  return any(u.op is Ops.WMMA for u in full_rewrite(kernel, Device[dev].renderer).src)
+  return sum(u.op is Ops.WMMA for u in full_rewrite(kernel, Device[dev].renderer).src)
 
 
 def _reference(a, b, dt):
@@ -67,14 +68,14 @@ def _reference(a, b, dt):
 
 
 @pytest.mark.parametrize("dt", [dtypes.float16, dtypes.bfloat16])
-@pytest.mark.parametrize("shape", [(32, 48, 16), (16, 16, 8)])
+@pytest.mark.parametrize("shape", [(32, 48, 16), (16, 16, 8), (32, 16, 64)])
 def test_tc_matmul_on_the_warp_emulator_matches_numpy(emu, dt, shape):
   m, k, n = shape
   a, b = _rand((m, k), dtypes.float16, 1), _rand((k, n), dtypes.float16, 2)
   ta = Tensor(a.astype(np.float32), device=emu).cast(dt)
   tb = Tensor(b.astype(np.float32), device=emu).cast(dt)
   out = ta @ tb
-  assert _uses_wmma(out, emu)  # the heuristic chose TC
+  assert _uses_wmma(out, emu) == min(4, n // 8)  # TC, tiles per warp along n (fragment reuse)
   got = out.float().numpy()
   ra = Tensor(a.astype(np.float32), device="CPU").cast(dt).float().numpy()
   rb = Tensor(b.astype(np.float32), device="CPU").cast(dt).float().numpy()
@@ -139,6 +140,7 @@ def test_the_cuda_heuristic_applies_tc_to_half_matmuls_only():
   ren = CUDARenderer()
   half = gpu_optimizations(OptKernel(_matmul_kernel(64, 64, 64)), ren)
   assert half.applied[0].op is OptOps.TC
+  assert AxisType.UPCAST in half.axis_types()  # several tiles per warp share fragments
   single = gpu_optimizations(OptKernel(_matmul_kernel(64, 64, 64, dtypes.float32)), ren)
   assert all(o.op is not OptOps.TC for o in single.applied)
   cl = gpu_optimizations(OptKernel(_matmul_kernel(64, 64, 64)), OpenCLRenderer())

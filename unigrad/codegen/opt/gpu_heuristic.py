@@ -11,8 +11,9 @@
   divides and enough work items remain (`MIN_VECTOR_ITEMS`): codegen/coalesce.py turns the lanes'
   loads and stores into `float4` accesses.
 - Tensor cores: on a target that declares them (CUDA's mma.sync), a matmul of 16-bit inputs with
-  float32 accumulation whose sizes divide the tile takes the TC opt (codegen/opt/tc.py) first;
-  its warps are then grouped into work groups like any other work items.
+  float32 accumulation whose sizes divide the tile takes the TC opt (codegen/opt/tc.py) first,
+  then up to TILE tiles per warp along the innermost output axis (fragment reuse); its warps are
+  grouped into work groups like any other work items.
 - Work groups: output axes are split into LOCAL axes (work items of one group), innermost first so
   that neighbouring work items touch neighbouring addresses (coalesced), up to `GROUP_ITEMS` items
   (and the target's limit): the innermost axis takes up to `INNER_ITEMS`, each outer one up to
@@ -126,10 +127,20 @@ def tensor_core_options(k: OptKernel, ren: Renderer) -> list[OptKernel]:
   return out
 
 
+def tile_tensor_cores(k: OptKernel) -> OptKernel:
+  """Each warp computes up to TILE tensor-core tiles along the innermost output axis: the other
+  operand's fragments are loaded once for all of them."""
+  loops = [i for i, t in enumerate(k.axis_types()) if t in (AxisType.LOOP, AxisType.GLOBAL)]
+  if not loops: return k
+  i = loops[-1]
+  n = _largest_divisor(k.sizes[i], TILE)
+  return _try(k, Opt.upcast(i, n)) if n > 1 else k
+
+
 def gpu_optimizations(k: OptKernel, ren: Renderer) -> OptKernel:
   """The heuristics' choice of opts for `k` on a GPU target `ren`."""
   if not k.applied and (tcs := tensor_core_options(k, ren)):
-    return add_locals(tcs[0], ren.local_max)
+    return add_locals(tile_tensor_cores(tcs[0]), ren.local_max)
   tiled = register_tile(k)
   if tiled is k: tiled = group_reduce(k, ren.local_max)
   if tiled is k: tiled = upcast_vector(k, ren)
