@@ -146,8 +146,8 @@ class _Group:
     self.n = len(self.items)
     self.env: dict[UOp, list[Any]] = {}
 
-  def _uniform(self, u: UOp, what: str) -> Any:
-    vals = set(self.env[u])
+  def _uniform(self, u: UOp, active: list[bool], what: str) -> Any:
+    vals = {v for v, on in zip(self.env[u], active) if on}
     if len(vals) != 1: raise RuntimeError(f"PYTHON device: {what} differs between work items")
     return vals.pop()
 
@@ -174,13 +174,13 @@ class _Group:
       if op in (Ops.PARAM, Ops.BUFFER): env[u] = self._alloc(u)
       elif op is Ops.RANGE:
         env[u] = [0] * self.n
-        if self._uniform(u.src[0], "a loop bound") <= 0:
+        if self._uniform(u.src[0], active, "a loop bound") <= 0:
           pc = jumps[pc] + 1
           continue
       elif op is Ops.END:
         r = u.src[1]
         env[r] = [env[r][0] + 1] * self.n
-        if env[r][0] < env[r.src[0]][0]:
+        if env[r][0] < self._uniform(r.src[0], active, "a loop bound"):
           pc = jumps[pc] + 1
           continue
       elif op is Ops.IF:
