@@ -106,6 +106,8 @@ CUDA_COMPILE_ONLY = knob("CUDA_COMPILE_ONLY", bool, False, "open CUDA without a 
                          "is rendered and compiled (NVRTC or nvcc, sm_90 PTX and SASS), none runs")
 CUDA_ARCH = knob("CUDA_ARCH", str, "", "GPU architecture CUDA compiles for (e.g. sm_90); empty "
                  "asks the GPU, or sm_90 in compile-only mode")
+EMULATE = knob("EMULATE", str, "", "CUDA or CL: the PYTHON device lowers kernels like that GPU "
+               "target (work groups, LOCAL memory, tensor cores) and runs them in lockstep")
 XDG_CACHE_HOME = knob("XDG_CACHE_HOME", str, "", "standard cache directory root")
 HOME = knob("HOME", str, "", "the user's home directory (for the cache)")
 

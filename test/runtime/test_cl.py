@@ -6,11 +6,16 @@ import numpy as np
 import pytest
 import torch
 
-from unigrad import Tensor
+from unigrad import Context, Tensor
+from unigrad.codegen.opt import KernelOptError, Opt
+from unigrad.codegen.opt.kernel import OptKernel
+from unigrad.codegen.opt.search import GPUTarget, extend, work_items
+from unigrad.codegen.pipeline import CODEGEN_STAGES, full_rewrite
 from unigrad.engine.realize import get_runner
 from unigrad.runtime import ops_cl
 from unigrad.runtime.device import Buffer, CompileError, Device
 from unigrad.dtype import dtypes
+from unigrad.uop import AxisType, KernelInfo
 
 if not Device.device_class("CL").is_available():
   pytest.skip("no OpenCL platform", allow_module_level=True)
@@ -142,3 +147,69 @@ def test_a_tuple_of_cpu_and_cl_shards_and_gathers():
   assert r.device == ("CPU", "CL")
   np.testing.assert_allclose(r.numpy(), (a * 2).sum(1))
   np.testing.assert_allclose(((t + 1) @ Tensor(a).to(("CPU", "CL"))).numpy(), (a + 1) @ a)
+
+
+@pytest.mark.parametrize("dt, npdt", [(dtypes.float16, np.float16), (dtypes.bfloat16, None)])
+def test_half_tensors_run_end_to_end_against_numpy(dt, npdt):
+  """16-bit tensors through elementwise ops, reductions, a matmul and softmax on CL (PoCL reports
+  no cl_khr_fp16: stored as 16 bits, computed in float, each op rounded to 16 bits)."""
+  a, b = rand(16, 32, seed=1), rand(32, 8, seed=2)
+  ta, tb = Tensor(a, device="CL").cast(dt), Tensor(b, device="CL").cast(dt)
+  ra = ta.float().numpy()  # the inputs as rounded to dt
+  rb = tb.float().numpy()
+  if npdt is not None:  # numpy's float16 rounds the same way
+    np.testing.assert_array_equal(ra, a.astype(np.float16).astype(np.float32))
+  tol = {"rtol": 2e-2, "atol": 2e-2} if dt == dtypes.bfloat16 else {"rtol": 2e-3, "atol": 2e-3}
+  np.testing.assert_allclose((ta @ tb).float().numpy(), ra @ rb, **tol)
+  np.testing.assert_allclose(ta.sum(1).float().numpy(), ra.sum(1), **tol)
+  np.testing.assert_allclose((ta * 2 - 1).exp().float().numpy(), np.exp(ra * 2 - 1), **tol)
+  e = np.exp(ra - ra.max(-1, keepdims=True))
+  np.testing.assert_allclose(ta.softmax(-1).float().numpy(), e / e.sum(-1, keepdims=True), **tol)
+  assert ta.softmax(-1).dtype == dt and (ta @ tb).dtype == dt
+
+
+def test_beam_search_on_cl_picks_launch_shapes_that_compute_the_same():
+  """BEAM=2 on a small reduction: candidates include LOCAL and GROUP launch shapes, every one
+  within the device's work-group limit; the chosen kernel matches numpy."""
+  a = rand(64, 256, seed=3)
+  with Context(BEAM=2, BEAM_BUDGET=6, CACHELEVEL=0):
+    t = Tensor(a, device="CL").sum(1)
+    kernel = t.schedule().src[-1].src[0]
+    got = t.numpy()
+  np.testing.assert_allclose(got, a.sum(1), rtol=1e-5, atol=1e-5)
+  ren = Device["CL"].renderer
+  k = OptKernel(CODEGEN_STAGES[0].run(kernel, ren))
+  gpu = GPUTarget(ren.local_max, ren.tensor_cores)
+  cands = extend(k, 1, 0, 1, gpu)
+  assert any(AxisType.LOCAL in c.axis_types() for c in cands)
+  assert any(AxisType.GROUP_REDUCE in c.axis_types() for c in cands)
+  assert all(work_items(c) <= ren.local_max for c in cands)
+  small = extend(k, 1, 0, 1, GPUTarget(8))
+  assert small and all(work_items(c) <= 8 for c in small)
+  assert len(small) < len(cands)  # the limit prunes wider work groups
+
+
+def test_a_local_size_above_the_device_limit_is_a_clear_error_before_running(no_kernels):
+  t = Tensor(rand(8, 64), device="CL").exp()
+  kernel = t.schedule().src[-1].src[0]
+  ren = Device["CL"].renderer
+  opts = (Opt.local(1, 64), Opt.local(0, 8))
+  if 64 * 8 <= ren.local_max: pytest.skip("the device takes work groups of 512")
+  with pytest.raises(KernelOptError, match="above the target's limit"):
+    full_rewrite(kernel.replace(arg=KernelInfo(opts_to_apply=opts)), ren)
+
+
+def test_float16_conversions_use_the_opencl_builtins_and_round_like_numpy():
+  """Casts to and from float16 (vload_half / vstore_half_rte): ties to even, subnormals,
+  overflow to infinity, NaN, signed zeros, bit for bit as numpy."""
+  x = np.array([0.1, -0.0, 65504.0, 65520.0, 1e-7, 6e-8, 2.9802322e-08, 1.00048828125,
+                1.000732421875, -3.1e5, np.inf, -np.inf, np.nan, 5.96e-8], np.float32)
+  t = Tensor(x, device="CL").cast(dtypes.float16)
+  kernel = t.schedule().src[-1].src[0]
+  assert "vstore_half_rte" in Device["CL"].renderer.render("k", full_rewrite(
+    kernel, Device["CL"].renderer))
+  got = t.numpy()
+  with np.errstate(over="ignore"): want = x.astype(np.float16)
+  assert got.view(np.uint16).tolist() == want.view(np.uint16).tolist()
+  back = Tensor(want, device="CL").cast(dtypes.float32).numpy()
+  np.testing.assert_array_equal(back, want.astype(np.float32))

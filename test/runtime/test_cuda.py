@@ -1,9 +1,12 @@
 """The CUDA device. Without a GPU: opening it is a clear error, and the compile-only checks render
 a broad set of kernels (every dtype through every kind of op, reductions, matmul, conv, softmax,
-a training step, random numbers, indexing) in the CUDA dialect and compile them to PTX and SASS
-for sm_90 (`nvcc -cubin`, or NVRTC), all in one compiler call; they run wherever a CUDA compiler
-is found. On a GPU the differential tests run against numpy."""
+a training step, random numbers, indexing, tensor-core matmuls in fp16 and bf16, float4 accesses,
+natively stored halves) in the CUDA dialect and compile them to PTX and SASS for sm_90
+(`nvcc -cubin`, or NVRTC), all in one compiler call; they run wherever a CUDA compiler is found.
+On a GPU the differential tests run against numpy."""
+import pathlib
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -44,9 +47,14 @@ def _models():
   loss.backward()
   m = Tensor(np.ones((33, 17), np.float32), device="NULL")
   idx = Tensor([[0, 2], [1, 1]], device="NULL")
+  h, bh = (Tensor.empty(2, 64, 64, dtype=d, device="NULL") for d in (dtypes.half, dtypes.bfloat16))
+  big = Tensor.empty(256, 256, device="NULL")
   return [loss, w.grad, m @ m.T, m.cumsum(1), m.argmax(1), m.float().bitcast(dtypes.int32),
           m[idx], m.pad(((1, 2), (0, 3))), Tensor.rand(7, 5, device="NULL"),
-          m.cast(dtypes.float16).sum(0), m.cast(dtypes.bfloat16) @ m.cast(dtypes.bfloat16).T]
+          m.cast(dtypes.float16).sum(0), m.cast(dtypes.bfloat16) @ m.cast(dtypes.bfloat16).T,
+          h @ h, bh @ bh.transpose(1, 2), (h @ h).relu().sum(2),  # tensor cores (TC opt)
+          big * 2 + 1, big.T + big, big.sum(0), big @ big,  # float4 accesses, reductions, matmul
+          h.exp() * h, bh.softmax(-1), h.max(1)]  # half and bfloat16 natively stored
 
 
 def _kernels():
@@ -64,13 +72,17 @@ def _kernels():
 
 
 def _one_unit(srcs):
-  """Every kernel in one translation unit: each in its own namespace, its name made unique."""
-  parts = []
+  """Every kernel in one translation unit: each in its own namespace, its name made unique (the
+  #include lines go first, outside the namespaces)."""
+  parts, includes = [], {}
   for src, tag in srcs.items():
     src = re.sub(r'extern "C" __global__ void (\w+)\(', rf'extern "C" __global__ void \1_{tag}(',
                  src)
-    parts.append(f"namespace {tag} {{\n{src}\n}}")
-  return "\n".join(parts)
+    lines = src.splitlines()
+    includes.update(dict.fromkeys(x for x in lines if x.startswith("#include")))
+    body = "\n".join(x for x in lines if not x.startswith("#include"))
+    parts.append(f"namespace {tag} {{\n{body}\n}}")
+  return "\n".join([*includes, *parts])
 
 
 @pytest.mark.skipif(not HAS_COMPILER, reason="no CUDA compiler (nvcc or NVRTC)")
@@ -79,6 +91,10 @@ def test_every_kernel_compiles_to_ptx_and_sass_for_sm90():
   assert len(srcs) > 100
   assert sum("__syncthreads();" in s and "__shared__" in s for s in srcs) >= 2  # GROUP_REDUCE
   assert sum("threadIdx.x" in s for s in srcs) > len(srcs) // 2  # work groups of several threads
+  assert sum("mma.sync.aligned.m16n8k16" in s for s in srcs) >= 3  # fp16 and bf16 tensor cores
+  assert sum("*((float4*)" in s for s in srcs) >= 2  # vector loads and stores
+  assert any("half* __restrict__" in s for s in srcs)  # native 16-bit storage types
+  assert any("__nv_bfloat16* __restrict__" in s for s in srcs)
   compiler = ops_cuda.CUDACompiler("sm_90")
   try: assert compiler.compile(_one_unit(srcs))
   except CompileError:  # name the kernels that fail, one compile each
@@ -102,6 +118,19 @@ def test_compile_only_device_compiles_what_it_launches():
       dev.compiler.compile("__global__ void k() { nope; }")
 
 
+@pytest.mark.skipif(not HAS_COMPILER, reason="no CUDA compiler (nvcc or NVRTC)")
+def test_compile_only_runs_programs_through_the_whole_pipeline():
+  """CUDA_COMPILE_ONLY: a half matmul (tensor cores) and its epilogue schedule, render and
+  compile on a CUDA device that launches nothing."""
+  with Context(CUDA_COMPILE_ONLY=1):
+    a = Tensor.empty(64, 64, dtype=dtypes.half, device="CUDA:7")
+    out = (a @ a).float().relu()
+    kernels = [c.src[0] for c in out.schedule().src if c.src[0].op is Ops.SINK]
+    ren = Device["CUDA:7"].renderer
+    assert any(u.op is Ops.WMMA for k in kernels for u in full_rewrite(k, ren).src)
+    out.realize()
+
+
 @pytest.mark.skipif(HAS_GPU, reason="a GPU is present")
 def test_opening_cuda_without_a_gpu_is_a_clear_error():
   with pytest.raises(RuntimeError, match="CUDA"): Device["CUDA:5"]
@@ -116,3 +145,20 @@ def test_gpu_matmul_softmax_and_reductions(shape):
   np.testing.assert_allclose(t.sum(1).numpy(), a.sum(1), rtol=1e-5, atol=1e-5)
   e = np.exp(a - a.max(-1, keepdims=True))
   np.testing.assert_allclose(t.softmax(-1).numpy(), e / e.sum(-1, keepdims=True), rtol=1e-5)
+
+
+def test_only_kernels_with_16_bit_floats_include_the_cuda_headers():
+  """cuda_fp16.h / cuda_bf16.h are needed (and looked up on NVRTC's include path) only where a
+  kernel stores half or bfloat16: other kernels compile with no header at all."""
+  ren = CUDARenderer()
+  def src(t): return ren.render("k", full_rewrite(t.schedule().src[-1].src[0], ren))
+  x = Tensor.empty(8, 8, device="NULL")
+  assert "#include" not in src(x * 2)
+  assert "#include <cuda_fp16.h>" in src(x.cast(dtypes.half) * 2)
+  assert "__float2bfloat16_rn" in src(x.cast(dtypes.bfloat16) * 2)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no CUDA toolkit")
+def test_nvrtc_include_path_has_the_16_bit_headers():
+  dirs = ops_cuda.cuda_include_dirs()
+  assert dirs and all(pathlib.Path(d, "cuda_fp16.h").is_file() for d in dirs)

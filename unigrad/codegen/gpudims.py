@@ -4,11 +4,13 @@ Consumes: an expanded kernel (no REDUCE left; LOOP/GLOBAL, LOCAL and REDUCE loop
 Produces: the same kernel where each LOOP/GLOBAL axis with a constant bound that encloses every
 STORE is `SPECIAL("gidx<d>")` (the work group index in launch dimension d) and each LOCAL axis is
 `SPECIAL("lidx<d>")` (the work item index in its group); their loops are gone. Dimension 0 is the
-innermost axis. More axes than the target has dimensions (or a dimension above the target's
-limit) are merged into one index and recovered by division and modulo.
+innermost axis (a WARP axis, codegen/opt/tc.py, is always work-item dimension 0). More axes
+than the target has dimensions (or a dimension above the target's limit) are merged into one
+index and recovered by division and modulo.
 Invariants: runs only where the renderer `has_local`; a kernel that asks for no optimizations
 (`opts_to_apply == ()`, e.g. a scatter whose iterations write the same element) keeps its loops
-and runs as one work item; a THREAD axis (a CPU opt) raises KernelOptError.
+and runs as one work item; a THREAD axis (a CPU opt), or work groups above the target's
+`local_max` work items, raise KernelOptError.
 `launch_dims(linear)` reads the launch size back off the SPECIALs.
 """
 from __future__ import annotations
@@ -74,7 +76,13 @@ def gpudims(ast: UOp, ren: Renderer) -> UOp:
   stores = [u for u in nodes if u.op is Ops.STORE]
   ranges = sorted((u for u in nodes if u.op is Ops.RANGE), key=axis_key)
   glob = [r for r in ranges if _is_parallel(r, stores, OUTPUT_AXES)]
-  local = [r for r in ranges if _is_parallel(r, stores, (AxisType.LOCAL,))]
+  # a WARP axis (tensor cores, codegen/opt/tc.py) is the fastest work-item dimension: its lanes
+  # are one hardware warp
+  local = sorted((r for r in ranges if _is_parallel(r, stores, (AxisType.LOCAL, AxisType.WARP))),
+                 key=lambda r: r.arg.axis_type is AxisType.WARP)
+  if (items := math.prod(_size(r) for r in local)) > ren.local_max:
+    raise KernelOptError(f"a work group of {items} work items is above the target's limit of "
+                         f"{ren.local_max}: use fewer or smaller LOCAL/GROUP axes")
   sub = {**_bind(glob, GLOBAL_PREFIX, ren.global_max),
          **_bind(local, LOCAL_PREFIX, (ren.local_max,) * DIMS)}
   if not sub: return ast

@@ -56,7 +56,7 @@ def gate_store(st: UOp, buf: UOp, g: UOp, i: UOp, val: UOp, ix: UOp, inv: UOp) -
 
 pm_add_loads = PatternMatcher([
   # value reads of memory -> LOAD
-  (UPat(GroupOp.Elementwise | {Ops.STORE, Ops.GEP}, name="x"), add_loads),
+  (UPat(GroupOp.Elementwise | {Ops.STORE, Ops.GEP, Ops.STACK}, name="x"), add_loads),
   (UPat(Ops.STORE, name="st", src=(
     UPat(Ops.INDEX, name="ix", src=(UPat.var("buf"), UPat(Ops.WHERE, src=(
       UPat.var("g"), UPat.var("i"), UPat(Ops.CONST, name="inv"))))),

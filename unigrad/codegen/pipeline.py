@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
+from unigrad.codegen.coalesce import coalesce
 from unigrad.codegen.expand import expand
 from unigrad.codegen.gpudims import gpudims, launch_dims
 from unigrad.codegen.opt.gpu_heuristic import gpu_optimizations
@@ -23,7 +24,7 @@ from unigrad.codegen.isel import (lower_index_dtype, pm_add_loads, pm_divmod_non
 from unigrad.codegen.linearize import linearize
 from unigrad.codegen.local_reduce import local_reduce
 from unigrad.codegen.opt import KernelOptError
-from unigrad.codegen.opt.search import beam_search, kernel_key, scratch_params
+from unigrad.codegen.opt.search import GPUTarget, beam_search, kernel_key, scratch_params
 from unigrad.codegen.simplify import pm_kernel_simplify
 from unigrad.codegen.vectorize import vectorize
 from unigrad.knobs import BEAM, DEBUG, NOOPT, SPEC
@@ -68,7 +69,7 @@ def optimize(ast: UOp, ren: Renderer) -> UOp:
     k = heuristic if BEAM < 1 else beam_search(
       k, heuristic, int(BEAM), make_timer(ast, ren), ren_threads(ren),
       kernel_key(ast, f"{ren.device}:{ren.vector_bytes}x{ren.vector_registers}", int(BEAM)),
-      ren.vector_bytes)
+      ren.vector_bytes, GPUTarget(ren.local_max, ren.tensor_cores) if ren.has_local else None)
   if DEBUG >= 3: print(f"  opts {k.name()}: {list(k.applied)}")
   return finish(k)
 
@@ -163,6 +164,7 @@ CODEGEN_STAGES: tuple[Stage, ...] = (
   Stage("decompose", _decompose),
   Stage("index dtype", lambda ast, ren: lower_index_dtype(graph_rewrite(ast, pm_simplify))),
   Stage("vectorize", lambda ast, ren: vectorize(ast)),
+  Stage("coalesce", coalesce),
   Stage("linearize", lambda ast, ren: linearize(ast), spec_linear),
 )
 

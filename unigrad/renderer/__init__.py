@@ -26,6 +26,11 @@ class Renderer:
   global_max: tuple[int, ...] = ()  # work groups per launch dimension
   local_max: int = 0  # work items per work group
   shared_bytes: int = 0  # LOCAL (shared) memory per work group
+  # vector memory accesses (codegen/coalesce.py): the lanes one load or store may move, widest
+  # first (empty: scalar accesses only), and whether its address must be a multiple of the lanes
+  access_lanes: tuple[int, ...] = ()
+  access_aligned: bool = False
+  tensor_cores: tuple = ()  # the TensorCore shapes of the TC opt (codegen/opt/tc.py)
 
   def render(self, name: str, linear: UOp) -> str: raise NotImplementedError
 
@@ -33,8 +38,13 @@ class Renderer:
 class PythonRenderer(Renderer):
   """The PYTHON device runs the LINEAR itself: its source is the LINEAR's evaluable repr."""
 
-  def __init__(self) -> None:
+  def __init__(self, emulate: Renderer | None = None) -> None:
+    """`emulate`: a GPU renderer whose launch limits and tensor cores this one takes, so the
+    PYTHON device runs the GPU lowering (work groups, LOCAL memory, WMMA) of that target."""
     super().__init__("PYTHON", frozenset(GroupOp.ALU | {Ops.CAST, Ops.BITCAST}), False)
+    if emulate is None or not emulate.has_local: return
+    for name in ("has_local", "global_max", "local_max", "shared_bytes", "tensor_cores"):
+      object.__setattr__(self, name, getattr(emulate, name))
 
   def render(self, name: str, linear: UOp) -> str:
     return repr(linear.replace(arg=None))  # the instructions; the KernelInfo is not needed to run

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import importlib.util
 import math
 import pathlib
 import shutil
@@ -38,6 +39,7 @@ c_u64 = ctypes.c_uint64
 ATTR = {"max_threads": 1, "shared": 8, "grid_x": 5, "grid_y": 6, "grid_z": 7, "major": 75,
         "minor": 76}
 DEFAULT_ARCH = "sm_90"
+TOOLKIT_INCLUDES = ("/usr/local/cuda/include", "/opt/cuda/include", "/usr/include")
 
 
 class CUDAError(RuntimeError):
@@ -112,6 +114,21 @@ def _nvrtc() -> ctypes.CDLL | None:
   return lib
 
 
+@functools.cache
+def cuda_include_dirs() -> tuple[str, ...]:
+  """Directories holding cuda_fp16.h for NVRTC (nvcc finds its own): next to nvcc, the usual
+  toolkit places, and the PyPI wheels' (nvidia-cuda-runtime)."""
+  cands = [pathlib.Path(p).resolve().parent.parent / "include" for p in [shutil.which("nvcc")] if p]
+  cands += [pathlib.Path(p) for p in TOOLKIT_INCLUDES]
+  cands += [pathlib.Path(p) / "cuda_runtime" / "include" for p in _nvidia_wheel_dirs()]
+  return tuple(dict.fromkeys(str(d) for d in cands if (d / "cuda_fp16.h").is_file()))
+
+
+def _nvidia_wheel_dirs() -> list[str]:
+  spec = importlib.util.find_spec("nvidia")
+  return list(spec.submodule_search_locations or []) if spec is not None else []
+
+
 def find_cuda_compiler() -> str | None:
   """"nvrtc" when its library is found, else the path of nvcc, else None."""
   return "nvrtc" if _nvrtc() is not None else shutil.which("nvcc")
@@ -150,8 +167,9 @@ class CUDACompiler(Compiler):
                                        None)) != 0:
       raise CompileError("nvrtc", f"nvrtcCreateProgram failed ({code})", src)
     try:
-      opts = (ctypes.c_char_p * 1)(f"--gpu-architecture={self.arch}".encode())
-      if lib.nvrtcCompileProgram(prog, 1, opts) != 0:
+      args = [f"--gpu-architecture={self.arch}", *(f"-I{d}" for d in cuda_include_dirs())]
+      opts = (ctypes.c_char_p * len(args))(*(a.encode() for a in args))
+      if lib.nvrtcCompileProgram(prog, len(args), opts) != 0:
         size = c_size_t(0)
         lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
         log = ctypes.create_string_buffer(size.value + 1)

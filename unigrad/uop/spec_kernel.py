@@ -73,7 +73,10 @@ _kernel_checks: dict[Ops, tuple[tuple[str, Check], ...]] = {
   Ops.GROUP: (),
   Ops.SPECIAL: (("sources", nsrc(1)),),
   Ops.BARRIER: (("sources", nsrc(1)),),  # waits for the work group after its source (a STORE)
-  Ops.GEP: (("sources", nsrc(2)),),  # GEP(x, r): lane of the vector x becomes over range r
+  # GEP(x, r): lane of the vector x becomes over range r; GEP(x): a lane of a WMMA's result
+  Ops.GEP: (("sources", nsrc(1, 2)),),
+  Ops.STACK: (("lanes", min_src(1)),),  # a WMMA's operand fragments
+  Ops.WMMA: (("sources", nsrc(3)),),
   **{op: _ALU for op in GroupOp.Elementwise},
 }
 spec_kernel = Spec("kernel", _kernel_checks)
@@ -105,7 +108,7 @@ _L = (("lowered dtypes", _no_index_dtype),)
 _linear_checks: dict[Ops, tuple[tuple[str, Check], ...]] = {
   op: _L for op in (GroupOp.Elementwise | {Ops.PARAM, Ops.BUFFER, Ops.CONST, Ops.RANGE, Ops.END,
                                            Ops.IF, Ops.ENDIF, Ops.INDEX, Ops.AFTER, Ops.SPECIAL,
-                                           Ops.STORE, Ops.BARRIER})}
+                                           Ops.STORE, Ops.BARRIER, Ops.WMMA})}
 _linear_checks[Ops.LOAD] = _L + (("gated form", _load_form),)
 _linear_checks[Ops.STACK] = _L + (("lanes", min_src(2)),)
 _linear_checks[Ops.GEP] = _L + (("sources", nsrc(1)), ("one lane", _one_lane))

@@ -41,6 +41,7 @@ class Opt:
     if self.op is OptOps.SPLIT:
       k, target, top = self.arg
       return f"{target.name}({self.axis},{k}{',top' if top else ''})"
+    if self.op is OptOps.TC: return f"TC({self.axis},{getattr(self.arg, 'name', self.arg)})"
     return f"{self.op.name}({self.axis},{self.arg})"
 
   @staticmethod

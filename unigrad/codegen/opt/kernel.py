@@ -12,6 +12,8 @@ from dataclasses import dataclass, replace
 
 from unigrad.codegen.expand import identity_element
 from unigrad.codegen.opt import SPLIT_FROM, KernelOptError, Opt, OptOps
+from unigrad.codegen.opt.tc import tensor_core_ast
+from unigrad.renderer.tensor_core import TensorCore
 from unigrad.dtype import dtypes
 from unigrad.uop import AxisType, KernelInfo, Ops, RangeArg, UOp
 from unigrad.uop.ops import AXIS_ORDER, Invalid
@@ -111,8 +113,20 @@ class OptKernel:
       if any(t is AxisType.LOCAL for t in self.axis_types()):
         raise KernelOptError("NOLOCALS after LOCAL")
       return replace(self, applied=self.applied + (opt,), dont_use_locals=True)
-    else: raise KernelOptError(f"{opt.op.name}: this target has no tensor cores")
+    elif opt.op is OptOps.TC: ast = self._tc(opt)
+    else: raise KernelOptError(f"unknown opt {opt!r}")
     return OptKernel(ast, self.applied + (opt,), self.dont_use_locals)
+
+  def _tc(self, opt: Opt) -> UOp:
+    """TC(reduce axis, TensorCore): the matmul on tensor cores (codegen/opt/tc.py)."""
+    if self.applied: raise KernelOptError("TC must be the first opt")
+    if not isinstance(opt.arg, TensorCore):
+      raise KernelOptError(f"TC takes one of the target's tensor cores (a TensorCore of its "
+                           f"renderer), got {opt.arg!r}")
+    r = self._axis(opt.axis)
+    if r.arg.axis_type is not AxisType.REDUCE:
+      raise KernelOptError(f"TC applies to a REDUCE axis, not {r.arg.axis_type.name}")
+    return tensor_core_ast(self.ast, r, opt.arg)
 
   def _split(self, opt: Opt) -> UOp:
     k, target, top = opt.arg

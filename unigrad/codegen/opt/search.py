@@ -3,9 +3,12 @@
 The initial beam holds the heuristics' kernel (timed first: it is the fallback) and the
 unoptimized kernel. Each round extends every beam member by every action that applies: one opt
 (UPCAST, UNROLL, GROUP, THREAD, SWAP), or, on a kernel with no register tile yet, a whole tile
-(THREAD on an outer axis, then UPCAST of a vector axis and of a reuse axis). Candidates that
-cannot compile well are pruned: too many accumulator lanes or too much unrolled code, a
-matmul-like reduce without a register tile, a tile the vectorizer would not make a vector.
+(THREAD on an outer axis, then UPCAST of a vector axis and of a reuse axis). On a GPU target the
+launch shape is searched too: LOCAL splits of the output axes and wider GROUPs (shared-memory
+reductions), TC first where the target has tensor cores, and no candidate whose work group
+exceeds the target's limit; the register-tile actions and floor are the CPU's and do not apply.
+Candidates that cannot compile well are pruned: too many accumulator lanes or too much unrolled
+code, a matmul-like reduce without a register tile, a tile the vectorizer would not make a vector.
 
 The timer compiles a round's candidates in parallel (lowering in Python, the C compiler in
 subprocesses), then times them one at a time on scratch buffers: the best of a few runs, stopping
@@ -26,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from unigrad.codegen.opt import KernelOptError, Opt
+from unigrad.codegen.opt import KernelOptError, Opt, OptOps
 from unigrad.codegen.opt.heuristic import MIN_TILE_REDUCE, SCALAR_VECTOR_BYTES, axis_of
 from unigrad.codegen.opt.kernel import OptKernel
 from unigrad.codegen.vectorize import pick_vector_range
@@ -44,6 +47,15 @@ MAX_EXPANSION = 1024  # lanes the expander writes out (UPCAST x UNROLL x GROUP):
 TILE_REGISTERS = (4, 32)  # accumulator registers of a matmul's register tile (fewest, most)
 MIN_THREAD_WORK = 1 << 15  # iterations per thread below which tiles from scratch take no THREAD
 OUTPUT_AXES = (AxisType.LOOP, AxisType.GLOBAL)
+GPU_LOCALS = (2, 4, 8, 16, 32)  # LOCAL splits (work items per group along one axis)
+GPU_GROUPS = (4, 8, 16, 32, 64)  # GROUP_REDUCE splits (CPU: up to 16 partial accumulators)
+
+
+@dataclass(frozen=True)
+class GPUTarget:
+  """What the search needs of a GPU target: the work-group limit and the tensor cores."""
+  local_max: int
+  tensor_cores: tuple = ()
 
 
 class Timer(Protocol):
@@ -75,15 +87,24 @@ def _axes_of(k: OptKernel, types: tuple[AxisType, ...]) -> list[int]:
   return [i for i, (t, s) in enumerate(zip(k.axis_types(), k.sizes)) if t in types and s > 1]
 
 
-def actions(k: OptKernel, threads: int) -> list[Opt]:
-  """Every single-step opt BEAM considers on `k`."""
+def actions(k: OptKernel, threads: int, gpu: GPUTarget | None = None) -> list[Opt]:
+  """Every single-step opt BEAM considers on `k` (on a GPU target also its launch shape)."""
   loops, reduces = _axes_of(k, OUTPUT_AXES), _axes_of(k, (AxisType.REDUCE,))
   acts = [Opt.upcast(a, n) for a in loops for n in (2, 4, 8, 16, 32)]
   acts += [Opt.unroll(a, n) for a in reduces for n in (2, 4, 8)]
-  acts += [Opt.group(a, n) for a in reduces for n in (4, 8, 16)]
+  acts += [Opt.group(a, n) for a in reduces for n in GPU_GROUPS if gpu is not None or n <= 16]
   acts += [Opt.thread(a, threads) for a in loops] if threads > 1 else []
   acts += [Opt.swap(a, b) for a in loops for b in loops if a < b]
+  if gpu is not None:
+    acts += [Opt.local(a, n) for a in loops for n in GPU_LOCALS]
+    if not k.applied:  # TC comes first
+      acts += [Opt(OptOps.TC, a, tc) for tc in gpu.tensor_cores for a in reduces]
   return acts
+
+
+def work_items(k: OptKernel) -> int:
+  """Work items of one work group: the LOCAL, WARP and GROUP_REDUCE axes together."""
+  return _lanes(k, "lwG")
 
 
 def _lanes(k: OptKernel, types: str) -> int:
@@ -164,12 +185,15 @@ def is_promising(k: OptKernel, floor: int) -> bool:
   return floor <= acc <= MAX_ACC_LANES and acc * _lanes(k, "r") <= MAX_EXPANSION
 
 
-def extend(k: OptKernel, threads: int, vector_bytes: int = 0, floor: int = 1) -> list[OptKernel]:
-  """Every promising kernel one action away from `k` (see tile_floor for `floor`)."""
-  out = tiles(k, threads, vector_bytes, floor)
-  for a in actions(k, threads):
+def extend(k: OptKernel, threads: int, vector_bytes: int = 0, floor: int = 1,
+           gpu: GPUTarget | None = None) -> list[OptKernel]:
+  """Every promising kernel one action away from `k` (see tile_floor for `floor`); on a GPU
+  target only those whose work groups fit its limit."""
+  out = tiles(k, threads, vector_bytes, floor) if gpu is None else []
+  for a in actions(k, threads, gpu):
     try: out.append(k.apply(a))
     except KernelOptError: continue
+  if gpu is not None: out = [c for c in out if work_items(c) <= gpu.local_max]
   return [c for c in out if is_promising(c, floor)]
 
 
@@ -242,20 +266,22 @@ class BeamCtx:
 
 
 def beam_search(k: OptKernel, heuristic: OptKernel, width: int, timer: Timer, threads: int,
-                key: str | None = None, vector_bytes: int = 0) -> OptKernel:
+                key: str | None = None, vector_bytes: int = 0,
+                gpu: GPUTarget | None = None) -> OptKernel:
   """The fastest kernel found from the unoptimized `k` and from `heuristic` (see the module
-  docstring); `timer` compiles and times kernels, `vector_bytes` is the target's vector width."""
+  docstring); `timer` compiles and times kernels, `vector_bytes` is the target's vector width,
+  `gpu` the launch limits of a GPU target (None on the CPU)."""
   if (hit := _cached(k, key)) is not None: return hit
   start = time.perf_counter()
   ctx = BeamCtx(k.name(), timer, heuristic, start, start + float(BEAM_BUDGET.value))
   if ctx.out_of_time(): return heuristic
   ctx.time_all([heuristic], 0)
-  floor = tile_floor(k, vector_bytes)
+  floor = tile_floor(k, vector_bytes) if gpu is None else 1  # GPU tiles: work items, TC
   beam = list({c.ast: c for c in (heuristic, k)}.values())
   best, rnd, stalls = ctx.best(), 0, 0
   while not ctx.out_of_time():
     rnd += 1
-    cands = [c for b in beam for c in extend(b, threads, vector_bytes, floor)]
+    cands = [c for b in beam for c in extend(b, threads, vector_bytes, floor, gpu)]
     cands = [c for c in {c.ast: c for c in cands}.values() if c.ast not in ctx.times]
     if not cands: break
     ctx.time_all(cands, rnd)
