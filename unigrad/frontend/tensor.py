@@ -13,7 +13,7 @@ import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from unigrad.dtype import (DType, dtypes, from_bytes, from_numpy_name, to_bytes, to_dtype,
+from unigrad.dtype import (FP8S, DType, dtypes, from_bytes, from_numpy_name, to_bytes, to_dtype,
                            to_numpy_name)
 from unigrad.engine import realize as engine
 from unigrad.frontend.activations import ActivationsMixin
@@ -183,10 +183,11 @@ class Tensor(MultiMixin, ActivationsMixin, IndexingMixin, CompositeMixin, NNOpsM
       return engine.copyout(self.uop)
 
   def numpy(self) -> Any:
-    """The values as a numpy array (a copy). bfloat16 is returned as float32."""
+    """The values as a numpy array (a copy). bfloat16 and the 8-bit floats are returned as
+    float32."""
     import numpy as np  # noqa: PLC0415 (numpy is optional: only needed here)
     shape = self.concrete_shape
-    if self.dtype == dtypes.bfloat16:
+    if self.dtype in (dtypes.bfloat16, *FP8S):
       return np.array(self.tolist(), dtype=np.float32).reshape(shape)
     return np.frombuffer(self._bytes(), dtype=to_numpy_name(self.dtype)).reshape(shape).copy()
 

@@ -2,7 +2,9 @@
 
 ABI (runtime/ops_cpu.py): `void name(T* restrict data0, ..., int var0, ..., int core_id)`.
 float16 and bfloat16 live in memory as 16-bit integers and in registers as float; every op on
-them rounds its float result back to 16 bits, so results match PyTorch's per-op rounding.
+them rounds its float result back to 16 bits, so results match PyTorch's per-op rounding. The
+8-bit floats do the same with one byte: their conversions are integer code (`fp8_helpers`,
+emitted only into kernels that use them), bit-exact with `unigrad.dtype.float_to_fp8`.
 Single-use pure expressions are inlined; LOADs and multi-use values get local variables.
 Integers wrap like the PYTHON device: int and long long rely on `-fwrapv` (ops_cpu.CFLAGS),
 narrower types (which C computes as int) are cast back after each op that can leave their range,
@@ -11,9 +13,10 @@ shifts by an amount outside [0, bits) and division by 0 or -1 go through guards 
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import dataclass, field
 
-from unigrad.dtype import DType, dtypes
+from unigrad.dtype import FP8_FORMATS, FP8S, DType, FP8Format, dtypes
 from unigrad.knobs import CHECK_OOB
 from unigrad.renderer import Renderer
 from unigrad.uop import GroupOp, Ops, UOp
@@ -26,9 +29,14 @@ C_TYPES = {dtypes.bool: "_Bool", dtypes.int8: "signed char", dtypes.uint8: "unsi
            dtypes.int16: "short", dtypes.uint16: "unsigned short", dtypes.int32: "int",
            dtypes.uint32: "unsigned int", dtypes.int64: "long long",
            dtypes.uint64: "unsigned long long", dtypes.float32: "float", dtypes.float64: "double",
-           dtypes.float16: "float", dtypes.bfloat16: "float"}
-STORAGE = {**C_TYPES, dtypes.float16: "unsigned short", dtypes.bfloat16: "unsigned short"}
-HALF_LIKE = (dtypes.float16, dtypes.bfloat16)
+           dtypes.float16: "float", dtypes.bfloat16: "float", **{dt: "float" for dt in FP8S}}
+STORAGE = {**C_TYPES, dtypes.float16: "unsigned short", dtypes.bfloat16: "unsigned short",
+           **{dt: "unsigned char" for dt in FP8S}}
+# float in registers, their own bits in memory: (decode, encode, round) helper names
+EMULATED_FLOATS = {dtypes.float16: ("__h2f", "__f2h", "__rh"),
+                   dtypes.bfloat16: ("__bf2f", "__f2bf", "__rbf"),
+                   **{dt: (f"__{dt.name}_to_f", f"__f_to_{dt.name}", f"__r_{dt.name}")
+                      for dt in FP8S}}
 INFIX = {Ops.ADD: "+", Ops.MUL: "*", Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.XOR: "^", Ops.OR: "|",
          Ops.AND: "&", Ops.SHL: "<<", Ops.SHR: ">>", Ops.SUB: "-", Ops.DIV: "/"}
 
@@ -57,6 +65,65 @@ static inline unsigned short __f2bf(float f) {
 static inline float __rh(float f) { return __h2f(__f2h(f)); }
 static inline float __rbf(float f) { return __bf2f(__f2bf(f)); }
 """
+
+
+def _f32_bits(x: float) -> int: return struct.unpack("<I", struct.pack("<f", x))[0]
+
+
+def _overflow_bits(f: FP8Format) -> int:
+  """The float32 bits from which a value rounds (to nearest even) past the largest finite one."""
+  top = f.max
+  tie = _f32_bits(top + 2.0 ** (math.frexp(top)[1] - 2 - f.man))  # halfway to the next step
+  return tie if f.max_code & 1 else tie + 1
+
+
+def _fp8_decode_fn(name: str, f: FP8Format) -> str:
+  """fp8 bits -> float: NaN/inf codes, normals by placing the fields, subnormals as m * 2**k."""
+  if f.fnuz: nan = "b == 0x80"
+  elif f.inf: nan = f"(b & 0x7f) > {f.max_code + 1}"
+  else: nan = "(b & 0x7f) == 0x7f"
+  inf = f"  else if ((b & 0x7f) == {f.max_code + 1}) r.u = s | 0x7f800000;\n" if f.inf else ""
+  sub = repr(math.ldexp(1.0, f.emin - f.man))
+  return (f"static inline float {name}(unsigned char b) {{\n"
+          f"  uint32_t s = (uint32_t)(b & 0x80) << 24, e = (b >> {f.man}) & {(1 << f.exp) - 1}, "
+          f"m = b & {(1 << f.man) - 1}; __fu r;\n"
+          f"  if ({nan}) r.u = 0x7fc00000 | s;\n{inf}"
+          f"  else if (e) r.u = s | ((e + {127 - f.bias}) << 23) | (m << {23 - f.man});\n"
+          f"  else {{ r.f = (float)m * {sub}f; r.u |= s; }}\n"
+          "  return r.f; }")
+
+
+def _fp8_encode_fn(name: str, f: FP8Format) -> str:
+  """float -> fp8 bits in integer ops, rounding to nearest even: NaN, overflow (saturation, inf
+  or NaN by format), subnormal results by a shift with a sticky compare, normal ones by adding
+  the rounding bias to the float's bits (a mantissa carry moves into the exponent)."""
+  shift = 23 - f.man
+  zero = "0" if f.fnuz else "s"
+  sub_shift = 150 + f.emin - f.man  # a subnormal's count of steps is mant >> (this - e)
+  nan = f.nan_code(0) if f.fnuz else "s | 0x7f"
+  over = f.overflow_code(0) if f.fnuz else f"s | {f.overflow_code(0)}"
+  return (f"static inline unsigned char {name}(float x) {{\n"
+          "  __fu v; v.f = x; uint32_t s = (v.u >> 24) & 0x80, a = v.u & 0x7fffffff;\n"
+          f"  if (a > 0x7f800000) return {nan};\n"
+          f"  if (a >= {_overflow_bits(f)}u) return {over};\n"
+          f"  if (a < {_f32_bits(math.ldexp(1.0, f.emin))}u) {{\n"
+          f"    uint32_t sh = {sub_shift}u - (a >> 23);\n"
+          f"    if ((a >> 23) == 0 || sh > 24u) return {zero};\n"
+          "    uint32_t m = (a & 0x7fffff) | 0x800000, n = m >> sh, rem = m & ((1u << sh) - 1), "
+          "hw = 1u << (sh - 1);\n"
+          "    n += (rem > hw) | ((rem == hw) & (n & 1));\n"
+          f"    return n ? (unsigned char)(s | n) : {zero}; }}\n"
+          f"  uint32_t r = a + {((f.bias - 127) << 23) % 2 ** 32}u + {(1 << (shift - 1)) - 1}u "
+          f"+ ((a >> {shift}) & 1);\n"
+          f"  return (unsigned char)(s | (r >> {shift})); }}")
+
+
+def fp8_helpers(dt: DType) -> dict[str, str]:
+  """The C helpers of an 8-bit float: decode, encode and round (float -> nearest fp8 -> float)."""
+  dec, enc, rnd = EMULATED_FLOATS[dt]
+  f = FP8_FORMATS[dt]
+  return {dec: _fp8_decode_fn(dec, f), enc: _fp8_encode_fn(enc, f),
+          rnd: f"static inline float {rnd}(float x) {{ return {dec}({enc}(x)); }}"}
 
 
 def _var_name(name: str) -> str:
@@ -312,7 +379,7 @@ class CRenderer(Renderer):
                vector_registers: int = 16) -> None:
     ops = frozenset(GroupOp.Primitive | {Ops.CDIV, Ops.CMOD, Ops.SQRT, Ops.DIV, Ops.SUB, Ops.NEG,
                                          Ops.MULACC})
-    super().__init__(device, ops, has_threads=True, emulated_dtypes=frozenset(HALF_LIKE),
+    super().__init__(device, ops, has_threads=True, emulated_dtypes=frozenset(EMULATED_FLOATS),
                      vector_bytes=vector_bytes, stream_bytes=stream_bytes,
                      vector_registers=vector_registers if vector_bytes else 0)
 
@@ -349,7 +416,7 @@ class CRenderer(Renderer):
   def _store(self, st: _State, u: UOp) -> None:
     ix, val = u.src[0], st.names[u.src[1]]
     if not _is_vector(u.src[1]):
-      st.emit(f"*{st.names[ix]} = {self._to_storage(u.src[1].dtype, val)};")
+      st.emit(f"*{st.names[ix]} = {self._to_storage(st, u.src[1].dtype, val)};")
       return
     dt = _vdt(u.src[1])
     if (ix.dtype.count == 1 and ix.src[0] in st.streamed and dt.itemsize == self.vector_bytes
@@ -397,23 +464,29 @@ class CRenderer(Renderer):
     elif _is_vector(u): self._value(st, u, self._vector_expr(st, u), uses)
     else: self._value(st, u, self._expr(st, u), uses)
 
-  def _to_storage(self, dt: DType, v: str) -> str:
-    return f"__f2h({v})" if dt == dtypes.float16 else f"__f2bf({v})" if dt == dtypes.bfloat16 else v
+  def _helper_names(self, st: _State, dt: DType) -> tuple[str, str, str]:
+    """An emulated float's (decode, encode, round) helpers, declared in the source if needed."""
+    if dt in FP8S:
+      for k, src in fp8_helpers(dt).items(): st.helpers.setdefault(k, src)
+    return EMULATED_FLOATS[dt]
 
-  def _from_storage(self, dt: DType, v: str) -> str:
-    return f"__h2f({v})" if dt == dtypes.float16 else f"__bf2f({v})" if dt == dtypes.bfloat16 else v
+  def _to_storage(self, st: _State, dt: DType, v: str) -> str:
+    return f"{self._helper_names(st, dt)[1]}({v})" if dt in EMULATED_FLOATS else v
+
+  def _from_storage(self, st: _State, dt: DType, v: str) -> str:
+    return f"{self._helper_names(st, dt)[0]}({v})" if dt in EMULATED_FLOATS else v
 
   def _load(self, st: _State, u: UOp) -> None:
     if _is_vector(u): val = f"*{_vector_address(st, u.src[0], u.dtype)}"
-    else: val = self._from_storage(u.dtype, f"*{st.names[u.src[0]]}")
+    else: val = self._from_storage(st, u.dtype, f"*{st.names[u.src[0]]}")
     if len(u.src) == 3: val = f"({st.names[u.src[2]]} ? {val} : {st.names[u.src[1]]})"
     name = st.fresh("val")
     st.emit(f"{_ctype(st, u.dtype)} {name} = {val};")
     st.names[u] = name
 
   def _value(self, st: _State, u: UOp, expr: str, uses: dict[UOp, int]) -> None:
-    if u.dtype in HALF_LIKE and u.op is not Ops.BITCAST:
-      expr = f"__rh({expr})" if u.dtype == dtypes.float16 else f"__rbf({expr})"
+    if u.dtype in EMULATED_FLOATS and u.op is not Ops.BITCAST:
+      expr = f"{self._helper_names(st, u.dtype)[2]}({expr})"
     # vectors always get a variable: lane-wise ops read their operands once per lane
     if uses.get(u, 0) <= 1 and u.op is not Ops.WHERE and not _is_vector(u):
       st.names[u] = expr
@@ -494,10 +567,10 @@ class CRenderer(Renderer):
     return f"{_helper('f' + sym, ct)}({s[0]}, {s[1]})"
 
   def _bitcast(self, st: _State, src: DType, dst: DType, v: str) -> str:
-    sv = self._to_storage(src, v)
+    sv = self._to_storage(st, src, v)
     # a byte other than 0 or 1 is no valid _Bool: read it as true, as the PYTHON device does
     if dst == dtypes.bool: return f"((_Bool){sv})"
     src_ct, dst_ct = STORAGE[src], STORAGE[dst]
     copy = f"{dst_ct} __d; __builtin_memcpy(&__d, &__s, sizeof(__d)); __d;"
     raw = f"(__extension__({{{src_ct} __s = {sv}; {copy}}}))"
-    return self._from_storage(dst, raw)
+    return self._from_storage(st, dst, raw)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import re
 
-from unigrad.dtype import AddrSpace, DType, dtypes
+from unigrad.dtype import FP8S, AddrSpace, DType, dtypes
 from unigrad.renderer.cstyle import C_TYPES, PRELUDE, STORAGE, CRenderer, _State
 from unigrad.uop import Ops, UOp
 
@@ -36,7 +36,7 @@ BITCAST_OPENCL = {dtypes.float32: "float", dtypes.float64: "double", dtypes.int3
                   dtypes.uint32: "uint", dtypes.int64: "long", dtypes.uint64: "ulong",
                   dtypes.int16: "short", dtypes.uint16: "ushort", dtypes.float16: "ushort",
                   dtypes.bfloat16: "ushort", dtypes.int8: "char", dtypes.uint8: "uchar",
-                  dtypes.bool: "uchar"}
+                  dtypes.bool: "uchar", **{dt: "uchar" for dt in FP8S}}
 # the unsigned type of the same size, for bit patterns of special floats
 BITS = {dtypes.float64: dtypes.uint64, dtypes.float32: dtypes.uint32}
 
@@ -160,13 +160,13 @@ class OpenCLRenderer(GPURenderer):
 
 
   def _bitcast(self, st: _State, src: DType, dst: DType, v: str) -> str:
-    sv = self._to_storage(src, v)
+    sv = self._to_storage(st, src, v)
     if dst == dtypes.bool: return f"((bool){sv})"
     # C promotes narrow operands to int: the value back in its own type first
     sv = f"(({BITCAST_OPENCL[src]}){sv})"
     if src.itemsize != dst.itemsize:  # the low bytes, as the C renderer's memcpy takes them
       sv = f"(({UNSIGNED[dst.itemsize]})as_{UNSIGNED[src.itemsize]}({sv}))"
-    return self._from_storage(dst, f"as_{BITCAST_OPENCL[dst]}({sv})")
+    return self._from_storage(st, dst, f"as_{BITCAST_OPENCL[dst]}({sv})")
 
 
 class CUDARenderer(GPURenderer):
@@ -199,6 +199,6 @@ class CUDARenderer(GPURenderer):
   def math_fn(self, name: str, suffix: str) -> str: return name + suffix
 
   def _bitcast(self, st: _State, src: DType, dst: DType, v: str) -> str:
-    sv = self._to_storage(src, v)
+    sv = self._to_storage(st, src, v)
     if dst == dtypes.bool: return f"((bool){sv})"
-    return self._from_storage(dst, f"__bitcast<{STORAGE[dst]}>({sv})")
+    return self._from_storage(st, dst, f"__bitcast<{STORAGE[dst]}>({sv})")
