@@ -1,0 +1,100 @@
+"""Files as bytes for the readers of nn.state: paths, raw bytes and Tensors of bytes.
+
+`TensorIO` is a read-only, seekable binary file over the bytes of a Tensor (realized once, read
+without further copies), so that the standard library's readers (`tarfile`, `zipfile`, `pickle`)
+can parse a file that was loaded onto a device. `tar_extract` lists a tar archive's regular files
+as uint8 Tensors. `FormatError` is the error every reader raises for a malformed, truncated or
+lying file; its message names the file (when it has a name) and the field that is wrong.
+"""
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+from typing import Any
+
+from unigrad.dtype import dtypes
+from unigrad.frontend.tensor import Tensor
+
+__all__ = ["FileLike", "FormatError", "TensorIO", "tar_extract", "read_bytes", "source_name"]
+
+FileLike = str | os.PathLike | bytes | bytearray | memoryview | Tensor
+
+
+class FormatError(ValueError):
+  """A file is malformed: truncated, corrupted, or its header lies about its contents."""
+
+
+def source_name(fn: Any) -> str:
+  """How errors name a file: its path, or what it was given as."""
+  if isinstance(fn, (str, os.PathLike)): return repr(os.fspath(fn))
+  if isinstance(fn, Tensor): return f"<Tensor of {fn.nbytes()} bytes>"
+  return f"<{len(memoryview(fn).cast('B'))} bytes>"
+
+
+def check_file_like(fn: Any, caller: str) -> None:
+  """A path, bytes or a Tensor; anything else (an int would open a file descriptor) is a
+  TypeError."""
+  if not isinstance(fn, (str, os.PathLike, bytes, bytearray, memoryview, Tensor)):
+    raise TypeError(f"{caller}: expected a path (str or os.PathLike), the file's bytes or a "
+                    f"Tensor of them, got {type(fn).__name__}")
+
+
+def read_bytes(fn: FileLike, caller: str) -> memoryview:
+  """The contents of a file (a path), the bytes themselves, or a Tensor's bytes."""
+  check_file_like(fn, caller)
+  if isinstance(fn, Tensor): return fn._bytes().cast("B")
+  if isinstance(fn, (bytes, bytearray, memoryview)): return memoryview(fn).cast("B")
+  with open(fn, "rb") as f: return memoryview(f.read())
+
+
+class TensorIO(io.RawIOBase):
+  """A read-only binary file over a Tensor's bytes (any dtype, row-major):
+  `tarfile.open(fileobj=TensorIO(t))`. The tensor is realized and copied out once."""
+
+  def __init__(self, t: Tensor) -> None:
+    if not isinstance(t, Tensor): raise TypeError(f"TensorIO: expected a Tensor, got {type(t)}")
+    super().__init__()
+    self._data = t._bytes().cast("B")
+    self._pos = 0
+
+  def readable(self) -> bool: return True
+
+  def seekable(self) -> bool: return True
+
+  def readinto(self, buffer: Any) -> int:
+    out = memoryview(buffer).cast("B")
+    n = max(0, min(len(out), len(self._data) - self._pos))
+    out[:n] = self._data[self._pos:self._pos + n]
+    self._pos += n
+    return n
+
+  def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+    base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: len(self._data)}.get(whence)
+    if base is None: raise ValueError(f"TensorIO.seek: invalid whence {whence!r}")
+    if base + offset < 0: raise ValueError(f"TensorIO.seek: negative position {base + offset}")
+    self._pos = base + offset
+    return self._pos
+
+  def tell(self) -> int: return self._pos
+
+
+def tar_extract(fn: FileLike) -> dict[str, Tensor]:
+  """The regular files of a tar archive (a path, its bytes, or a uint8 Tensor of them) as uint8
+  Tensors by member name, in archive order (tinygrad's `tar_extract`).
+  Raises FormatError when the archive is malformed or truncated."""
+  check_file_like(fn, "tar_extract")
+  data = read_bytes(fn, "tar_extract")
+  try:
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+      out: dict[str, Tensor] = {}
+      for m in tar.getmembers():
+        if not m.isfile(): continue
+        if m.offset_data + m.size > len(data):
+          raise FormatError(f"tar_extract: member {m.name!r} (field size={m.size}) runs past the "
+                            f"end of {source_name(fn)} (truncated file?)")
+        raw = data[m.offset_data:m.offset_data + m.size]
+        out[m.name] = Tensor(bytes(raw), dtype=dtypes.uint8)
+      return out
+  except tarfile.TarError as e:
+    raise FormatError(f"tar_extract: {source_name(fn)} is not a valid tar archive ({e})") from e
