@@ -77,14 +77,14 @@ def _overflow_bits(f: FP8Format) -> int:
   return tie if f.max_code & 1 else tie + 1
 
 
-def _fp8_decode_fn(name: str, f: FP8Format) -> str:
+def _fp8_decode_fn(name: str, f: FP8Format, attr: str) -> str:
   """fp8 bits -> float: NaN/inf codes, normals by placing the fields, subnormals as m * 2**k."""
   if f.fnuz: nan = "b == 0x80"
   elif f.inf: nan = f"(b & 0x7f) > {f.max_code + 1}"
   else: nan = "(b & 0x7f) == 0x7f"
   inf = f"  else if ((b & 0x7f) == {f.max_code + 1}) r.u = s | 0x7f800000;\n" if f.inf else ""
   sub = repr(math.ldexp(1.0, f.emin - f.man))
-  return (f"static inline float {name}(unsigned char b) {{\n"
+  return (f"static inline {attr}float {name}(unsigned char b) {{\n"
           f"  uint32_t s = (uint32_t)(b & 0x80) << 24, e = (b >> {f.man}) & {(1 << f.exp) - 1}, "
           f"m = b & {(1 << f.man) - 1}; __fu r;\n"
           f"  if ({nan}) r.u = 0x7fc00000 | s;\n{inf}"
@@ -93,7 +93,7 @@ def _fp8_decode_fn(name: str, f: FP8Format) -> str:
           "  return r.f; }")
 
 
-def _fp8_encode_fn(name: str, f: FP8Format) -> str:
+def _fp8_encode_fn(name: str, f: FP8Format, attr: str) -> str:
   """float -> fp8 bits in integer ops, rounding to nearest even: NaN, overflow (saturation, inf
   or NaN by format), subnormal results by a shift with a sticky compare, normal ones by adding
   the rounding bias to the float's bits (a mantissa carry moves into the exponent)."""
@@ -102,7 +102,7 @@ def _fp8_encode_fn(name: str, f: FP8Format) -> str:
   sub_shift = 150 + f.emin - f.man  # a subnormal's count of steps is mant >> (this - e)
   nan = f.nan_code(0) if f.fnuz else "s | 0x7f"
   over = f.overflow_code(0) if f.fnuz else f"s | {f.overflow_code(0)}"
-  return (f"static inline unsigned char {name}(float x) {{\n"
+  return (f"static inline {attr}unsigned char {name}(float x) {{\n"
           "  __fu v; v.f = x; uint32_t s = (v.u >> 24) & 0x80, a = v.u & 0x7fffffff;\n"
           f"  if (a > 0x7f800000) return {nan};\n"
           f"  if (a >= {_overflow_bits(f)}u) return {over};\n"
@@ -118,11 +118,12 @@ def _fp8_encode_fn(name: str, f: FP8Format) -> str:
           f"  return (unsigned char)(s | (r >> {shift})); }}")
 
 
-def fp8_helpers(dt: DType) -> dict[str, str]:
-  """The C helpers of an 8-bit float: decode, encode and round (float -> nearest fp8 -> float)."""
+def fp8_helpers(dt: DType, attr: str = "") -> dict[str, str]:
+  """The C helpers of an 8-bit float: decode, encode and round (float -> nearest fp8 -> float);
+  `attr` goes on the conversions (the CPU's `noinline`)."""
   dec, enc, rnd = EMULATED_FLOATS[dt]
   f = FP8_FORMATS[dt]
-  return {dec: _fp8_decode_fn(dec, f), enc: _fp8_encode_fn(enc, f),
+  return {dec: _fp8_decode_fn(dec, f, attr), enc: _fp8_encode_fn(enc, f, attr),
           rnd: f"static inline float {rnd}(float x) {{ return {dec}({enc}(x)); }}"}
 
 
@@ -374,6 +375,9 @@ def _convert(st: _State, src: UOp, dt: DType, x: str) -> str:
 
 class CRenderer(Renderer):
   """C99 (GNU extensions) for clang and gcc."""
+  # fp8 conversions stay calls: inlined into a 64-lane unrolled kernel they made compiling a
+  # one-line elementwise op take 11 s
+  conversion_attr = "__attribute__((noinline)) "
 
   def __init__(self, device: str = "CPU", vector_bytes: int = 0, stream_bytes: int = 0,
                vector_registers: int = 16) -> None:
@@ -467,7 +471,7 @@ class CRenderer(Renderer):
   def _helper_names(self, st: _State, dt: DType) -> tuple[str, str, str]:
     """An emulated float's (decode, encode, round) helpers, declared in the source if needed."""
     if dt in FP8S:
-      for k, src in fp8_helpers(dt).items(): st.helpers.setdefault(k, src)
+      for k, src in fp8_helpers(dt, self.conversion_attr).items(): st.helpers.setdefault(k, src)
     return EMULATED_FLOATS[dt]
 
   def _to_storage(self, st: _State, dt: DType, v: str) -> str:

@@ -58,6 +58,7 @@ def _variable_decl(p: UOp, st: _State) -> str:
 class GPURenderer(CRenderer):
   """The C renderer with GPU thread indices, LOCAL memory and barriers; dialects subclass it."""
   fn_qualifier = "static inline"
+  conversion_attr = ""  # GPU compilers inline the fp8 conversions
   type_table: tuple[tuple[str, str], ...] = ()
   barrier = ""  # the statement that waits for every work item of the group
   local_fmt = ""  # the declaration of a LOCAL array: {ct} {name}[{size}]
