@@ -79,22 +79,37 @@ class TensorIO(io.RawIOBase):
   def tell(self) -> int: return self._pos
 
 
+def _tar_members(tar: tarfile.TarFile, size: int, fn: Any) -> list[tarfile.TarInfo]:
+  """The archive's members, header by header: a member whose data runs past the end of the file
+  is named with its size field."""
+  members: list[tarfile.TarInfo] = []
+  while True:
+    try: m = tar.next()
+    except tarfile.TarError as e:
+      last = members[-1] if members else None
+      if last is not None and last.offset_data + last.size > size:
+        raise FormatError(f"tar_extract: member {last.name!r} (field size={last.size}) runs past "
+                          f"the end of {source_name(fn)} (truncated file?)") from e
+      raise FormatError(f"tar_extract: {source_name(fn)} is not a valid tar archive ({e})") from e
+    if m is None: return members
+    members.append(m)
+
+
 def tar_extract(fn: FileLike) -> dict[str, Tensor]:
   """The regular files of a tar archive (a path, its bytes, or a uint8 Tensor of them) as uint8
   Tensors by member name, in archive order (tinygrad's `tar_extract`).
-  Raises FormatError when the archive is malformed or truncated."""
-  check_file_like(fn, "tar_extract")
+  Raises FormatError naming the file (and the member) when the archive is malformed or
+  truncated."""
   data = read_bytes(fn, "tar_extract")
-  try:
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
-      out: dict[str, Tensor] = {}
-      for m in tar.getmembers():
-        if not m.isfile(): continue
-        if m.offset_data + m.size > len(data):
-          raise FormatError(f"tar_extract: member {m.name!r} (field size={m.size}) runs past the "
-                            f"end of {source_name(fn)} (truncated file?)")
-        raw = data[m.offset_data:m.offset_data + m.size]
-        out[m.name] = Tensor(bytes(raw), dtype=dtypes.uint8)
-      return out
+  try: tar = tarfile.open(fileobj=io.BytesIO(data), mode="r:")
   except tarfile.TarError as e:
     raise FormatError(f"tar_extract: {source_name(fn)} is not a valid tar archive ({e})") from e
+  with tar:
+    out: dict[str, Tensor] = {}
+    for m in _tar_members(tar, len(data), fn):
+      if not m.isfile(): continue
+      if m.offset_data + m.size > len(data):
+        raise FormatError(f"tar_extract: member {m.name!r} (field size={m.size}) runs past the "
+                          f"end of {source_name(fn)} (truncated file?)")
+      out[m.name] = Tensor(bytes(data[m.offset_data:m.offset_data + m.size]), dtype=dtypes.uint8)
+    return out
