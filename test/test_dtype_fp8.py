@@ -7,9 +7,13 @@ import numpy as np
 import pytest
 
 from unigrad import Tensor
+from unigrad.codegen.pipeline import full_rewrite
 from unigrad.dtype import (FP8S, FInfo, dtypes, float_to_fp8, fp8_to_float, from_bytes,
                            least_upper_dtype, to_bytes, truncate)
 from unigrad.nn.state import safe_load, safe_save
+from unigrad.renderer.gpu import CUDARenderer
+from unigrad.runtime import ops_cuda
+from unigrad.uop import Ops
 
 torch = pytest.importorskip("torch")
 safetensors_torch = pytest.importorskip("safetensors.torch")
@@ -208,3 +212,20 @@ def test_safetensors_fp8_roundtrip_with_the_library(tmp_path, dt):
   assert back["w"].dtype == TORCH[dt] and torch.equal(back["w"].view(torch.uint8),
                                                       x.view(torch.uint8))
 
+
+
+@pytest.mark.skipif(ops_cuda.find_cuda_compiler() is None, reason="no CUDA compiler")
+def test_fp8_kernels_compile_for_cuda_sm90():
+  ren, srcs = CUDARenderer(), []
+  for dt in FP8S:
+    a = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4), device="NULL").cast(dt)
+    for t in (a + a, a * a, a / (a + 1), a.exp(), a.sum(1), a.cast(dtypes.float16),
+              a.bitcast(dtypes.uint8), a.cast(dtypes.fp8e5m2 if dt != dtypes.fp8e5m2 else
+                                              dtypes.fp8e4m3)):
+      for call in t.schedule().src:
+        if call.src[0].op is Ops.SINK:
+          linear = full_rewrite(call.src[0], ren)
+          srcs.append(ren.render(linear.arg.name, linear))
+  assert all("__f_to_fp8" in s or "_to_f(" in s for s in srcs)
+  compiler = ops_cuda.CUDACompiler("sm_90")
+  for src in srcs: assert compiler.compile(src)
