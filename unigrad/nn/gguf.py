@@ -19,7 +19,7 @@ from typing import Any
 
 from unigrad.dtype import DType, dtypes
 from unigrad.frontend.tensor import Tensor
-from unigrad.nn.tensor_io import FileLike, FormatError, read_bytes, source_name
+from unigrad.nn.tensor_io import FileLike, FormatError, read_bytes, source_name, tensor_from_bytes
 
 __all__ = ["gguf_load", "ggml_data_to_tensor", "GGML_TYPES", "GGMLType"]
 
@@ -243,7 +243,7 @@ def gguf_load(fn: FileLike, device: str | None = None) -> tuple[dict[str, Any], 
   _check_layout(r, infos, align, size)
   if not infos: return kv, {}
   end = max(t.offset + t.nbytes for t in infos)
-  body = Tensor(data[start:start + end], device, dtypes.uint8) if end else None
+  body = tensor_from_bytes(data[start:start + end], device, dtypes.uint8) if end else None
   out: dict[str, Tensor] = {}
   for t in infos:
     numel = t.nbytes // t.ggml_type.block_bytes * t.ggml_type.block

@@ -13,10 +13,13 @@ import os
 import tarfile
 from typing import Any
 
-from unigrad.dtype import dtypes
+from unigrad.dtype import DType, dtypes
+from unigrad.engine import realize as engine
 from unigrad.frontend.tensor import Tensor
+from unigrad.runtime.device import Device
 
-__all__ = ["FileLike", "FormatError", "TensorIO", "tar_extract", "read_bytes", "source_name"]
+__all__ = ["FileLike", "FormatError", "TensorIO", "tar_extract", "read_bytes", "source_name",
+           "tensor_from_bytes"]
 
 FileLike = str | os.PathLike | bytes | bytearray | memoryview | Tensor
 
@@ -46,6 +49,15 @@ def read_bytes(fn: FileLike, caller: str) -> memoryview:
   if isinstance(fn, Tensor): return fn._bytes().cast("B")
   if isinstance(fn, (bytes, bytearray, memoryview)): return memoryview(fn).cast("B")
   with open(fn, "rb") as f: return memoryview(f.read())
+
+
+def tensor_from_bytes(data: memoryview, device: str | None, dtype: DType) -> Tensor:
+  """A 1-D Tensor holding a copy of `data` as `dtype` elements, copied once straight into its
+  buffer (a trailing partial element is dropped)."""
+  dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
+  n = len(data) // dtype.itemsize
+  if n == 0: return Tensor(b"", dev, dtype)
+  return Tensor._from_uop(engine.buffer_with_data(dev, dtype, data[:n * dtype.itemsize], (n,)), dev)
 
 
 class TensorIO(io.RawIOBase):
@@ -111,5 +123,6 @@ def tar_extract(fn: FileLike) -> dict[str, Tensor]:
       if m.offset_data + m.size > len(data):
         raise FormatError(f"tar_extract: member {m.name!r} (field size={m.size}) runs past the "
                           f"end of {source_name(fn)} (truncated file?)")
-      out[m.name] = Tensor(bytes(data[m.offset_data:m.offset_data + m.size]), dtype=dtypes.uint8)
+      out[m.name] = tensor_from_bytes(data[m.offset_data:m.offset_data + m.size], None,
+                                      dtypes.uint8)
     return out

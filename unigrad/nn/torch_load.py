@@ -25,7 +25,7 @@ from typing import Any
 
 from unigrad.dtype import DType, dtypes
 from unigrad.frontend.tensor import Tensor
-from unigrad.nn.tensor_io import FileLike, FormatError, read_bytes, source_name
+from unigrad.nn.tensor_io import FileLike, FormatError, read_bytes, source_name, tensor_from_bytes
 
 __all__ = ["torch_load"]
 
@@ -146,7 +146,7 @@ def _rebuild(st: Storage, offset: int, size: tuple, stride: tuple, dtype: DType,
   n = len(st.data) // dtype.itemsize
   _check_view(n, offset, tuple(size), tuple(stride))
   if 0 in size: return Tensor(b"", device, dtype).reshape(size)
-  if dtype not in st.flat: st.flat[dtype] = Tensor(st.data[:n * dtype.itemsize], device, dtype)
+  if dtype not in st.flat: st.flat[dtype] = tensor_from_bytes(st.data, device, dtype)
   return _strided_view(st.flat[dtype], offset, tuple(size), tuple(stride))
 
 
@@ -230,6 +230,23 @@ def _plain_load(f: io.BytesIO) -> Any:
 
 # ---- zip archives ----
 
+def _member_bytes(zf: zipfile.ZipFile, data: memoryview, name: str) -> memoryview:
+  """A zip member's bytes: a slice of the file when stored uncompressed (as torch.save writes
+  them; no copy, no CRC pass over gigabytes), else the decompressed copy."""
+  info = zf.getinfo(name)
+  if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 1:  # compressed or encrypted
+    return memoryview(zf.read(name))
+  head = bytes(data[info.header_offset:info.header_offset + 30])
+  if len(head) != 30 or head[:4] != b"PK\x03\x04":
+    raise FormatError(f"torch_load: member {name!r}: bad local header")
+  start = info.header_offset + 30 + int.from_bytes(head[26:28], "little") + int.from_bytes(
+    head[28:30], "little")
+  if start + info.file_size > len(data):
+    raise FormatError(f"torch_load: member {name!r} (file_size={info.file_size}) runs past the "
+                      "end of the archive (truncated file?)")
+  return data[start:start + info.file_size]
+
+
 def _load_zip(data: memoryview, device: str | None) -> Any:
   with zipfile.ZipFile(io.BytesIO(data)) as zf:
     names = zf.namelist()
@@ -243,7 +260,7 @@ def _load_zip(data: memoryview, device: str | None) -> Any:
       pid = _storage_pid(pid)
       key, dt = str(pid[2]), _storage_type(pid[1])
       if key not in storages:
-        raw = memoryview(zf.read(f"{root}data/{key}"))
+        raw = _member_bytes(zf, data, f"{root}data/{key}")
         storages[key] = Storage(_byteswapped(raw, dt.itemsize) if big_endian else raw, dt, {})
       return storages[key]
     return _TorchUnpickler(io.BytesIO(zf.read(pkl)), storage_for, device).load()
