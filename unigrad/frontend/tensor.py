@@ -187,7 +187,8 @@ class Tensor(MultiMixin, ActivationsMixin, IndexingMixin, CompositeMixin, NNOpsM
     float32."""
     import numpy as np  # noqa: PLC0415 (numpy is optional: only needed here)
     shape = self.concrete_shape
-    if self.dtype in (dtypes.bfloat16, *FP8S):
+    if self.dtype in FP8S: return self.cast(dtypes.float32).numpy()  # exact, on the device
+    if self.dtype == dtypes.bfloat16:
       return np.array(self.tolist(), dtype=np.float32).reshape(shape)
     return np.frombuffer(self._bytes(), dtype=to_numpy_name(self.dtype)).reshape(shape).copy()
 
