@@ -139,10 +139,12 @@ def test_skewed_views_of_every_shape_match_torch():
                                   err_msg=f"{size} {stride} {offset}")
 
 
-def test_fp8_checkpoint():
+@pytest.mark.parametrize("zipped", [True, False], ids=["zip", "legacy"])
+def test_fp8_checkpoint(zipped):
   x = torch.tensor([0.5, -2.0, 448.0, 1e-3]).to(torch.float8_e4m3fn)
   buf = io.BytesIO()
-  torch.save({"x": x, "y": x.to(torch.float32).to(torch.float8_e5m2)[::2]}, buf)
+  torch.save({"x": x, "y": x.to(torch.float32).to(torch.float8_e5m2)[::2]}, buf,
+             _use_new_zipfile_serialization=zipped)
   got = torch_load(buf.getvalue())
   assert got["x"].dtype == dtypes.fp8e4m3 and got["y"].dtype == dtypes.fp8e5m2
   assert got["x"].bitcast(dtypes.uint8).tolist() == x.view(torch.uint8).tolist()
