@@ -4,6 +4,13 @@ A `DType` is an immutable value. Scalars are the singletons on `dtypes`; `dt.vec
 n-lane vector and `dt.ptr(addrspace)` a pointer into memory of that address space. `index` is the
 type of loop counters, shapes and address arithmetic: a mathematical integer that codegen narrows
 to int32 or int64 from its proven range.
+
+The 8-bit floats (`fp8e4m3`, `fp8e5m2` and the `fnuz` variants, PyTorch's `float8_e4m3fn`,
+`float8_e5m2`, `float8_e4m3fnuz`, `float8_e5m2fnuz`) convert exactly like PyTorch: a value reaches
+them through float32, rounded to nearest even; e4m3fn saturates to +-448 (infinities too), e5m2
+overflows to +-inf, the fnuz formats to their only NaN (0x80, which is also why they have no -0).
+Python scalars take part in promotion as PyTorch's "wrapped numbers" (frontend/dtypes.py
+`result_type`), not as tinygrad's weakint/weakfloat dtypes.
 """
 from __future__ import annotations
 
@@ -106,6 +113,10 @@ class dtypes:  # noqa: N801 (the public name, as in tinygrad)
   int64: Final = _scalar(7, 8, "long", "q")
   uint64: Final = _scalar(8, 8, "ulong", "Q")
   index: Final = _scalar(9, 8, "index", None)
+  fp8e4m3: Final = _scalar(10, 1, "fp8e4m3", None)
+  fp8e5m2: Final = _scalar(10, 1, "fp8e5m2", None)
+  fp8e4m3fnuz: Final = _scalar(10, 1, "fp8e4m3fnuz", None)
+  fp8e5m2fnuz: Final = _scalar(10, 1, "fp8e5m2fnuz", None)
   float16: Final = _scalar(11, 2, "half", "e")
   bfloat16: Final = _scalar(12, 2, "bfloat16", None)
   float32: Final = _scalar(13, 4, "float", "f")
@@ -122,6 +133,10 @@ class dtypes:  # noqa: N801 (the public name, as in tinygrad)
   uint = uint32
   long = int64
   ulong = uint64
+  float8_e4m3fn = fp8e4m3  # PyTorch's names
+  float8_e5m2 = fp8e5m2
+  float8_e4m3fnuz = fp8e4m3fnuz
+  float8_e5m2fnuz = fp8e5m2fnuz
   default_float: DType = float32
   default_int: DType = int64
 
@@ -154,17 +169,30 @@ class dtypes:  # noqa: N801 (the public name, as in tinygrad)
     return dt
 
   @staticmethod
+  def is_fp8(dt: DType) -> bool: return dt.scalar() in FP8S
+
+  @staticmethod
   def least_upper_dtype(*dts: DType) -> DType: return least_upper_dtype(*dts)
+
+  @staticmethod
+  def finfo(dt: DType) -> FInfo:
+    """Machine limits of a float dtype, like `torch.finfo`: `dtypes.finfo(dtypes.half).eps`.
+    It also unpacks as tinygrad's `(exponent bits, mantissa bits)` pair."""
+    return finfo(dt)
 
 
 UINTS: Final = (dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64)
 SINTS: Final = (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64)
 INTS: Final = (*SINTS, *UINTS, dtypes.index)
-FLOATS: Final = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
+FP8S: Final = (dtypes.fp8e4m3, dtypes.fp8e5m2, dtypes.fp8e4m3fnuz, dtypes.fp8e5m2fnuz)
+FLOATS: Final = (*FP8S, dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
 ALL_SCALARS: Final = (dtypes.bool, *SINTS, *UINTS, *FLOATS)
+# floats that compute in float32 registers and round to their own format after every op
+LOW_FLOATS: Final = (dtypes.float16, dtypes.bfloat16, *FP8S)
 # exponent and mantissa bits of each float type
 FLOAT_BITS: Final = {dtypes.float16: (5, 10), dtypes.bfloat16: (8, 7), dtypes.float32: (8, 23),
-                     dtypes.float64: (11, 52)}
+                     dtypes.float64: (11, 52), dtypes.fp8e4m3: (4, 3), dtypes.fp8e5m2: (5, 2),
+                     dtypes.fp8e4m3fnuz: (4, 3), dtypes.fp8e5m2fnuz: (5, 2)}
 
 
 def dtype_min(dt: DType) -> int | float | bool:
@@ -189,8 +217,129 @@ def dtype_max(dt: DType) -> int | float | bool:
 
 def finite_max(dt: DType) -> float:
   """The largest finite value of a float dtype."""
+  if dt.scalar() in FP8_FORMATS: return FP8_FORMATS[dt.scalar()].max
   exp, man = FLOAT_BITS[dt.scalar()]
   return (2 - 2.0 ** -man) * 2.0 ** (2 ** (exp - 1) - 1)
+
+
+# ---- 8-bit floats ----
+
+@dataclass(frozen=True)
+class FP8Format:
+  """An 8-bit float: 1 sign, `exp` exponent and `man` mantissa bits, exponent `bias`. `inf`:
+  IEEE-like infinities (e5m2); `fnuz`: no infinity and no -0, 0x80 is the one NaN; otherwise
+  (e4m3fn) S.1111.111 is NaN and overflow saturates to the largest finite value."""
+  exp: int
+  man: int
+  bias: int
+  inf: bool
+  fnuz: bool
+
+  @property
+  def emin(self) -> int: return 1 - self.bias  # the exponent of the smallest normal
+
+  @property
+  def max_code(self) -> int:
+    """The bits of the largest finite value."""
+    if self.fnuz: return 0x7F
+    top = (1 << (self.exp + self.man)) - 1  # all exponent and mantissa bits set
+    return top - (1 << self.man) if self.inf else top - 1
+
+  @property
+  def max(self) -> float: return _decode(self, self.max_code)
+
+  def nan_code(self, sign: int) -> int: return 0x80 if self.fnuz else sign | 0x7F
+
+  def overflow_code(self, sign: int) -> int:
+    """What a value above the largest finite one (or an infinity) becomes."""
+    if self.fnuz: return 0x80
+    return sign | (self.max_code + 1 if self.inf else self.max_code)
+
+
+FP8_FORMATS: Final = {dtypes.fp8e4m3: FP8Format(4, 3, 7, False, False),
+                      dtypes.fp8e5m2: FP8Format(5, 2, 15, True, False),
+                      dtypes.fp8e4m3fnuz: FP8Format(4, 3, 8, False, True),
+                      dtypes.fp8e5m2fnuz: FP8Format(5, 2, 16, False, True)}
+
+
+def _fp8_format(dt: DType) -> FP8Format:
+  if dt.scalar() not in FP8_FORMATS: raise TypeError(f"{dt!r} is not an 8-bit float dtype")
+  return FP8_FORMATS[dt.scalar()]
+
+
+def float_to_fp8(x: float, dtype: DType) -> int:
+  """The bits of `x` as the 8-bit float `dtype`: through float32 (as PyTorch converts), then
+  rounded to nearest even. `float_to_fp8(1.0, dtypes.fp8e4m3)` is 0x38."""
+  f = _fp8_format(dtype)
+  x = _roundtrip("f", float(x))
+  sign = 0x80 if math.copysign(1.0, x) < 0 else 0
+  if math.isnan(x): return f.nan_code(sign)
+  if math.isinf(x): return f.overflow_code(sign)
+  zero = 0 if f.fnuz else sign
+  if x == 0: return zero
+  e = max(math.frexp(abs(x))[1] - 1, f.emin)  # the exponent of the leading bit, or of subnormals
+  n = round(math.ldexp(abs(x), f.man - e))  # the significand in units of the last place: exact
+  if n == 0: return zero
+  if n == 2 << f.man: e, n = e + 1, 1 << f.man  # rounded up into the next binade
+  code = n if n < 1 << f.man else ((e + f.bias) << f.man) | (n - (1 << f.man))
+  return f.overflow_code(sign) if code > f.max_code else sign | code
+
+
+def _decode(f: FP8Format, b: int) -> float:
+  sign = -1.0 if b & 0x80 else 1.0
+  e, m = (b >> f.man) & ((1 << f.exp) - 1), b & ((1 << f.man) - 1)
+  if (f.fnuz and b == 0x80) or (not f.fnuz and not f.inf and b & 0x7F == 0x7F): return math.nan
+  if f.inf and e == (1 << f.exp) - 1: return sign * math.inf if m == 0 else math.nan
+  if e == 0: return sign * math.ldexp(m, f.emin - f.man)
+  return sign * math.ldexp((1 << f.man) | m, e - f.bias - f.man)
+
+
+def fp8_to_float(x: int, dtype: DType) -> float:
+  """The value of the 8-bit float bits `x` (0..255) of `dtype` (exact: every one is a float).
+  `fp8_to_float(0x38, dtypes.fp8e4m3)` is 1.0."""
+  if not isinstance(x, int) or not 0 <= x <= 0xFF:
+    raise ValueError(f"fp8_to_float: expected the bits of one byte (0..255), got {x!r}")
+  return _decode(_fp8_format(dtype), x)
+
+
+# ---- finfo ----
+
+@dataclass(frozen=True)
+class FInfo:
+  """Machine limits of a float dtype, as `torch.finfo` names them. Unpacking it gives tinygrad's
+  `(exponent bits, mantissa bits)`."""
+  bits: int
+  eps: float  # the distance from 1.0 to the next value
+  max: float  # the largest finite value
+  min: float  # -max
+  tiny: float  # the smallest positive normal (= smallest_normal)
+  smallest_normal: float
+  resolution: float  # 10 ** -(decimal digits of precision)
+  dtype: str
+  nexp: int
+  nmant: int
+
+  def __iter__(self) -> Any: return iter((self.nexp, self.nmant))
+
+
+# PyTorch's finfo (and ml_dtypes') gives float8_e5m2fnuz the eps of a 3-bit mantissa
+_FINFO_EPS: Final = {dtypes.fp8e5m2fnuz: 0.125}
+_TORCH_NAMES: Final = {dtypes.fp8e4m3: "float8_e4m3fn", dtypes.fp8e5m2: "float8_e5m2",
+                       dtypes.fp8e4m3fnuz: "float8_e4m3fnuz", dtypes.fp8e5m2fnuz: "float8_e5m2fnuz",
+                       dtypes.float16: "float16", dtypes.bfloat16: "bfloat16",
+                       dtypes.float32: "float32", dtypes.float64: "float64"}
+
+
+def finfo(dt: DType) -> FInfo:
+  """`dtypes.finfo(dt)`: machine limits of the float dtype `dt` (a TypeError for others)."""
+  if not isinstance(dt, DType) or dt.scalar() not in FLOAT_BITS or dt.count != 1:
+    raise TypeError(f"finfo: expected a float dtype, got {dt!r}")
+  exp, man = FLOAT_BITS[dt]
+  emin = FP8_FORMATS[dt].emin if dt in FP8_FORMATS else 2 - 2 ** (exp - 1)
+  top = finite_max(dt)
+  tiny = math.ldexp(1.0, emin)
+  return FInfo(8 * dt.itemsize, _FINFO_EPS.get(dt, 2.0 ** -man), top, -top, tiny, tiny,
+               10.0 ** -math.floor(man * math.log10(2)), _TORCH_NAMES[dt], exp, man)
 
 
 # ---- promotion (PyTorch's rules) ----
@@ -226,6 +375,9 @@ def _promote_floats(a: DType, b: DType) -> DType:
 
 
 def _promote2(a: DType, b: DType) -> DType:
+  if a != b and (a in FP8S or b in FP8S):  # PyTorch promotes no 8-bit float with anything else
+    raise TypeError(f"promotion of {a!r} with {b!r} is not defined (PyTorch raises too: 8-bit "
+                    "floats promote with no other dtype): cast one of them first")
   ca, cb = _category(a), _category(b)
   if ca != cb and 2 in (ca, cb): return a if ca > cb else b  # a float wins over bool and ints
   if ca == 2: return _promote_floats(a, b)
@@ -276,6 +428,7 @@ def _round_float(dt: DType, x: float) -> float:
   if dt == dtypes.float32: return _roundtrip("f", x)
   if dt == dtypes.float16:
     return _roundtrip("e", x) if abs(x) < 65520.0 else math.copysign(math.inf, x)
+  if dt in FP8_FORMATS: return fp8_to_float(float_to_fp8(x, dt), dt)
   # like PyTorch, a double reaches bfloat16 through float32 (rounded twice)
   return bf16_to_float(float_to_bf16(x))
 
@@ -302,6 +455,7 @@ def to_bytes(dt: DType, values: list) -> bytes:
   """Pack Python values as `dt` elements (little endian)."""
   if dt == dtypes.bfloat16:
     return struct.pack(f"<{len(values)}H", *(float_to_bf16(float(v)) for v in values))
+  if dt in FP8_FORMATS: return bytes(float_to_fp8(float(v), dt) for v in values)
   if dt.fmt is None: raise TypeError(f"{dt!r} has no memory layout")
   return struct.pack(f"<{len(values)}{dt.fmt}", *(truncate(dt, v) for v in values))
 
@@ -310,6 +464,7 @@ def from_bytes(dt: DType, data: bytes | memoryview) -> list:
   """Unpack `dt` elements into Python values."""
   n = len(data) // dt.itemsize
   if dt == dtypes.bfloat16: return [bf16_to_float(b) for b in struct.unpack(f"<{n}H", data)]
+  if dt in FP8_FORMATS: return [_decode(FP8_FORMATS[dt], b) for b in bytes(data[:n])]
   if dt.fmt is None: raise TypeError(f"{dt!r} has no memory layout")
   return list(struct.unpack(f"<{n}{dt.fmt}", data))
 
@@ -324,8 +479,9 @@ _FROM_NP: Final = {v: k for k, v in _NP_NAMES.items()}
 
 
 def to_numpy_name(dt: DType) -> str:
-  """The numpy dtype name holding `dt` (bfloat16 has none: it is read as float32)."""
-  if dt == dtypes.bfloat16: return "float32"
+  """The numpy dtype name holding `dt` (bfloat16 and the 8-bit floats have none: they are read
+  as float32)."""
+  if dt in (dtypes.bfloat16, *FP8S): return "float32"
   if dt not in _NP_NAMES: raise TypeError(f"{dt!r} has no numpy equivalent")
   return _NP_NAMES[dt]
 

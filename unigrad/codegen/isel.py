@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from unigrad.dtype import AddrSpace, DType, dtypes
+from unigrad.dtype import LOW_FLOATS, AddrSpace, DType, dtypes
 from unigrad.uop import GroupOp, Ops, PatternMatcher, UOp, UPat
 from unigrad.uop.ops import InvalidType
 
@@ -89,7 +89,7 @@ pm_mul_recip = PatternMatcher([
 def fuse_accumulate(st: UOp, ix: UOp, ld: UOp, m: UOp) -> UOp | None:
   """acc = acc + a*b -> acc = MULACC(a, b, acc): one rounding per step, as BLAS accumulates."""
   if ld.src[0] is not ix or ix.src[0].addrspace is not AddrSpace.REG: return None
-  if not dtypes.is_float(m.dtype.scalar()) or m.dtype.scalar() in (dtypes.float16, dtypes.bfloat16):
+  if not dtypes.is_float(m.dtype.scalar()) or m.dtype.scalar() in LOW_FLOATS:
     return None
   fma = UOp(Ops.MULACC, m.dtype, (m.src[0], m.src[1], ld))
   return st.replace(src=(ix, fma, *st.src[2:]))

@@ -35,7 +35,7 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from unigrad.dtype import DType, dtypes
+from unigrad.dtype import LOW_FLOATS, DType, dtypes
 from unigrad.uop import UOp
 
 
@@ -425,9 +425,9 @@ def _sin(x: UOp, f: FloatFormat) -> UOp:
 # ---- public builders ----
 
 def _in_format(x: UOp, fn: Callable[[UOp, FloatFormat], UOp]) -> UOp:
-  """fn(x, format), computing float16/bfloat16 in float32."""
+  """fn(x, format), computing float16/bfloat16 and the 8-bit floats in float32."""
   dt = x.dtype
-  if dt not in (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64):
+  if dt not in (*LOW_FLOATS, dtypes.float32, dtypes.float64):
     raise TypeError(f"transcendental functions take a scalar float dtype, got {dt!r}")
   if dt in FORMATS: return fn(x, FORMATS[dt])
   return fn(x.cast(dtypes.float32), FORMATS[dtypes.float32]).cast(dt)
@@ -477,7 +477,7 @@ def xpow(a: UOp, b: UOp) -> UOp:
   2**-24); float64 has relative error about |b*log2|a||*2**-52."""
   if a.dtype != b.dtype:
     raise TypeError(f"xpow needs equal dtypes, got {a.dtype!r} and {b.dtype!r}")
-  if a.dtype in (dtypes.float16, dtypes.bfloat16, dtypes.float32):
+  if a.dtype in (*LOW_FLOATS, dtypes.float32):
     return _pow(a.cast(dtypes.float64), b.cast(dtypes.float64)).cast(a.dtype)
   if a.dtype not in FORMATS: raise TypeError(f"xpow takes a scalar float dtype, got {a.dtype!r}")
   return _pow(a, b)
@@ -493,7 +493,7 @@ def _sqrt(x: UOp) -> UOp:
 def xsqrt(x: UOp) -> UOp:
   """sqrt(x) for targets without one: EXP2(0.5*LOG2(x)) refined by one Newton step;
   sqrt(+-0) = +-0, sqrt(x<0) = nan, sqrt(inf) = inf."""
-  if x.dtype in (dtypes.float16, dtypes.bfloat16):
+  if x.dtype in LOW_FLOATS:
     return _sqrt(x.cast(dtypes.float32)).cast(x.dtype)
   if x.dtype not in FORMATS: raise TypeError(f"xsqrt takes a scalar float dtype, got {x.dtype!r}")
   return _sqrt(x)

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from unigrad.dtype import DType, dtypes, finite_max, least_upper_float
+from unigrad.dtype import LOW_FLOATS, DType, dtypes, finite_max, least_upper_float
 from unigrad.frontend.dtypes import _category
 from unigrad.frontend.elementwise import WIDER_FLOAT
 from unigrad.uop import Ops
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
   from unigrad.frontend.tensor import Tensor
 
 F = TypeVar("F", bound=Callable[..., Any])
-COMPUTE_DTYPE = {dtypes.float16: dtypes.float32, dtypes.bfloat16: dtypes.float32}
+COMPUTE_DTYPE = {dt: dtypes.float32 for dt in LOW_FLOATS}
 SELU_ALPHA = 1.6732632423543772848170429916717
 SELU_SCALE = 1.0507009873554804934193349852946
 GELU_TANH_SCALE = math.sqrt(2 / math.pi)

@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from unigrad.dtype import DType, dtypes, least_upper_float
+from unigrad.dtype import LOW_FLOATS, DType, dtypes, least_upper_float
 from unigrad.frontend.dtypes import result_type
 from unigrad.frontend.movement import _normalize_pads, _shape_arg, canonical_axis
 from unigrad.frontend.nnops import is_nan, pool, take
@@ -381,7 +381,7 @@ class CompositeMixin:
   def _shifted(self, axis: int, dtype: Any) -> Tensor:
     """x - max(x) along `axis` in the compute dtype (16-bit floats in float32, like PyTorch)."""
     x = self.cast(dtype) if dtype is not None else self._float()
-    if x.dtype in (dtypes.float16, dtypes.bfloat16): x = x.float()
+    if x.dtype in LOW_FLOATS: x = x.float()
     return x - x.max(axis, keepdim=True).detach()
 
   def _out_float(self, dtype: Any) -> DType:
@@ -577,7 +577,7 @@ class CompositeMixin:
     sizes = _einsum_sizes(pairs)
     full = out + sorted(set(sizes) - set(out))
     dt = result_type(*xs) if dtype is None else xs[0].cast(dtype).dtype
-    acc = dtypes.float32 if dt in (dtypes.float16, dtypes.bfloat16) else dt
+    acc = dtypes.float32 if dt in LOW_FLOATS else dt
     prod = None
     for x, lab in pairs:  # each operand laid out on all labels: output ones, then contracted
       dims = dict(zip(lab, x.shape))

@@ -14,7 +14,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from unigrad.dtype import FLOATS, SINTS, UINTS, DType, dtypes, least_upper_float, to_dtype
+from unigrad.dtype import (FLOATS, LOW_FLOATS, SINTS, UINTS, DType, dtypes, least_upper_float,
+                           to_dtype)
 from unigrad.frontend.dtypes import result_type, scalar_dtype
 from unigrad.uop import Ops, UOp, shape_uop
 from unigrad.uop.properties import broadcast_shapes
@@ -27,8 +28,7 @@ Operand = Any  # a Tensor or a Python number
 
 # float // and % compute in a wider float, where floor(a/b)*b and a - q*b are exact, so they
 # round once like PyTorch's fmod-based kernels
-WIDER_FLOAT = {dtypes.float16: dtypes.float32, dtypes.bfloat16: dtypes.float32,
-               dtypes.float32: dtypes.float64}
+WIDER_FLOAT = {**{dt: dtypes.float32 for dt in LOW_FLOATS}, dtypes.float32: dtypes.float64}
 
 
 def _is_float(t: Tensor) -> bool: return dtypes.is_float(t.dtype)
@@ -94,8 +94,8 @@ def _operand_dtype(x: Operand) -> DType:
 # ---- exp and cos (tensor-graph UOps, so autograd differentiates them) ----
 
 # float16/bfloat16 compute in float32 and round once at the end, as PyTorch does
-COMPUTE_DTYPE = {dtypes.float16: dtypes.float32, dtypes.bfloat16: dtypes.float32,
-                 dtypes.float32: dtypes.float32, dtypes.float64: dtypes.float64}
+COMPUTE_DTYPE = {**{dt: dtypes.float32 for dt in LOW_FLOATS}, dtypes.float32: dtypes.float32,
+                 dtypes.float64: dtypes.float64}
 LOG2E = 1 / math.log(2)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from unigrad.dtype import dtypes, to_numpy_name
+from unigrad.dtype import FP8S, dtypes, to_numpy_name
 from unigrad.engine import realize as engine
 from unigrad.frontend.strided import contiguous_strides, strided, strided_view_of, torch_strides
 from unigrad.runtime.device import Buffer, Device
@@ -57,7 +57,8 @@ def shared_numpy(t: Tensor) -> Any | None:
   """`t`'s values as a numpy array over its buffer's memory, or None where that cannot be (see
   Tensor.numpy): the caller copies then."""
   if engine.capturing or isinstance(t.device, tuple) or not is_host_device(t.device): return None
-  if t.dtype == dtypes.bfloat16 or not all(isinstance(s, int) for s in t.shape): return None
+  if t.dtype == dtypes.bfloat16 or t.dtype in FP8S: return None  # numpy has no such dtype
+  if not all(isinstance(s, int) for s in t.shape): return None
   if math.prod(t.shape) == 0: return None
   found = _buffer_view(t, realize=True)
   if found is None: return None

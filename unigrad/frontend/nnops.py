@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from unigrad.dtype import dtypes, least_upper_dtype
+from unigrad.dtype import LOW_FLOATS, dtypes, least_upper_dtype
 from unigrad.frontend.dtypes import result_type
 from unigrad.frontend.movement import canonical_axis
 from unigrad.frontend.reduce import any_true
@@ -200,7 +200,7 @@ def _conv(x: Tensor, weight: Tensor, groups: int, s_: Sequence[int], d_: Sequenc
                        f"Kernel size: ({' x '.join(map(str, k_))}). Kernel size can't be greater "
                        f"than actual input size")
   dt = result_type(x, weight) if dtype is None else x.cast(dtype).dtype
-  acc = dtypes.float32 if dt in (dtypes.float16, dtypes.bfloat16) else dt
+  acc = dtypes.float32 if dt in LOW_FLOATS else dt
   x = x.cast(acc)
   # the padded input gets its own buffer: the reduce then reads it without bounds checks (a gated
   # load per multiply-add would keep the compiler from vectorizing the window reads)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from unigrad.dtype import DType, dtypes, to_bytes, to_dtype
+from unigrad.dtype import FLOAT_BITS, FP8S, DType, dtypes, to_bytes, to_dtype
 from unigrad.engine import realize as engine
 from unigrad.frontend.reduce import any_true
 from unigrad.runtime.device import Device
@@ -29,7 +29,8 @@ if TYPE_CHECKING:
   from unigrad.uop import UOp
 
 MASK32, MASK64 = 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF
-MANTISSA_BITS = {dtypes.float16: 10, dtypes.bfloat16: 7, dtypes.float32: 23}
+MANTISSA_BITS = {**{dt: FLOAT_BITS[dt][1] for dt in FP8S}, dtypes.float16: 10, dtypes.bfloat16: 7,
+                 dtypes.float32: 23}
 
 
 @dataclass

@@ -5,7 +5,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from unigrad.dtype import DType, dtypes, sum_acc_dtype, to_dtype
+from unigrad.dtype import LOW_FLOATS, DType, dtypes, sum_acc_dtype, to_dtype
 from unigrad.engine import realize as engine
 from unigrad.frontend.dtypes import result_type
 from unigrad.frontend.movement import canonical_axis
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
   from unigrad.frontend.tensor import Tensor
 
 Axis = int | Sequence[int] | None
-HALF_LIKE = (dtypes.float16, dtypes.bfloat16)
+HALF_LIKE = LOW_FLOATS  # floats that accumulate in float32
 # A float sum over more than LONG_FLOAT_SUM elements is summed in chunks of FLOAT_SUM_CHUNK (then
 # the chunk sums, again in chunks): one accumulator over 2**31 float32 ones stops at 2**24.
 LONG_FLOAT_SUM = 2 ** 22

@@ -13,7 +13,7 @@ import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from unigrad.dtype import (DType, dtypes, from_bytes, from_numpy_name, to_bytes, to_dtype,
+from unigrad.dtype import (FP8S, DType, dtypes, from_bytes, from_numpy_name, to_bytes, to_dtype,
                            to_numpy_name)
 from unigrad.engine import realize as engine
 from unigrad.frontend.activations import ActivationsMixin
@@ -192,12 +192,13 @@ class Tensor(MultiMixin, ActivationsMixin, IndexingMixin, CompositeMixin, NNOpsM
     device (CPU, PYTHON): a transpose, slice or broadcast of a realized buffer is read in place
     without a kernel, any other tensor is realized first. Writes through either side show in
     the other, and the buffer lives as long as the array (`.copy()` for a snapshot). bfloat16
-    (returned as float32), other devices and symbolic shapes give a copy."""
+    and the 8-bit floats (returned as float32), other devices and symbolic shapes give a copy."""
     import numpy as np  # noqa: PLC0415 (numpy is optional: only needed here)
     with engine.realize_lock:  # no other thread's realize may swap self.uop in between
       shared = shared_numpy(self)
     if shared is not None: return shared
     shape = self.concrete_shape
+    if self.dtype in FP8S: return self.cast(dtypes.float32).numpy()  # exact, on the device
     if self.dtype == dtypes.bfloat16:
       return np.array(self.tolist(), dtype=np.float32).reshape(shape)
     return np.frombuffer(self._bytes(), dtype=to_numpy_name(self.dtype)).reshape(shape).copy()

@@ -2,7 +2,9 @@
 
 ABI (runtime/ops_cpu.py): `void name(T* restrict data0, ..., int var0, ..., int core_id)`.
 float16 and bfloat16 live in memory as 16-bit integers and in registers as float; every op on
-them rounds its float result back to 16 bits, so results match PyTorch's per-op rounding.
+them rounds its float result back to 16 bits, so results match PyTorch's per-op rounding. The
+8-bit floats do the same with one byte: their conversions are integer code (renderer/fp8.py,
+emitted only into kernels that use them), bit-exact with `unigrad.dtype.float_to_fp8`.
 Single-use pure expressions are inlined; LOADs and multi-use values get local variables.
 Integers wrap like the PYTHON device: int and long long rely on `-fwrapv` (ops_cpu.CFLAGS),
 narrower types (which C computes as int) are cast back after each op that can leave their range,
@@ -13,9 +15,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from unigrad.dtype import DType, dtypes
+from unigrad.dtype import FP8S, DType, dtypes
 from unigrad.knobs import CHECK_OOB
 from unigrad.renderer import Renderer
+from unigrad.renderer.fp8 import FP8_HELPER_NAMES, fp8_helpers
 from unigrad.uop import GroupOp, Ops, UOp
 
 # the C symbol (long long[6]) where a CHECK_OOB kernel records its first bad access:
@@ -26,9 +29,13 @@ C_TYPES = {dtypes.bool: "_Bool", dtypes.int8: "signed char", dtypes.uint8: "unsi
            dtypes.int16: "short", dtypes.uint16: "unsigned short", dtypes.int32: "int",
            dtypes.uint32: "unsigned int", dtypes.int64: "long long",
            dtypes.uint64: "unsigned long long", dtypes.float32: "float", dtypes.float64: "double",
-           dtypes.float16: "float", dtypes.bfloat16: "float"}
-STORAGE = {**C_TYPES, dtypes.float16: "unsigned short", dtypes.bfloat16: "unsigned short"}
-HALF_LIKE = (dtypes.float16, dtypes.bfloat16)
+           dtypes.float16: "float", dtypes.bfloat16: "float", **{dt: "float" for dt in FP8S}}
+STORAGE = {**C_TYPES, dtypes.float16: "unsigned short", dtypes.bfloat16: "unsigned short",
+           **{dt: "unsigned char" for dt in FP8S}}
+# float in registers, their own bits in memory: (decode, encode, round) helper names
+EMULATED_FLOATS = {dtypes.float16: ("__h2f", "__f2h", "__rh"),
+                   dtypes.bfloat16: ("__bf2f", "__f2bf", "__rbf"),
+                   **FP8_HELPER_NAMES}
 INFIX = {Ops.ADD: "+", Ops.MUL: "*", Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.XOR: "^", Ops.OR: "|",
          Ops.AND: "&", Ops.SHL: "<<", Ops.SHR: ">>", Ops.SUB: "-", Ops.DIV: "/"}
 
@@ -307,12 +314,15 @@ def _convert(st: _State, src: UOp, dt: DType, x: str) -> str:
 
 class CRenderer(Renderer):
   """C99 (GNU extensions) for clang and gcc."""
+  # fp8 conversions stay calls: inlined into a 64-lane unrolled kernel they made compiling a
+  # one-line elementwise op take 11 s
+  conversion_attr = "__attribute__((noinline)) "
 
   def __init__(self, device: str = "CPU", vector_bytes: int = 0, stream_bytes: int = 0,
                vector_registers: int = 16) -> None:
     ops = frozenset(GroupOp.Primitive | {Ops.CDIV, Ops.CMOD, Ops.SQRT, Ops.DIV, Ops.SUB, Ops.NEG,
                                          Ops.MULACC})
-    super().__init__(device, ops, has_threads=True, emulated_dtypes=frozenset(HALF_LIKE),
+    super().__init__(device, ops, has_threads=True, emulated_dtypes=frozenset(EMULATED_FLOATS),
                      vector_bytes=vector_bytes, stream_bytes=stream_bytes,
                      vector_registers=vector_registers if vector_bytes else 0)
 
@@ -349,7 +359,7 @@ class CRenderer(Renderer):
   def _store(self, st: _State, u: UOp) -> None:
     ix, val = u.src[0], st.names[u.src[1]]
     if not _is_vector(u.src[1]):
-      st.emit(f"*{st.names[ix]} = {self._to_storage(u.src[1].dtype, val)};")
+      st.emit(f"*{st.names[ix]} = {self._to_storage(st, u.src[1].dtype, val)};")
       return
     dt = _vdt(u.src[1])
     if (ix.dtype.count == 1 and ix.src[0] in st.streamed and dt.itemsize == self.vector_bytes
@@ -397,23 +407,29 @@ class CRenderer(Renderer):
     elif _is_vector(u): self._value(st, u, self._vector_expr(st, u), uses)
     else: self._value(st, u, self._expr(st, u), uses)
 
-  def _to_storage(self, dt: DType, v: str) -> str:
-    return f"__f2h({v})" if dt == dtypes.float16 else f"__f2bf({v})" if dt == dtypes.bfloat16 else v
+  def _helper_names(self, st: _State, dt: DType) -> tuple[str, str, str]:
+    """An emulated float's (decode, encode, round) helpers, declared in the source if needed."""
+    if dt in FP8S:
+      for k, src in fp8_helpers(dt, self.conversion_attr).items(): st.helpers.setdefault(k, src)
+    return EMULATED_FLOATS[dt]
 
-  def _from_storage(self, dt: DType, v: str) -> str:
-    return f"__h2f({v})" if dt == dtypes.float16 else f"__bf2f({v})" if dt == dtypes.bfloat16 else v
+  def _to_storage(self, st: _State, dt: DType, v: str) -> str:
+    return f"{self._helper_names(st, dt)[1]}({v})" if dt in EMULATED_FLOATS else v
+
+  def _from_storage(self, st: _State, dt: DType, v: str) -> str:
+    return f"{self._helper_names(st, dt)[0]}({v})" if dt in EMULATED_FLOATS else v
 
   def _load(self, st: _State, u: UOp) -> None:
     if _is_vector(u): val = f"*{_vector_address(st, u.src[0], u.dtype)}"
-    else: val = self._from_storage(u.dtype, f"*{st.names[u.src[0]]}")
+    else: val = self._from_storage(st, u.dtype, f"*{st.names[u.src[0]]}")
     if len(u.src) == 3: val = f"({st.names[u.src[2]]} ? {val} : {st.names[u.src[1]]})"
     name = st.fresh("val")
     st.emit(f"{_ctype(st, u.dtype)} {name} = {val};")
     st.names[u] = name
 
   def _value(self, st: _State, u: UOp, expr: str, uses: dict[UOp, int]) -> None:
-    if u.dtype in HALF_LIKE and u.op is not Ops.BITCAST:
-      expr = f"__rh({expr})" if u.dtype == dtypes.float16 else f"__rbf({expr})"
+    if u.dtype in EMULATED_FLOATS and u.op is not Ops.BITCAST:
+      expr = f"{self._helper_names(st, u.dtype)[2]}({expr})"
     # vectors always get a variable: lane-wise ops read their operands once per lane
     if uses.get(u, 0) <= 1 and u.op is not Ops.WHERE and not _is_vector(u):
       st.names[u] = expr
@@ -494,10 +510,10 @@ class CRenderer(Renderer):
     return f"{_helper('f' + sym, ct)}({s[0]}, {s[1]})"
 
   def _bitcast(self, st: _State, src: DType, dst: DType, v: str) -> str:
-    sv = self._to_storage(src, v)
+    sv = self._to_storage(st, src, v)
     # a byte other than 0 or 1 is no valid _Bool: read it as true, as the PYTHON device does
     if dst == dtypes.bool: return f"((_Bool){sv})"
     src_ct, dst_ct = STORAGE[src], STORAGE[dst]
     copy = f"{dst_ct} __d; __builtin_memcpy(&__d, &__s, sizeof(__d)); __d;"
     raw = f"(__extension__({{{src_ct} __s = {sv}; {copy}}}))"
-    return self._from_storage(dst, raw)
+    return self._from_storage(st, dst, raw)

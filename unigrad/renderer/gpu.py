@@ -30,9 +30,9 @@ from __future__ import annotations
 import math
 import re
 
-from unigrad.dtype import AddrSpace, DType, dtypes
+from unigrad.dtype import FP8S, AddrSpace, DType, dtypes
+from unigrad.renderer.cstyle import C_TYPES, PRELUDE, STORAGE, CRenderer, _State
 from unigrad.renderer.tensor_core import MMA_M16N8K16, TensorCore
-from unigrad.renderer.cstyle import C_TYPES, HALF_LIKE, PRELUDE, STORAGE, CRenderer, _State
 from unigrad.uop import Ops, UOp
 
 __all__ = ["GPURenderer", "OpenCLRenderer", "CUDARenderer"]
@@ -47,7 +47,7 @@ BITCAST_OPENCL = {dtypes.float32: "float", dtypes.float64: "double", dtypes.int3
                   dtypes.uint32: "uint", dtypes.int64: "long", dtypes.uint64: "ulong",
                   dtypes.int16: "short", dtypes.uint16: "ushort", dtypes.float16: "ushort",
                   dtypes.bfloat16: "ushort", dtypes.int8: "char", dtypes.uint8: "uchar",
-                  dtypes.bool: "uchar"}
+                  dtypes.bool: "uchar", **{dt: "uchar" for dt in FP8S}}
 # the unsigned type of the same size, for bit patterns of special floats
 BITS = {dtypes.float64: dtypes.uint64, dtypes.float32: dtypes.uint32}
 
@@ -59,6 +59,7 @@ static inline ushort __f2h(float f) {
   return (h & 0x7fff) > 0x7c00 ? (ushort)((h & 0x8000) | 0x7e00) : h; }
 """  # NaNs as the canonical quiet NaN (as every other device writes them)
 VECTOR_NAMES = {dtypes.float32: "float", dtypes.int32: "int", dtypes.uint32: "uint"}
+HALF_FLOATS = (dtypes.float16, dtypes.bfloat16)  # CUDA stores these natively
 CUDA_STORAGE = {**STORAGE, dtypes.float16: "half", dtypes.bfloat16: "__nv_bfloat16"}
 CUDA_INCLUDES = "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n"
 CUDA_PRELUDE = """\
@@ -86,6 +87,7 @@ def _variable_decl(p: UOp, st: _State) -> str:
 class GPURenderer(CRenderer):
   """The C renderer with GPU thread indices, LOCAL memory and barriers; dialects subclass it."""
   fn_qualifier = "static inline"
+  conversion_attr = ""  # GPU compilers inline the fp8 conversions
   type_table: tuple[tuple[str, str], ...] = ()
   barrier = ""  # the statement that waits for every work item of the group
   local_fmt = ""  # the declaration of a LOCAL array: {ct} {name}[{size}]
@@ -149,7 +151,7 @@ class GPURenderer(CRenderer):
       ix = u.src[0]
       st.emit(self.vector_store(u.src[1].dtype, st.names[ix], st.names[u.src[1]],
                                 st.names[ix.src[0]]))
-    elif u.op is Ops.STACK and u.src[0].dtype in HALF_LIKE:
+    elif u.op is Ops.STACK and u.src[0].dtype in HALF_FLOATS:
       st.names[u] = ""  # a WMMA operand: its WMMA packs the lanes into registers
     elif u.op is Ops.STACK and u.src[0].dtype in VECTOR_NAMES:
       name = st.fresh("vec")
@@ -254,17 +256,17 @@ class OpenCLRenderer(GPURenderer):
 
 
   def _bitcast(self, st: _State, src: DType, dst: DType, v: str) -> str:
-    sv = self._to_storage(src, v)
+    sv = self._to_storage(st, src, v)
     if dst == dtypes.bool: return f"((bool){sv})"
     # C promotes narrow operands to int: the value back in its own type first
     sv = f"(({BITCAST_OPENCL[src]}){sv})"
     if src.itemsize != dst.itemsize:  # the low bytes, as the C renderer's memcpy takes them
       sv = f"(({UNSIGNED[dst.itemsize]})as_{UNSIGNED[src.itemsize]}({sv}))"
-    return self._from_storage(dst, f"as_{BITCAST_OPENCL[dst]}({sv})")
+    return self._from_storage(st, dst, f"as_{BITCAST_OPENCL[dst]}({sv})")
 
 
 def _uses_16_bit_floats(linear: UOp) -> bool:
-  return any(u.dtype.scalar() in HALF_LIKE for u in linear.src)
+  return any(u.dtype.scalar() in HALF_FLOATS for u in linear.src)
 
 
 PTX_TYPES = {dtypes.float16: "f16", dtypes.bfloat16: "bf16"}
@@ -370,6 +372,6 @@ class CUDARenderer(GPURenderer):
   def math_fn(self, name: str, suffix: str) -> str: return name + suffix
 
   def _bitcast(self, st: _State, src: DType, dst: DType, v: str) -> str:
-    sv = self._to_storage(src, v)
+    sv = self._to_storage(st, src, v)
     if dst == dtypes.bool: return f"((bool){sv})"
-    return self._from_storage(dst, f"__bitcast<{self.storage[dst]}>({sv})")
+    return self._from_storage(st, dst, f"__bitcast<{self.storage[dst]}>({sv})")
