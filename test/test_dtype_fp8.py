@@ -228,6 +228,8 @@ def test_fp8_kernels_compile_for_cuda_sm90():
           linear = full_rewrite(call.src[0], ren)
           srcs.append(ren.render(linear.arg.name, linear))
   assert all("__f_to_fp8" in s or "_to_f(" in s for s in srcs)
-  unit = "\n".join(f"namespace k{i} {{\n" + re.sub(r'void (\w+)\(', rf'void \1_{i}(', src) + "}"
-                   for i, src in enumerate(srcs))  # one nvcc call
+  includes = sorted({x for src in srcs for x in src.splitlines() if x.startswith("#include")})
+  bodies = [f"namespace k{i} {{\n" + re.sub(r'void (\w+)\(', rf'void \1_{i}(', src) + "}"
+            for i, src in enumerate(srcs)]
+  unit = "\n".join([*includes, *(b.replace("#include", "// #include") for b in bodies)])
   assert ops_cuda.CUDACompiler("sm_90").compile(unit)

@@ -63,6 +63,8 @@ HALF_FLOATS = (dtypes.float16, dtypes.bfloat16)  # CUDA stores these natively
 CUDA_STORAGE = {**STORAGE, dtypes.float16: "half", dtypes.bfloat16: "__nv_bfloat16"}
 CUDA_INCLUDES = "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n"
 CUDA_PRELUDE = """\
+typedef unsigned int uint32_t;
+typedef union { float f; uint32_t u; } __fu;
 __device__ static inline float __h2f(half h) { return __half2float(h); }
 __device__ static inline half __f2h(float f) { return __float2half_rn(f); }
 __device__ static inline float __bf2f(__nv_bfloat16 b) { return __bfloat162float(b); }
