@@ -100,13 +100,27 @@ def _is_expensive(u: UOp, realized: set[UOp]) -> bool:
   return any(x.op in EXPENSIVE for x in _region(u, realized))
 
 
-def _needs_reduction(u: UOp, realized: set[UOp]) -> bool:
+def _needs_reduction(u: UOp) -> bool:
   """`u` is elementwise over the result of a reduction of data (a normalization's output, a
   matmul plus its bias): recomputing it in another reduction's loop would re-read every input of
   its region there, and a model's next layer reads this layer's output the same way, so the
-  reader's inputs would grow with depth."""
-  return any(x.op is Ops.REDUCE and x is not u and not _has_closed_form(x)
-             for x in _region(u, realized))
+  reader's inputs would grow with depth. Whether that reduction is itself realized does not
+  matter (the value over it would still be recomputed once per iteration of the reader's loop),
+  so the answer does not depend on the order in which the walk meets the nodes."""
+  if u.op is Ops.REDUCE: return False
+  for x in u.toposort(lambda n: n not in _over_data and n.op not in _REGION_STOPS):
+    _over_data[x] = any(_is_reduction_of_data(s) for s in x.src)
+  return _over_data[u]
+
+
+_REGION_STOPS = (Ops.REDUCE, Ops.PARAM, Ops.AFTER, Ops.BUFFER)
+# node -> whether its elementwise region reads a reduction of data (see _needs_reduction)
+_over_data: weakref.WeakKeyDictionary[UOp, bool] = weakref.WeakKeyDictionary()
+
+
+def _is_reduction_of_data(u: UOp) -> bool:
+  if u.op is Ops.REDUCE: return not _has_closed_form(u)
+  return u.op not in _REGION_STOPS and _over_data[u]
 
 
 def _per_node(fn: Callable[[UOp], bool]) -> Callable[[UOp], bool]:
@@ -303,7 +317,7 @@ def find_realizes(body: UOp) -> set[UOp]:
     if u not in realize and (
         ((expanded or reduced) and u.op is Ops.REDUCE and not _has_closed_form(u))
         or (expanded and u.op in GroupOp.ALU and _is_expensive(u, realize))
-        or (expanded and reduced and u.op in GroupOp.ALU and _needs_reduction(u, realize))):
+        or (expanded and reduced and u.op in GroupOp.ALU and _needs_reduction(u))):
       realize.add(u)
     if u in realize: expanded, reduced = False, False
     if u.op in (Ops.PARAM, Ops.AFTER): continue
