@@ -135,3 +135,16 @@ def test_layernorm_read_by_a_matmul_and_a_residual_is_realized_whatever_the_walk
   ref = torch.nn.functional.linear(ref, torch.from_numpy(lin.weight.numpy()),
                                    torch.from_numpy(lin.bias.numpy())) + ref
   np.testing.assert_allclose(y.numpy(), ref.numpy(), atol=1e-4, rtol=1e-4)
+
+
+def test_layernorm_output_read_by_x_at_w_t_gets_the_transposing_copy():
+  # the LayerNorm's output is read from its buffer, so its per-row statistics are no load of the
+  # matmul: they looked contiguous along an output axis (the rows) and kept nn.Linear's x @ W.T
+  # on the dot-product form, ~10x slower than the copy and the contiguous matmul (MiniLM)
+  ln, lin = nn.LayerNorm(D), nn.Linear(D, D)
+  Tensor.realize_all(ln.weight, ln.bias, lin.weight, lin.bias)
+  x = Tensor(rnd(4, 8, D)).realize()
+  calls = lin(ln(x)).schedule().src
+  assert sorted(len(c.src) - 1 for c in calls) == [2, 2, 3, 4, 6]  # + copy (out, w)
+  copies = [c for c in calls if len(c.src) - 1 == 2 and c.src[2] is lin.weight.uop.src[0]]
+  assert len(copies) == 1 and not copies[0].src[0].op_in_backward_slice_with_self(Ops.REDUCE)

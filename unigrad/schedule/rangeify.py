@@ -276,9 +276,9 @@ def transposed_operand(red: UOp) -> UOp | None:
   if not all(isinstance(d, int) for d in red.src[0].shape) or _has_closed_form(red): return None
   views = [v for v in _view_operands(red)
            if math.prod(red.src[0].shape) >= MIN_COPY_REUSE * math.prod(v.shape)]
-  # the reductions below read from buffers: the question is how this kernel's own loads walk,
-  # and a probe of everything upstream would grow with the model's depth
-  nested = _top_reduces(red)
+  # what the kernel reads from buffers is probed as loads: the question is how this kernel's own
+  # loads walk, and a probe of everything upstream would grow with the model's depth
+  nested = _read_from_buffers(red)
   if not views or (now := _reads_contiguous_output(red, nested)) is None or now != (False, True):
     return None
   for v in views:
@@ -287,12 +287,22 @@ def transposed_operand(red: UOp) -> UOp | None:
   return None
 
 
-def _top_reduces(red: UOp) -> list[UOp]:
-  """The REDUCEs below `red`'s body that no other one below it contains."""
-  stop = (Ops.PARAM, Ops.AFTER)
-  gate = lambda n: n.op not in stop and (n is red.src[0] or n.op is not Ops.REDUCE)  # noqa: E731
-  inside = red.src[0].toposort(gate)
-  return [u for s in inside for u in s.src if u.op is Ops.REDUCE and u not in inside]
+def _read_from_buffers(red: UOp) -> list[UOp]:
+  """What `red`'s kernel will read from buffers that find_realizes makes: the REDUCEs below its
+  body that no other one below it contains, and the elementwise values over a reduction that it
+  reads under a broadcast (a LayerNorm's output: its per-row statistics are not loads of the
+  matmul, which would count as reads along an output axis)."""
+  out, seen, stack = [], set(), [(red.src[0], False)]
+  while stack:
+    u, expanded = stack.pop()
+    if (u, expanded) in seen or u.op in (Ops.PARAM, Ops.AFTER): continue
+    seen.add((u, expanded))
+    if u is not red.src[0] and (u.op is Ops.REDUCE or (
+        expanded and u.op in GroupOp.ALU and _needs_reduction(u))):
+      out.append(u)
+      continue
+    stack.extend((s, expanded or (u.op is Ops.EXPAND and _grows(u))) for s in u.src)
+  return list(dict.fromkeys(out))
 
 
 def find_realizes(body: UOp) -> set[UOp]:
