@@ -2,6 +2,8 @@
 
   python bench/models.py [--repeat 10] [--only minilm] [--no-first-call]
   THREADS=1 python bench/models.py      # both libraries on one thread (a busy machine)
+  THREADS=1 python bench/models.py --cpu-time   # ... timed by the thread's CPU time (a loaded
+                                                # machine's preemption does not count)
 
 Each case is a row of CASES: a name and a builder that returns unigrad's step and PyTorch's step
 on the same weights and inputs. Steady state: the best of `--repeat` calls after a warm-up (the
@@ -29,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from common import best_of, row
+from common import CLOCK, best_of, row
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
@@ -146,7 +148,13 @@ def main() -> None:
   p.add_argument("--repeat", type=int, default=10)
   p.add_argument("--only", default="", help="run the cases whose name contains this")
   p.add_argument("--no-first-call", action="store_true", help="skip the fresh-process timings")
+  p.add_argument("--cpu-time", action="store_true",
+                 help="steady state timed by the calling thread's CPU time; needs THREADS=1 "
+                      "(every kernel, unigrad's and torch's, then runs on the calling thread)")
   args = p.parse_args()
+  if args.cpu_time:
+    if cpu_threads() != 1: raise SystemExit("--cpu-time needs THREADS=1 (one thread each)")
+    CLOCK[0] = time.thread_time
   torch = try_torch()
   print(f"unigrad and torch threads: {cpu_threads()}" + ("" if torch else " (torch missing)"))
   for case in CASES:

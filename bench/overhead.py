@@ -1,22 +1,26 @@
 """Eager overhead: a chain of small elementwise ops on a tiny tensor, unigrad vs PyTorch eager.
 
-  python bench/overhead.py [--ops 200] [--repeat 5] [--profile once|each]
+  python bench/overhead.py [--ops 200] [--repeat 5] [--profile once|each] [--cpu-time]
 
 `x = Tensor.ones(4).contiguous().realize(); for _ in range(ops): x = x * 1.0001 + 0.5` then
 `x.realize()` ("once": graph building, one schedule-cache hit, one launch), and the variant that
 realizes after every step ("each": a realize per step). Prints microseconds per step (two tensor
 ops) for each variant and for PyTorch (the same steps, eager), and the ratio (>1: unigrad faster).
-`--profile` prints cProfile's top entries for one run of a variant (where the time goes).
+`--profile` prints cProfile's top entries for one run of a variant (where the time goes);
+`--cpu-time` times by the thread's CPU time (THREADS=1: a loaded machine's preemption does not
+count).
 """
 from __future__ import annotations
 
 import argparse
 import cProfile
 import pstats
+import time
 
-from common import best_of, try_torch
+from common import CLOCK, best_of, try_torch
 
 from unigrad import Tensor
+from unigrad.runtime.ops_cpu import cpu_threads
 
 
 def chain(ops: int, each: bool) -> Tensor:
@@ -32,7 +36,12 @@ def main() -> None:
   p.add_argument("--ops", type=int, default=200)
   p.add_argument("--repeat", type=int, default=5)
   p.add_argument("--profile", choices=["once", "each"])
+  p.add_argument("--cpu-time", action="store_true", help="time by the thread's CPU time "
+                 "(needs THREADS=1)")
   args = p.parse_args()
+  if args.cpu_time:
+    if cpu_threads() != 1: raise SystemExit("--cpu-time needs THREADS=1")
+    CLOCK[0] = time.thread_time
   want = 1.0
   for _ in range(args.ops): want = want * 1.0001 + 0.5
   assert abs(chain(args.ops, False).tolist()[0] - want) < 1e-3 * want

@@ -1,9 +1,12 @@
 """Realize on a schedule cache hit: no re-scheduling, one walk of the graph, same semantics."""
+import threading
+
 import numpy as np
 import pytest
 
-from unigrad import Tensor
+from unigrad import Context, Tensor
 from unigrad.engine import realize as engine
+from unigrad.runtime.device import Device
 from unigrad.schedule.callify import callify
 from unigrad.uop import Ops, UOp
 
@@ -106,3 +109,21 @@ def test_realized_intermediate_keeps_its_history_for_backward():
   assert h.uop in engine.history
   h.sum().backward()
   assert w.grad.tolist() == [2.0, 4.0, 6.0]
+
+
+def test_new_kernels_of_a_schedule_compile_together_on_every_core(monkeypatch):
+  # a model's first call compiles tens of kernels: the C compiler runs on every core at once
+  # (compile_ahead), before the first launch; each kernel is compiled once and the results match
+  compiler = Device["CPU"].compiler
+  threads, real = [], compiler.compile_cached
+  def recording(src, refresh=False):
+    threads.append(threading.current_thread() is threading.main_thread())
+    return real(src, refresh)
+  monkeypatch.setattr(compiler, "compile_cached", recording)
+  with Context(THREADS=2):
+    x = Tensor(np.arange(16, dtype=np.float32), device="CPU").realize()
+    a = (x * 3.0625 + 1.1875).contiguous()
+    out = (a * (a.sum() * 7.4375)).realize()
+  assert len(threads) == 3 and not any(threads)  # a, the sum, the product: off the main thread
+  ref = np.arange(16, dtype=np.float32) * 3.0625 + 1.1875
+  np.testing.assert_allclose(out.numpy(), ref * (ref.sum() * 7.4375), rtol=1e-5)

@@ -259,3 +259,18 @@ def test_value_checks_run_eagerly_and_not_while_capturing_or_tracing():
   @function
   def g(x, y): return x.sparse_categorical_crossentropy(y)
   assert abs(g(logits, Tensor([1, 2])).item() - np.log(3)) < 1e-6
+
+
+def test_embedding_lookup_captures_and_replays_new_indices():
+  """nn.Embedding range-checks realized indices by reading them: eagerly it raises at the call,
+  a capture reads nothing (it raised CaptureError, so no model with an embedding could be
+  captured) and every replay gathers the rows of its own indices."""
+  emb = nn.Embedding(10, 3)
+  w = emb.weight.numpy()
+  with pytest.raises(IndexError, match="out of range"): emb(Tensor([1, 10]))
+
+  @TinyJit
+  def f(idx): return emb(idx) * 2
+  for ids in ([1, 2, 3], [0, 9, 4], [5, 5, 7], [8, 0, 1]):
+    np.testing.assert_allclose(f(Tensor(ids, dtype=dtypes.int32)).numpy(), w[ids] * 2, rtol=1e-6)
+  assert f.captured is not None

@@ -119,3 +119,32 @@ def test_matrix_vector_product_reads_the_weight_in_place():
   # one row reads each weight element once: a copy would double the work
   x, w = Tensor(rnd(1, 96)), Tensor(rnd(80, 96))
   assert len((x @ w.T).schedule().src) == 1
+
+
+def test_layernorm_read_by_a_matmul_and_a_residual_is_realized_whatever_the_walk_order():
+  # the residual path reaches the LayerNorm's statistics (realized: they are broadcast) before
+  # the matmul's reduction loop reaches its output; the output must still get its own kernel
+  # rather than being recomputed per output column of the matmul (MiniLM's q/k/v: 30x slower)
+  ln, lin = nn.LayerNorm(D), nn.Linear(D, D)
+  Tensor.realize_all(ln.weight, ln.bias, lin.weight, lin.bias)
+  x = Tensor(rnd(B, S, D)).realize()
+  h = ln(x)
+  y = lin(h) + h
+  assert [len(c.src) - 1 for c in y.schedule().src] == [2, 3, 6, 4]  # mean, rstd, LN out, matmul
+  ref = torch.nn.functional.layer_norm(torch.from_numpy(x.numpy()), (D,))
+  ref = torch.nn.functional.linear(ref, torch.from_numpy(lin.weight.numpy()),
+                                   torch.from_numpy(lin.bias.numpy())) + ref
+  np.testing.assert_allclose(y.numpy(), ref.numpy(), atol=1e-4, rtol=1e-4)
+
+
+def test_layernorm_output_read_by_x_at_w_t_gets_the_transposing_copy():
+  # the LayerNorm's output is read from its buffer, so its per-row statistics are no load of the
+  # matmul: they looked contiguous along an output axis (the rows) and kept nn.Linear's x @ W.T
+  # on the dot-product form, ~10x slower than the copy and the contiguous matmul (MiniLM)
+  ln, lin = nn.LayerNorm(D), nn.Linear(D, D)
+  Tensor.realize_all(ln.weight, ln.bias, lin.weight, lin.bias)
+  x = Tensor(rnd(4, 8, D)).realize()
+  calls = lin(ln(x)).schedule().src
+  assert sorted(len(c.src) - 1 for c in calls) == [2, 2, 3, 4, 6]  # + copy (out, w)
+  copies = [c for c in calls if len(c.src) - 1 == 2 and c.src[2] is lin.weight.uop.src[0]]
+  assert len(copies) == 1 and not copies[0].src[0].op_in_backward_slice_with_self(Ops.REDUCE)

@@ -18,6 +18,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from unigrad.codegen.gpudims import launch_dims
@@ -207,6 +208,7 @@ class Runner:
 
 
 _runners: dict[tuple[UOp, str, int, bool, str, bool], Runner] = {}
+_compiled_ahead: set[tuple[UOp, str, int, bool, str, bool]] = set()  # (schedule, device, ...)
 
 
 def _codegen(kernel: UOp, ren: Renderer) -> compcache.KernelSource:
@@ -231,31 +233,71 @@ def _load(dev: Compiled, ks: compcache.KernelSource) -> object:
     return dev.runtime(ks.name, dev.compiler.compile_cached(ks.src, refresh=True))
 
 
-def get_runner(kernel: UOp, device: str) -> Runner:
-  """The compiled program for a kernel AST on a device (compiled once per optimizer setting:
-  BEAM, NOOPT, the target ISA and CHECK_OOB choose different code for the same kernel). Codegen
-  results come from the disk cache when another process produced them (engine/compcache.py)."""
-  key = (kernel, device, int(BEAM), bool(NOOPT), str(MARCH), bool(CHECK_OOB))
-  if (r := _runners.get(key)) is not None: return r
-  t0 = time.perf_counter()
-  dev = Device[device]
-  ren = dev.renderer
+def _runner_key(kernel: UOp, device: str) -> tuple[UOp, str, int, bool, str, bool]:
+  return (kernel, device, int(BEAM), bool(NOOPT), str(MARCH), bool(CHECK_OOB))
+
+
+def _kernel_source(kernel: UOp, device: str) -> compcache.KernelSource:
+  """The rendered kernel, from the disk cache when another process produced it."""
+  ren = Device[device].renderer
   if DEBUG >= 3: print(f"kernel AST:\n{kernel!r}")
   threads = cpu_threads() if ren.has_threads else 1
   ks = compcache.cached_kernel(kernel, device, ren, threads, lambda: _codegen(kernel, ren))
   if DEBUG >= 4: print(ks.src)
+  return ks
+
+
+def _add_runner(key: tuple, ks: compcache.KernelSource, program: object) -> Runner:
+  r = _runners[key] = Runner(ks.name, program, ks.estimates, ks.global_size, ks.local_size)
+  GlobalCounters.programs_compiled += 1
+  return r
+
+
+def get_runner(kernel: UOp, device: str) -> Runner:
+  """The compiled program for a kernel AST on a device (compiled once per optimizer setting:
+  BEAM, NOOPT, the target ISA and CHECK_OOB choose different code for the same kernel). Codegen
+  results come from the disk cache when another process produced them (engine/compcache.py)."""
+  key = _runner_key(kernel, device)
+  if (r := _runners.get(key)) is not None: return r
+  t0 = time.perf_counter()
+  dev = Device[device]
+  ks = _kernel_source(kernel, device)
   t1 = time.perf_counter()
-  r = _runners[key] = Runner(ks.name, _load(dev, ks), ks.estimates, ks.global_size,
-                             ks.local_size)
+  r = _add_runner(key, ks, _load(dev, ks))
   if PROFILE:
     profile.record(f"codegen {ks.name}", "codegen", device, t0, t1)
     profile.record(f"compile {ks.name}", "compile", device, t1)
-  GlobalCounters.programs_compiled += 1
   if DEBUG >= 1:
     codegen_ms, compile_ms = (t1 - t0) * 1e3, (time.perf_counter() - t1) * 1e3
     print(f"compiled {ks.name} for {device}: codegen {codegen_ms:.2f} ms, "
           f"compile {compile_ms:.2f} ms")
   return r
+
+
+def compile_ahead(kernels: list[UOp], device: str) -> None:
+  """Make the runners `get_runner` would make for the kernels that have none yet, the compiler
+  running on every core at once where the device's compiler allows it (a first call of a model
+  compiles tens of kernels: one after another they took twice as long on two cores). Codegen
+  stays on this thread (Python); a compile error is raised here, as get_runner raises it."""
+  comp = Device[device].compiler
+  if comp is None or not comp.compiles_in_parallel or cpu_threads() < 2: return
+  todo = [k for k in dict.fromkeys(kernels) if _runner_key(k, device) not in _runners]
+  if len(todo) < 2: return
+  t0 = time.perf_counter()
+  sources = [_kernel_source(k, device) for k in todo]
+  t1 = time.perf_counter()
+  with ThreadPoolExecutor(min(cpu_threads(), len(sources))) as pool:
+    libs = list(pool.map(lambda ks: comp.compile_cached(ks.src), sources))
+  for k, ks, lib in zip(todo, sources, libs):
+    try: program = Device[device].runtime(ks.name, lib)
+    except OSError: program = _load(Device[device], ks)  # a cached binary the loader rejects
+    _add_runner(_runner_key(k, device), ks, program)
+  if PROFILE:
+    profile.record(f"codegen {len(todo)} kernels", "codegen", device, t0, t1)
+    profile.record(f"compile {len(todo)} kernels", "compile", device, t1)
+  if DEBUG >= 1:
+    print(f"compiled {len(todo)} kernels for {device}: codegen {(t1 - t0) * 1e3:.2f} ms, "
+          f"compile {(time.perf_counter() - t1) * 1e3:.2f} ms on {cpu_threads()} threads")
 
 
 def _count(runner: Runner, device: str, t: float | None) -> None:
@@ -392,6 +434,12 @@ def run_linear(linear: UOp, args: tuple[UOp, ...], var_vals: dict[str, int] | No
   fallback = Device.canonicalize(args[0].arg.device if args else Device.DEFAULT)
   arenas = {d: Buffer(d or fallback, n, dtypes.uint8) for d, n in plan.arenas.items()}
   inter = {s: arenas[p.device].view(p.offset, p.size, p.dtype) for s, p in plan.inter.items()}
+  if (ahead := _runner_key(linear, fallback)) not in _compiled_ahead:
+    for dev in dict.fromkeys(launch.device or fallback for launch in plan.launches):
+      compile_ahead([launch.kernel for launch in plan.launches if launch.kernel.op is not Ops.COPY
+                     and (launch.device or fallback) == dev], dev)
+    if len(_compiled_ahead) >= 4 * SCHEDULE_CACHE_SIZE: _compiled_ahead.clear()
+    _compiled_ahead.add(ahead)
   capture = capturing[-1] if capturing else None
   if capture is not None: capture.intermediates.update(dict.fromkeys(inter.values()))
   prof = bool(PROFILE)

@@ -86,10 +86,12 @@ def _unravel(pos: Tensor, shape: tuple[int, ...]) -> list[Tensor]:
 
 
 def _checked(idx: Tensor, size: int, axis: int, wrap: bool, err: type[Exception]) -> Index:
-  """idx as int64 (negatives wrapped when `wrap`); a realized idx is range-checked now."""
+  """idx as int64 (negatives wrapped when `wrap`); a realized idx is range-checked now, except
+  inside a TinyJit capture: a replay runs on other index values, so the capture reads none (the
+  index is treated as lazy: out-of-range positions read zeros)."""
   i = idx.cast(dtypes.int64)
   lo = -size if wrap else 0
-  if not engine.is_realized(idx.uop):
+  if not engine.is_realized(idx.uop) or engine.capturing:
     return Index(i, False) if not wrap else Index((i < 0).where(i + size, i), False)
   rng = _value_range(idx)
   if rng is None: return Index(i, True)

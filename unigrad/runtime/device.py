@@ -151,7 +151,11 @@ class Compiler:
 
   `cache_key` names the compiler, its version and flags; when it is not None, `compile_cached`
   keeps results in the on-disk cache (see `diskcache`) under (cache_key, source).
+  `compiles_in_parallel`: `compile` may run on several threads at once (the engine compiles a
+  schedule's new kernels together, engine/realize.py compile_ahead).
   """
+  compiles_in_parallel: bool = False
+
   @property
   def cache_key(self) -> str | None:
     """Compiler, version and flags for the disk cache; None keeps results out of it."""

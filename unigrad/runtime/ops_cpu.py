@@ -162,7 +162,9 @@ def last_level_cache_bytes() -> int:
 
 class ClangCompiler(Compiler):
   """C source to a shared object: `<cc> <CFLAGS> -x c - -o lib.so -lm`. Despite the name, any
-  gcc-compatible compiler works (the `CC` knob); by default clang, else gcc."""
+  gcc-compatible compiler works (the `CC` knob); by default clang, else gcc. Each compile is its
+  own process in its own temporary directory: several can run at once."""
+  compiles_in_parallel = True
 
   def __init__(self, cc: str | None = None, flags: Sequence[str] | None = None) -> None:
     path = _which_cc(cc) if cc else find_c_compiler()

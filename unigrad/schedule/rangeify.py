@@ -100,13 +100,27 @@ def _is_expensive(u: UOp, realized: set[UOp]) -> bool:
   return any(x.op in EXPENSIVE for x in _region(u, realized))
 
 
-def _needs_reduction(u: UOp, realized: set[UOp]) -> bool:
+def _needs_reduction(u: UOp) -> bool:
   """`u` is elementwise over the result of a reduction of data (a normalization's output, a
   matmul plus its bias): recomputing it in another reduction's loop would re-read every input of
   its region there, and a model's next layer reads this layer's output the same way, so the
-  reader's inputs would grow with depth."""
-  return any(x.op is Ops.REDUCE and x is not u and not _has_closed_form(x)
-             for x in _region(u, realized))
+  reader's inputs would grow with depth. Whether that reduction is itself realized does not
+  matter (the value over it would still be recomputed once per iteration of the reader's loop),
+  so the answer does not depend on the order in which the walk meets the nodes."""
+  if u.op is Ops.REDUCE: return False
+  for x in u.toposort(lambda n: n not in _over_data and n.op not in _REGION_STOPS):
+    _over_data[x] = any(_is_reduction_of_data(s) for s in x.src)
+  return _over_data[u]
+
+
+_REGION_STOPS = (Ops.REDUCE, Ops.PARAM, Ops.AFTER, Ops.BUFFER)
+# node -> whether its elementwise region reads a reduction of data (see _needs_reduction)
+_over_data: weakref.WeakKeyDictionary[UOp, bool] = weakref.WeakKeyDictionary()
+
+
+def _is_reduction_of_data(u: UOp) -> bool:
+  if u.op is Ops.REDUCE: return not _has_closed_form(u)
+  return u.op not in _REGION_STOPS and _over_data[u]
 
 
 def _per_node(fn: Callable[[UOp], bool]) -> Callable[[UOp], bool]:
@@ -262,9 +276,9 @@ def transposed_operand(red: UOp) -> UOp | None:
   if not all(isinstance(d, int) for d in red.src[0].shape) or _has_closed_form(red): return None
   views = [v for v in _view_operands(red)
            if math.prod(red.src[0].shape) >= MIN_COPY_REUSE * math.prod(v.shape)]
-  # the reductions below read from buffers: the question is how this kernel's own loads walk,
-  # and a probe of everything upstream would grow with the model's depth
-  nested = _top_reduces(red)
+  # what the kernel reads from buffers is probed as loads: the question is how this kernel's own
+  # loads walk, and a probe of everything upstream would grow with the model's depth
+  nested = _read_from_buffers(red)
   if not views or (now := _reads_contiguous_output(red, nested)) is None or now != (False, True):
     return None
   for v in views:
@@ -273,12 +287,22 @@ def transposed_operand(red: UOp) -> UOp | None:
   return None
 
 
-def _top_reduces(red: UOp) -> list[UOp]:
-  """The REDUCEs below `red`'s body that no other one below it contains."""
-  stop = (Ops.PARAM, Ops.AFTER)
-  gate = lambda n: n.op not in stop and (n is red.src[0] or n.op is not Ops.REDUCE)  # noqa: E731
-  inside = red.src[0].toposort(gate)
-  return [u for s in inside for u in s.src if u.op is Ops.REDUCE and u not in inside]
+def _read_from_buffers(red: UOp) -> list[UOp]:
+  """What `red`'s kernel will read from buffers that find_realizes makes: the REDUCEs below its
+  body that no other one below it contains, and the elementwise values over a reduction that it
+  reads under a broadcast (a LayerNorm's output: its per-row statistics are not loads of the
+  matmul, which would count as reads along an output axis)."""
+  out, seen, stack = [], set(), [(red.src[0], False)]
+  while stack:
+    u, expanded = stack.pop()
+    if (u, expanded) in seen or u.op in (Ops.PARAM, Ops.AFTER): continue
+    seen.add((u, expanded))
+    if u is not red.src[0] and (u.op is Ops.REDUCE or (
+        expanded and u.op in GroupOp.ALU and _needs_reduction(u))):
+      out.append(u)
+      continue
+    stack.extend((s, expanded or (u.op is Ops.EXPAND and _grows(u))) for s in u.src)
+  return list(dict.fromkeys(out))
 
 
 def find_realizes(body: UOp) -> set[UOp]:
@@ -303,7 +327,7 @@ def find_realizes(body: UOp) -> set[UOp]:
     if u not in realize and (
         ((expanded or reduced) and u.op is Ops.REDUCE and not _has_closed_form(u))
         or (expanded and u.op in GroupOp.ALU and _is_expensive(u, realize))
-        or (expanded and reduced and u.op in GroupOp.ALU and _needs_reduction(u, realize))):
+        or (expanded and reduced and u.op in GroupOp.ALU and _needs_reduction(u))):
       realize.add(u)
     if u in realize: expanded, reduced = False, False
     if u.op in (Ops.PARAM, Ops.AFTER): continue
