@@ -109,6 +109,24 @@ def _needs_reduction(u: UOp, realized: set[UOp]) -> bool:
              for x in _region(u, realized))
 
 
+MAX_RECOMPUTED_LOADS = 3  # an elementwise value reading more is realized before a reduction
+                         # recomputes it under a broadcast
+
+
+def _reads_many(u: UOp, realized: set[UOp]) -> bool:
+  """`u` is elementwise over more than MAX_RECOMPUTED_LOADS reads (an ALU source that is a view
+  of a buffer or of a realized node is one load in the kernel): a reduction reading it under a
+  broadcast would redo all of them for every element it broadcasts to. A convolution's input
+  gradient (the sum of shifted window gradients, then the pool and ReLU gradients) read by the
+  weight gradient: 13 loads per multiply-add, recomputed for each of the 3x3 kernel positions."""
+  def is_load(s: UOp) -> bool:
+    while s.op in VIEW_OPS and s not in realized: s = s.src[0]
+    return s in realized or s.op in (Ops.PARAM, Ops.AFTER, Ops.BUFFER)
+  region = [x for x in _region(u, realized) if x.op in GroupOp.ALU]
+  return sum(is_load(s) for x in region for s in x.src if s.op in VIEW_OPS or s in realized
+             or s.op in (Ops.PARAM, Ops.AFTER)) > MAX_RECOMPUTED_LOADS
+
+
 def _per_node(fn: Callable[[UOp], bool]) -> Callable[[UOp], bool]:
   """A pure predicate of a tensor-graph node, remembered per node (weakly: the entry goes with
   the node). The fusion probes ask about the same node many times in one schedule."""
@@ -303,7 +321,8 @@ def find_realizes(body: UOp) -> set[UOp]:
     if u not in realize and (
         ((expanded or reduced) and u.op is Ops.REDUCE and not _has_closed_form(u))
         or (expanded and u.op in GroupOp.ALU and _is_expensive(u, realize))
-        or (expanded and reduced and u.op in GroupOp.ALU and _needs_reduction(u, realize))):
+        or (expanded and reduced and u.op in GroupOp.ALU and _needs_reduction(u, realize))
+        or (expanded and reduced and u.op in GroupOp.ALU and _reads_many(u, realize))):
       realize.add(u)
     if u in realize: expanded, reduced = False, False
     if u.op in (Ops.PARAM, Ops.AFTER): continue
