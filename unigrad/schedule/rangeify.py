@@ -14,14 +14,15 @@ read under an EXPAND that broadcasts, inside another REDUCE, or by several kerne
 elementwise value (one with a transcendental) read under a broadcasting EXPAND, and so is an
 elementwise value over a reduction of data (a LayerNorm's output, a matmul plus bias) read under a
 broadcasting EXPAND inside another REDUCE: never recomputed in another kernel's reduction loop,
-so a kernel's inputs do not grow with model depth. A matmul that would read no operand
-contiguously along an output axis (`x @ W.T`, W stored (out, in)) gets a transposing copy of its
-buffer-view operand first (transposed_operand), when the copy is read 32+ times per element. A
-scatter (a
-one-hot REDUCE over one of its output positions, schedule/scatter.py) is always realized, and its
-kernel becomes a fill and a sequential loop of direct stores, O(N) instead of O(N*K); a gather that
-reads one (the position map of an overwrite) still collapses to a direct load. Everything else is
-recomputed inline where it is read.
+so a kernel's inputs do not grow with model depth; so is an elementwise value of more than
+MAX_RECOMPUTED_LOADS loads read there (a ReLU gradient read by a convolution's gradients). A
+matmul that would read no operand contiguously along an output axis (`x @ W.T`, W stored
+(out, in)) gets a transposing copy of its buffer-view operand first (transposed_operand), when the
+copy is read 32+ times per element. A scatter (a one-hot REDUCE over one of its output
+positions, schedule/scatter.py) is always realized, and its kernel becomes a fill and a
+sequential loop of direct stores, O(N) instead of O(N*K); a gather that reads one (the position
+map of an overwrite) still collapses to a direct load. Everything else is recomputed inline where
+it is read.
 """
 from __future__ import annotations
 
@@ -109,16 +110,17 @@ def _needs_reduction(u: UOp, realized: set[UOp]) -> bool:
              for x in _region(u, realized))
 
 
-MAX_RECOMPUTED_LOADS = 3  # an elementwise value reading more is realized before a reduction
+MAX_RECOMPUTED_LOADS = 2  # an elementwise value reading more is realized before a reduction
                          # recomputes it under a broadcast
 
 
 def _reads_many(u: UOp, realized: set[UOp]) -> bool:
   """`u` is elementwise over more than MAX_RECOMPUTED_LOADS reads (an ALU source that is a view
   of a buffer or of a realized node is one load in the kernel): a reduction reading it under a
-  broadcast would redo all of them for every element it broadcasts to. A convolution's input
-  gradient (the sum of shifted window gradients, then the pool and ReLU gradients) read by the
-  weight gradient: 13 loads per multiply-add, recomputed for each of the 3x3 kernel positions."""
+  broadcast would redo all of them for every element it broadcasts to: the digits CNN's ReLU
+  gradient (the output, the bias, the incoming gradient) read by the next convolution's input
+  gradient once per input channel and kernel position, 72 times (and its pool gradient read by
+  the first convolution's weight gradient, 9 times)."""
   def is_load(s: UOp) -> bool:
     while s.op in VIEW_OPS and s not in realized: s = s.src[0]
     return s in realized or s.op in (Ops.PARAM, Ops.AFTER, Ops.BUFFER)
