@@ -8,7 +8,8 @@ invariants: a gradient has its source's shape and dtype; only nodes on a path fr
 
 The rules are `pm_gradient`, one per op. A rule's callback gets the upstream gradient as `ctx` and
 returns one gradient per source of the node (None where none flows), forward and backward side by
-side: `y = a*b` gives `(g*b, g*a)`.
+side: `y = a*b` gives `(g*b, g*a)`. A node with an override (`override_gradient`: the frontend's
+sliding-window view) hands its gradient straight to a node below it instead.
 
 Tensor side (`GradientMixin`): `requires_grad` / `requires_grad_()`, `backward()`, `gradient()`,
 `contiguous_backward()`, `Tensor.no_grad` and `Tensor.train()`. A tensor that requires grad gets its

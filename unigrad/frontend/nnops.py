@@ -4,7 +4,9 @@ one-hot and losses.
 Compositions of the primitive Tensor methods only. A convolution or pooling is the sliding-window
 view of `pool` (pad, repeat, shrink, reshape, permute: no copies) followed by ONE fused reduce (a
 convolution first copies its padded input and its weights, output channels innermost, so that the
-reduce reads both without bounds checks and along contiguous vectors);
+reduce reads both without bounds checks and along contiguous vectors); the gradient of an
+overlapping window view is a sum of shifted pads (gradient.override_gradient), not the rules'
+reduction over the repeated copies;
 gathers (interpolation, losses) are the spec's one-hot gathers (`take`), which compile to direct
 gated loads. `pool` and `take` also serve composite.py (scans, unfold, repeat_interleave).
 Signatures are tinygrad's, semantics PyTorch's (torch.nn.functional).
@@ -70,7 +72,8 @@ def pool(t: Tensor, k_: Sequence[int], s_: Sequence[int], d_: Sequence[int]) -> 
   outs = [a if windows_first else b for a, b in pairs]
   wins = [b if windows_first else a for a, b in pairs]
   view = x.permute(*range(lead), *outs, *wins)
-  if not windows_first and math.prod(k_) <= MAX_SHIFTED_WINDOWS:
+  if (not windows_first and math.prod(k_) <= MAX_SHIFTED_WINDOWS
+      and all(isinstance(i, int) for i in i_)):  # symbolic sizes keep the rules' gradient
     unpool = functools.partial(_unpool, type(t), t.device, tuple(i_), tuple(k_), tuple(s_),
                                tuple(d_))
     override_gradient(view.uop, t.uop, unpool)
