@@ -12,6 +12,9 @@ The choice is read off the kernel's loads: for each input buffer read, the strid
   axis's loop runs outside the reuse axis's (see `panel_order`). Among several contiguous axes
   the one giving the widest vectors wins, and a tile is taken only when the codegen will make
   its vector axis the vector (see codegen/vectorize.py); else the next candidate is tried.
+- Vector partial sums for the rest of the matmul-like kernels whose loads are contiguous along
+  the innermost reduce axis: `a @ b.T` (DotPlan), and short reductions such as a convolution's
+  weight gradient, whose kernel width (3) gives no vector output axis (ReducePlan).
 - THREAD: split an output axis across the cores when there is enough work per core, preferring
   one the contiguous input does not depend on (so `core_id` stays out of its addresses).
 - Vectors for everything else: the output axis along which the store is contiguous (else a load
@@ -297,8 +300,9 @@ REUSE_UPCAST = 4  # the first reuse axis's share of a ReducePlan tile (the secon
 
 
 def plan_reduce(k: OptKernel) -> ReducePlan | None:
-  """The ReducePlan of `k`, or None: at least two loads read along the innermost reduce axis,
-  all of them contiguously, and some output axis is read by only some of them."""
+  """The ReducePlan of `k`, or None: at least two loads read contiguously along the innermost
+  reduce axis, none at a constant stride other than 1 (a non-linear index is gathered), and some
+  output axis is read by only some of them."""
   reduces = [r.arg.id for r in k.axes if r.arg.axis_type is AxisType.REDUCE]
   loops = [r.arg.id for r in k.axes if r.arg.axis_type is AxisType.LOOP]
   if not reduces or not loops: return None
