@@ -115,18 +115,19 @@ MAX_RECOMPUTED_LOADS = 2  # an elementwise value reading more is realized before
 
 
 def _reads_many(u: UOp, realized: set[UOp]) -> bool:
-  """`u` is elementwise over more than MAX_RECOMPUTED_LOADS reads (an ALU source that is a view
-  of a buffer or of a realized node is one load in the kernel): a reduction reading it under a
-  broadcast would redo all of them for every element it broadcasts to: the digits CNN's ReLU
-  gradient (the output, the bias, the incoming gradient) read by the next convolution's input
-  gradient once per input channel and kernel position, 72 times (and its pool gradient read by
-  the first convolution's weight gradient, 9 times)."""
+  """`u` is elementwise over more than MAX_RECOMPUTED_LOADS loads (distinct views of buffers or
+  of realized nodes): a reduction reading it under a broadcast would redo all of them for every
+  element it broadcasts to: the digits CNN's ReLU gradient (the output, the bias, the incoming
+  gradient) read by the next convolution's input gradient once per input channel and kernel
+  position, 72 times. A one-hot (a comparison with an arange) is left to collapse into a gather."""
   def is_load(s: UOp) -> bool:
     while s.op in VIEW_OPS and s not in realized: s = s.src[0]
     return s in realized or s.op in (Ops.PARAM, Ops.AFTER, Ops.BUFFER)
-  region = [x for x in _region(u, realized) if x.op in GroupOp.ALU]
-  return sum(is_load(s) for x in region for s in x.src if s.op in VIEW_OPS or s in realized
-             or s.op in (Ops.PARAM, Ops.AFTER)) > MAX_RECOMPUTED_LOADS
+  region = _region(u, realized)
+  if any(x.op is Ops.REDUCE and x is not u and _has_closed_form(x) for x in region): return False
+  loads = {s for x in region if x.op in GroupOp.ALU for s in x.src
+           if (s.op in VIEW_OPS or s in realized or s.op in (Ops.PARAM, Ops.AFTER)) and is_load(s)}
+  return len(loads) > MAX_RECOMPUTED_LOADS
 
 
 def _per_node(fn: Callable[[UOp], bool]) -> Callable[[UOp], bool]:
