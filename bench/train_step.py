@@ -1,16 +1,20 @@
 """Training steps against PyTorch CPU eager: the digits CNN (examples/train_digits.py, Adam) and
 an MLP (784-256-10, SGD), each eager and with TinyJit.
 
-  python bench/train_step.py [--repeat 30]
+  python bench/train_step.py [--repeat 30] [--cpu-time]
 
 Same model, same weights, same batch; prints the median step time of each and the ratio against
 torch (>1: unigrad is faster). unigrad's step realizes loss and the parameter update in one
 command buffer; with TinyJit the step replays its captured kernels (one native call on CPU).
+--cpu-time times each step by the process's CPU time, one thread on each side (THREADS=1,
+torch.set_num_threads(1)): a loaded machine's preemption inflates wall times, and a 2-thread
+torch step waits for its second thread whenever that one is descheduled.
 """
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,8 +23,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 from train_digits import DigitsCNN, load_digits  # noqa: E402
 
-from common import median_of, try_torch  # noqa: E402
+from common import CLOCK, median_of, try_torch  # noqa: E402
 from unigrad import Tensor, TinyJit, dtypes, nn  # noqa: E402
+from unigrad.knobs import THREADS  # noqa: E402
 from unigrad.nn.state import get_parameters  # noqa: E402
 
 
@@ -87,9 +92,16 @@ def run_case(name: str, case: Callable, torch, repeat: int) -> None:
 def main() -> None:
   p = argparse.ArgumentParser()
   p.add_argument("--repeat", type=int, default=30)
+  p.add_argument("--cpu-time", action="store_true",
+                 help="time steps by the process's CPU time, one thread each (needs "
+                      "THREADS=1)")
   args = p.parse_args()
   torch = try_torch()
   if torch is None: raise SystemExit("this benchmark compares against torch: pip install torch")
+  if args.cpu_time:
+    if THREADS.value != 1: raise SystemExit("--cpu-time needs THREADS=1 (one thread each)")
+    torch.set_num_threads(1)
+    CLOCK[0] = time.process_time
   print("ratios: torch time / unigrad time (>1: unigrad faster), median step")
   run_case("digits CNN step (batch 64, Adam)", cnn_case, torch, args.repeat)
   run_case("MLP 784-256-10 step (batch 128, SGD)", mlp_case, torch, args.repeat)

@@ -9,7 +9,8 @@ import torch.nn.functional as F
 from unigrad import nn
 from unigrad.nn.state import get_parameters
 from unigrad import Tensor, dtypes
-from unigrad.frontend.gradient import GradientError, compute_gradient, pm_gradient
+from unigrad.frontend.gradient import (GradientError, compute_gradient, override_gradient,
+                                      pm_gradient)
 from unigrad.uop import Ops, UOp
 
 RNG = np.random.default_rng(0)
@@ -534,3 +535,22 @@ def test_gradient_through_a_comparison_is_zero():
   x = Tensor([1.0, 2.0, 3.0], device="PYTHON", requires_grad=True)
   ((x > 1.5).float() * 2 + x.eq(2) + x).sum().backward()
   assert x.grad.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_override_gradient_replaces_the_rules_between_a_view_and_its_source():
+  x = Tensor(arr(1, 2, 3), device="PYTHON", requires_grad=True)
+  view = x.reshape(3, 1).expand(3, 2)
+  sevens = Tensor.full((3,), 7.0, device="PYTHON")
+  override_gradient(view.uop, x.uop, lambda g: sevens.uop)
+  view.sum().backward()
+  np.testing.assert_array_equal(x.grad.numpy(), arr(7, 7, 7))  # the rules would give 2s
+
+
+def test_override_gradient_off_the_path_to_the_targets_falls_back_to_the_rules():
+  x = Tensor(arr(1, 2, 3), device="PYTHON", requires_grad=True)
+  other = Tensor(arr(0, 0, 0), device="PYTHON")
+  view = (x + other).reshape(3, 1).expand(3, 2)
+  def never(g: UOp) -> UOp: raise AssertionError("other does not lead to the target x")
+  override_gradient(view.uop, other.uop, never)
+  view.sum().backward()
+  np.testing.assert_array_equal(x.grad.numpy(), arr(2, 2, 2))

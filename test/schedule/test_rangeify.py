@@ -148,3 +148,17 @@ def test_layernorm_output_read_by_x_at_w_t_gets_the_transposing_copy():
   assert sorted(len(c.src) - 1 for c in calls) == [2, 2, 3, 4, 6]  # + copy (out, w)
   copies = [c for c in calls if len(c.src) - 1 == 2 and c.src[2] is lin.weight.uop.src[0]]
   assert len(copies) == 1 and not copies[0].src[0].op_in_backward_slice_with_self(Ops.REDUCE)
+
+
+def test_elementwise_value_of_many_loads_is_realized_before_a_broadcasting_reduction():
+  # each output of the reduction would redo every load of the value (the digits CNN's ReLU
+  # gradient, read by the second convolution's input gradient once per input channel and kernel
+  # position: 72 times)
+  a, b, c = (Tensor(rnd(8, 16)) for _ in range(3))
+  w = Tensor(rnd(4, 16))
+  def reduce_over(e: Tensor) -> Tensor: return (e.reshape(8, 1, 16).expand(8, 4, 16) * w).sum(2)
+  many, few = reduce_over(a * b + c), reduce_over(a * b)
+  assert [len(k.src) - 1 for k in many.schedule().src] == [4, 3], "3 loads: its own kernel"
+  assert [len(k.src) - 1 for k in few.schedule().src] == [4], "2 loads: recomputed inline"
+  an, bn, cn, wn = (t.numpy() for t in (a, b, c, w))
+  np.testing.assert_allclose(many.numpy(), (an * bn + cn) @ wn.T, atol=1e-4, rtol=1e-4)

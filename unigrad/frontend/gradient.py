@@ -8,7 +8,8 @@ invariants: a gradient has its source's shape and dtype; only nodes on a path fr
 
 The rules are `pm_gradient`, one per op. A rule's callback gets the upstream gradient as `ctx` and
 returns one gradient per source of the node (None where none flows), forward and backward side by
-side: `y = a*b` gives `(g*b, g*a)`.
+side: `y = a*b` gives `(g*b, g*a)`. A node with an override (`override_gradient`: the frontend's
+sliding-window view) hands its gradient straight to a node below it instead.
 
 Tensor side (`GradientMixin`): `requires_grad` / `requires_grad_()`, `backward()`, `gradient()`,
 `contiguous_backward()`, `Tensor.no_grad` and `Tensor.train()`. A tensor that requires grad gets its
@@ -195,6 +196,30 @@ pm_gradient = PatternMatcher([
 ])
 
 
+# ---- gradient overrides ----
+
+# a view -> (the node below it that gets the view's gradient, that gradient from the view's);
+# weak: an entry lives as long as its view (as uop's all_metadata does)
+gradient_overrides: weakref.WeakKeyDictionary[UOp, tuple[UOp, Callable[[UOp], UOp]]] = \
+  weakref.WeakKeyDictionary()
+
+
+def override_gradient(view: UOp, src: UOp, fn: Callable[[UOp], UOp]) -> None:
+  """When `g` flows into `view`, give `src` (a node below it) the gradient `fn(g)` instead of
+  passing `g` down the ops between them rule by rule. `fn` must be that exact gradient: hash-
+  consing shares `view` with every equal view. For chains of movement ops whose rule-by-rule
+  gradient compiles badly: the sliding-window view of a convolution (frontend/nnops.py `pool`)
+  gets a reduce over repeated copies with div/mod indexing from the rules, a sum of shifted
+  pads from its override."""
+  gradient_overrides[view] = (src, fn)
+
+
+def _overridden(u: UOp, g: UOp, path: dict[UOp, None]) -> tuple[tuple[UOp, UOp], ...] | None:
+  """(src, gradient) if `u` has an override whose source is on the path, else None."""
+  if (over := gradient_overrides.get(u)) is None or over[0] not in path: return None
+  return ((over[0], over[1](g)),)
+
+
 # ---- the walk ----
 
 def _path_to_targets(root: UOp, targets: dict[UOp, None]) -> dict[UOp, None]:
@@ -241,14 +266,16 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: Iterable[UOp]) -> dict[
   for u in reversed(path):
     if u.op is Ops.FUNCTION:
       if (outs := results.get(u)) is None: continue
-      local = function_grads(u, outs)
+      pairs = tuple(zip(u.src, function_grads(u, outs)))
     elif (g := grads.get(u)) is None or not any(s in path for s in u.src): continue
     elif u.op is Ops.GETTUPLE and u.src[0].op is Ops.FUNCTION:
       outs = results.setdefault(u.src[0], {})
       outs[u.arg] = outs[u.arg] + g if u.arg in outs else g
       continue
-    else: local = _local_grads(u, g)
-    for s, sg in zip(u.src, local):
+    elif (over := _overridden(u, g, path)) is not None:
+      pairs = over
+    else: pairs = tuple(zip(u.src, _local_grads(u, g)))
+    for s, sg in pairs:
       if sg is None or s not in path or not _carries_grad(s): continue
       sg = _fit(sg, s)
       grads[s] = grads[s] + sg if s in grads else sg

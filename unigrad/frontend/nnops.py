@@ -4,7 +4,9 @@ one-hot and losses.
 Compositions of the primitive Tensor methods only. A convolution or pooling is the sliding-window
 view of `pool` (pad, repeat, shrink, reshape, permute: no copies) followed by ONE fused reduce (a
 convolution first copies its padded input and its weights, output channels innermost, so that the
-reduce reads both without bounds checks and along contiguous vectors);
+reduce reads both without bounds checks and along contiguous vectors); the gradient of an
+overlapping window view is a sum of shifted pads (gradient.override_gradient), not the rules'
+reduction over the repeated copies;
 gathers (interpolation, losses) are the spec's one-hot gathers (`take`), which compile to direct
 gated loads. `pool` and `take` also serve composite.py (scans, unfold, repeat_interleave).
 Signatures are tinygrad's, semantics PyTorch's (torch.nn.functional).
@@ -12,17 +14,20 @@ Signatures are tinygrad's, semantics PyTorch's (torch.nn.functional).
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from unigrad.dtype import LOW_FLOATS, dtypes, least_upper_dtype
 from unigrad.frontend.dtypes import result_type
+from unigrad.frontend.gradient import override_gradient
 from unigrad.frontend.movement import canonical_axis
 from unigrad.frontend.reduce import any_true
 
 if TYPE_CHECKING:
   from unigrad.frontend.tensor import Tensor
+  from unigrad.uop import UOp
 
 Pads = list[tuple[int, int]]
 REDUCTIONS = ("none", "mean", "sum")
@@ -66,7 +71,39 @@ def pool(t: Tensor, k_: Sequence[int], s_: Sequence[int], d_: Sequence[int]) -> 
   pairs = [(lead + 2 * j, lead + 2 * j + 1) for j in range(n)]
   outs = [a if windows_first else b for a, b in pairs]
   wins = [b if windows_first else a for a, b in pairs]
-  return x.permute(*range(lead), *outs, *wins)
+  view = x.permute(*range(lead), *outs, *wins)
+  if (not windows_first and math.prod(k_) <= MAX_SHIFTED_WINDOWS
+      and all(isinstance(i, int) for i in i_)):  # symbolic sizes keep the rules' gradient
+    unpool = functools.partial(_unpool, type(t), t.device, tuple(i_), tuple(k_), tuple(s_),
+                               tuple(d_))
+    override_gradient(view.uop, t.uop, unpool)
+  return view
+
+
+# the overlapping windows whose gradient is a sum of shifted pads: each adds a gated load per
+# input element (the repeat view's own gradient reduces over ~(k+1)^n copies with div/mod indexing)
+MAX_SHIFTED_WINDOWS = 64
+
+
+def _unpool(cls: type, device: Any, i_: tuple[int, ...], k_: tuple[int, ...],
+            s_: tuple[int, ...], d_: tuple[int, ...], g: UOp) -> UOp:
+  """The gradient of `pool`'s overlapping view (..., *o_, *k_) for its input (..., *i_): each
+  window position's slice g[..., a] dilated by the stride and padded to its offset a*d, summed
+  (col2im as Prod(k_) shifted pads)."""
+  grad = cls._from_uop(g, device)
+  n, lead = len(k_), grad.ndim - 2 * len(k_)
+  o_ = grad.shape[lead:lead + n]
+  total: Tensor | None = None
+  for a_ in itertools.product(*[range(k) for k in k_]):
+    piece = grad.shrink([None] * (lead + n) + [(a, a + 1) for a in a_])
+    piece = piece.reshape(grad.shape[:lead + n])
+    if any(s > 1 for s in s_): piece = _dilate(piece, s_)
+    span = [(o - 1) * s + 1 for o, s in zip(o_, s_)]
+    piece = piece.pad([(0, 0)] * lead + [(a * d, i - a * d - w)
+                                         for a, d, i, w in zip(a_, d_, i_, span)])
+    total = piece if total is None else total + piece
+  assert total is not None
+  return total.uop
 
 
 def _pool_disjoint(t: Tensor, k_: Sequence[int], s_: Sequence[int], o_: Sequence[int]) -> Tensor:
@@ -218,12 +255,13 @@ def _conv(x: Tensor, weight: Tensor, groups: int, s_: Sequence[int], d_: Sequenc
 
 
 def _dilate(x: Tensor, s_: Sequence[int]) -> Tensor:
-  """(N, C, *i_) with s-1 zeros between neighbours along each spatial axis: (i-1)*s + 1."""
-  ins = x.shape[2:]
-  x = x.reshape(*x.shape[:2], *[v for i in ins for v in (i, 1)])
-  x = x.pad([(0, 0), (0, 0), *[p for s in s_ for p in ((0, 0), (0, s - 1))]])
-  x = x.reshape(*x.shape[:2], *[i * s for i, s in zip(ins, s_)])
-  return x.shrink([None, None, *[(0, (i - 1) * s + 1) for i, s in zip(ins, s_)]])
+  """x with s-1 zeros between neighbours along each of its trailing len(s_) axes: (i-1)*s + 1."""
+  lead, ins = x.shape[:x.ndim - len(s_)], x.shape[x.ndim - len(s_):]
+  keep: Pads = [(0, 0)] * len(lead)
+  x = x.reshape(*lead, *[v for i in ins for v in (i, 1)])
+  x = x.pad([*keep, *[p for s in s_ for p in ((0, 0), (0, s - 1))]])
+  x = x.reshape(*lead, *[i * s for i, s in zip(ins, s_)])
+  return x.shrink([*[None] * len(lead), *[(0, (i - 1) * s + 1) for i, s in zip(ins, s_)]])
 
 
 def _resize_axis(x: Tensor, axis: int, out: int, scale: float, mode: str,

@@ -14,14 +14,15 @@ read under an EXPAND that broadcasts, inside another REDUCE, or by several kerne
 elementwise value (one with a transcendental) read under a broadcasting EXPAND, and so is an
 elementwise value over a reduction of data (a LayerNorm's output, a matmul plus bias) read under a
 broadcasting EXPAND inside another REDUCE: never recomputed in another kernel's reduction loop,
-so a kernel's inputs do not grow with model depth. A matmul that would read no operand
-contiguously along an output axis (`x @ W.T`, W stored (out, in)) gets a transposing copy of its
-buffer-view operand first (transposed_operand), when the copy is read 32+ times per element. A
-scatter (a
-one-hot REDUCE over one of its output positions, schedule/scatter.py) is always realized, and its
-kernel becomes a fill and a sequential loop of direct stores, O(N) instead of O(N*K); a gather that
-reads one (the position map of an overwrite) still collapses to a direct load. Everything else is
-recomputed inline where it is read.
+so a kernel's inputs do not grow with model depth; so is an elementwise value of more than
+MAX_RECOMPUTED_LOADS loads read there (a ReLU gradient read by a convolution's gradients). A
+matmul that would read no operand contiguously along an output axis (`x @ W.T`, W stored
+(out, in)) gets a transposing copy of its buffer-view operand first (transposed_operand), when the
+copy is read 32+ times per element. A scatter (a one-hot REDUCE over one of its output
+positions, schedule/scatter.py) is always realized, and its kernel becomes a fill and a
+sequential loop of direct stores, O(N) instead of O(N*K); a gather that reads one (the position
+map of an overwrite) still collapses to a direct load. Everything else is recomputed inline where
+it is read.
 """
 from __future__ import annotations
 
@@ -121,6 +122,26 @@ _over_data: weakref.WeakKeyDictionary[UOp, bool] = weakref.WeakKeyDictionary()
 def _is_reduction_of_data(u: UOp) -> bool:
   if u.op is Ops.REDUCE: return not _has_closed_form(u)
   return u.op not in _REGION_STOPS and _over_data[u]
+
+
+MAX_RECOMPUTED_LOADS = 2  # an elementwise value reading more is realized before a reduction
+                         # recomputes it under a broadcast
+
+
+def _reads_many(u: UOp, realized: set[UOp]) -> bool:
+  """`u` is elementwise over more than MAX_RECOMPUTED_LOADS loads (distinct views of buffers or
+  of realized nodes): a reduction reading it under a broadcast would redo all of them for every
+  element it broadcasts to: the digits CNN's ReLU gradient (the output, the bias, the incoming
+  gradient) read by the next convolution's input gradient once per input channel and kernel
+  position, 72 times. A one-hot (a comparison with an arange) is left to collapse into a gather."""
+  def is_load(s: UOp) -> bool:
+    while s.op in VIEW_OPS and s not in realized: s = s.src[0]
+    return s in realized or s.op in (Ops.PARAM, Ops.AFTER, Ops.BUFFER)
+  region = _region(u, realized)
+  if any(x.op is Ops.REDUCE and x is not u and _has_closed_form(x) for x in region): return False
+  loads = {s for x in region if x.op in GroupOp.ALU for s in x.src
+           if (s.op in VIEW_OPS or s in realized or s.op in (Ops.PARAM, Ops.AFTER)) and is_load(s)}
+  return len(loads) > MAX_RECOMPUTED_LOADS
 
 
 def _per_node(fn: Callable[[UOp], bool]) -> Callable[[UOp], bool]:
@@ -327,7 +348,8 @@ def find_realizes(body: UOp) -> set[UOp]:
     if u not in realize and (
         ((expanded or reduced) and u.op is Ops.REDUCE and not _has_closed_form(u))
         or (expanded and u.op in GroupOp.ALU and _is_expensive(u, realize))
-        or (expanded and reduced and u.op in GroupOp.ALU and _needs_reduction(u))):
+        or (expanded and reduced and u.op in GroupOp.ALU and _needs_reduction(u))
+        or (expanded and reduced and u.op in GroupOp.ALU and _reads_many(u, realize))):
       realize.add(u)
     if u in realize: expanded, reduced = False, False
     if u.op in (Ops.PARAM, Ops.AFTER): continue
