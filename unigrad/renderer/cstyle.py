@@ -412,7 +412,7 @@ class CRenderer(Renderer):
     st.names[u] = name
 
   def _value(self, st: _State, u: UOp, expr: str, uses: dict[UOp, int]) -> None:
-    if u.dtype in HALF_LIKE and u.op is not Ops.BITCAST:
+    if u.dtype.count == 1 and self.emulates(u.dtype) and u.op is not Ops.BITCAST:
       expr = f"__rh({expr})" if u.dtype == dtypes.float16 else f"__rbf({expr})"
     # vectors always get a variable: lane-wise ops read their operands once per lane
     if uses.get(u, 0) <= 1 and u.op is not Ops.WHERE and not _is_vector(u):
