@@ -22,6 +22,7 @@ from unigrad.frontend.creation import CreationMixin
 from unigrad.frontend.elementwise import ElementwiseMixin
 from unigrad.frontend.gradient import GradientMixin, TensorMeta, detach_if_no_grad
 from unigrad.frontend.indexing import IndexingMixin
+from unigrad.frontend.linalg import LinalgMixin
 from unigrad.frontend.movement import MovementMixin
 from unigrad.frontend.multi import MultiMixin
 from unigrad.frontend.nnops import NNOpsMixin
@@ -38,8 +39,8 @@ _all_tensors_lock = threading.Lock()  # a WeakSet cannot be added to while anoth
 _storage_ids = itertools.count()  # tags that give CONTIGUOUS nodes their own storage
 
 
-class Tensor(MultiMixin, ActivationsMixin, SelectMixin, IndexingMixin, CompositeMixin, NNOpsMixin,
-             ResampleMixin, MovementMixin, ElementwiseMixin, ReduceMixin, GradientMixin,
+class Tensor(MultiMixin, ActivationsMixin, LinalgMixin, SelectMixin, IndexingMixin, CompositeMixin,
+             NNOpsMixin, ResampleMixin, MovementMixin, ElementwiseMixin, ReduceMixin, GradientMixin,
              CreationMixin, RandomMixin, metaclass=TensorMeta):
   """A lazy n-dimensional array. `Tensor([[1, 2], [3, 4]]) @ Tensor.ones(2, 2)`"""
 
