@@ -104,6 +104,16 @@ def _derived(compute: Callable[[UOp], Any]) -> property:
 _FIELDS = frozenset({"op", "dtype", "src", "arg", "tag"})
 
 
+_NO_VALUE: Any = object()
+
+
+def _const_args(first: Any, second: Any) -> tuple[DType, Any]:
+  """(dtype, value) of a tinygrad-ordered `UOp.const(value, dtype)` or `UOp.const(value)`."""
+  if second is _NO_VALUE or second is None: return dtypes.from_py(first), first
+  if isinstance(second, DType): return second, first
+  raise TypeError(f"UOp.const needs a DType and a value, got {first!r} and {second!r}")
+
+
 class UOp(metaclass=UOpMetaClass):
   """A node `(op, dtype, src, arg, tag)`, immutable: build changed copies with `replace`.
 
@@ -262,8 +272,12 @@ class UOp(metaclass=UOpMetaClass):
   # ---- constructors ----
 
   @staticmethod
-  def const(dtype: DType, value: Any) -> UOp:
-    """A scalar CONST holding `value` as `dtype` would (`Invalid` marks a dead index)."""
+  def const(dtype: Any, value: Any = _NO_VALUE) -> UOp:
+    """A scalar CONST holding `value` as `dtype` would (`Invalid` marks a dead index). tinygrad's
+    order `UOp.const(value, dtype)` works too (a DType is never a value), and `UOp.const(value)`
+    takes the value's PyTorch dtype."""
+    if not isinstance(dtype, DType): dtype, value = _const_args(dtype, value)
+    elif value is _NO_VALUE: raise TypeError(f"UOp.const({dtype!r}) needs a value")
     if isinstance(value, UOp): return value
     if dtype.count > 1:
       return UOp(Ops.STACK, dtype.scalar(), (UOp.const(dtype.scalar(), value),) * dtype.count)
