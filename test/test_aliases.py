@@ -43,3 +43,14 @@ def test_small_helpers():
   assert get_shape([[1, 2], [3, 4], [5, 6]]) == (3, 2) and get_shape(7) == ()
   with pytest.raises(ValueError): get_shape([[1], [2, 3]])
   assert time_to_str(0.5).strip() == "500.00ms" and getbits(0b101100, 2, 3) == 0b11
+
+
+def test_uop_spec_constructors():
+  a, b = UOp.const(dtypes.index, 1), UOp.const(dtypes.index, 2)
+  st = UOp.stack(a, b)
+  assert st.op is Ops.STACK and st.shape == (2,) and st.src == (a, b)
+  assert UOp.group(a, b).op is Ops.GROUP and UOp.group(a, b).dtype == dtypes.void
+  assert UOp.invalid().op is Ops.CONST and UOp.invalid().arg is unigrad.uop.Invalid
+  assert UOp.invalid() is UOp.const(dtypes.index, unigrad.uop.Invalid)
+  assert a.store(b).op is Ops.STORE and a.store(b).dtype == dtypes.void
+  assert a.load().op is Ops.LOAD and a.load().dtype == dtypes.index

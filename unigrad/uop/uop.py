@@ -18,7 +18,7 @@ from typing import Any, TypeVar, Union
 from unigrad.dtype import AddrSpace, DType, dtypes, truncate
 from unigrad.uop import properties as props
 from unigrad.uop.alu import float_bits
-from unigrad.uop.ops import ARITY, AxisType, InvalidType, Ops, ParamArg, RangeArg
+from unigrad.uop.ops import ARITY, AxisType, Invalid, InvalidType, Ops, ParamArg, RangeArg
 from unigrad.uop.printer import pyrender
 from unigrad.uop.printer import render as render_expr
 from unigrad.uop.rewrite import graph_rewrite, substitute
@@ -264,6 +264,27 @@ class UOp(metaclass=UOpMetaClass):
   def sink(self, *srcs: UOp) -> UOp:
     """`UOp.sink(a, b, ...)` (or `a.sink(b, ...)`): a SINK collecting the given nodes."""
     return UOp(Ops.SINK, dtypes.void, (self, *srcs))
+
+  def group(self, *srcs: UOp) -> UOp:
+    """`UOp.group(a, b, ...)`: a GROUP (void) ordering the given effects together."""
+    return UOp(Ops.GROUP, dtypes.void, (self, *srcs))
+
+  def stack(self, *srcs: UOp) -> UOp:
+    """`UOp.stack(a, b, ...)`: the (k,)-shaped STACK of k scalars of one dtype."""
+    return UOp(Ops.STACK, self.dtype, (self, *srcs))
+
+  def store(self, value: UOp) -> UOp:
+    """STORE `value` through this INDEX (or buffer); void."""
+    return UOp(Ops.STORE, dtypes.void, (self, value))
+
+  def load(self) -> UOp:
+    """LOAD through this INDEX: the element it points at."""
+    return UOp(Ops.LOAD, self.dtype, (self,))
+
+  @staticmethod
+  def invalid(dtype: DType = dtypes.index) -> UOp:
+    """The spec's Invalid constant (a dead index: loads give the alternative, stores drop)."""
+    return UOp(Ops.CONST, dtype, arg=Invalid)
 
   def const_like(self, value: Any) -> UOp:
     """A CONST of self's dtype (Python bools for comparisons give bool constants)."""
