@@ -364,7 +364,10 @@ class LinalgMixin:
     None). `Tensor([3.0, 4.0]).norm()` is `5.0`."""
     x: Tensor = self  # type: ignore[assignment]
     if dtype is not None: x = x.cast(dtype)
-    if p == "nuc": return matrix_norm(x, "nuc", tuple(dim or (-2, -1)), keepdim)  # type: ignore[arg-type]
+    if p == "nuc":
+      if isinstance(dim, int): raise RuntimeError("norm: 'nuc' needs two dims, got one")
+      d0, d1 = (-2, -1) if dim is None else dim
+      return matrix_norm(x, "nuc", (d0, d1), keepdim)
     if isinstance(p, str) and p != "fro": raise RuntimeError(f"norm: unknown p {p!r}")
     return vector_norm(x, 2 if p == "fro" else p, dim, keepdim)
 
