@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Final
 
+from unigrad.knobs import DEFAULT_FLOAT, DEFAULT_INT, Knob
+
 
 class AddrSpace(Enum):
   """Where a value lives: device memory, workgroup-shared memory, or registers."""
@@ -100,7 +102,41 @@ def _scalar(priority: int, itemsize: int, name: str, fmt: str | None) -> DType:
   return DType(priority, itemsize, name, fmt)
 
 
-class dtypes:  # noqa: N801 (the public name, as in tinygrad)
+def _knob_dtype(knob: Knob, is_kind: Any, kind: str) -> DType:
+  """The dtype a DEFAULT_FLOAT/DEFAULT_INT knob names (`float16`, `HALF`, `dtypes.half`)."""
+  name = str(knob.value).strip().lower().removeprefix("dtypes.")
+  dt = getattr(dtypes, name, None)
+  if not isinstance(dt, DType) or not is_kind(dt) or dt.count != 1:
+    raise ValueError(f"{knob.name}={knob.value!r} is not a{kind} dtype name")
+  return dt
+
+
+def _set_knob_dtype(knob: Knob, dt: Any, is_kind: Any, kind: str) -> None:
+  if not isinstance(dt, DType) or not is_kind(dt):
+    raise TypeError(f"{knob.name}: only{kind} dtypes can be the default, got {dt!r}")
+  knob.value = dt.name
+
+
+class _DTypesMeta(type):
+  """`dtypes.default_float` and `dtypes.default_int` are the DEFAULT_FLOAT and DEFAULT_INT knobs:
+  assigning one (`dtypes.default_float = dtypes.float16`, like torch.set_default_dtype) sets the
+  knob, and `Context(DEFAULT_FLOAT="half")` scopes it."""
+
+  @property
+  def default_float(cls) -> DType: return _knob_dtype(DEFAULT_FLOAT, cls.is_float, " float")
+
+  @default_float.setter
+  def default_float(cls, dt: DType) -> None:
+    _set_knob_dtype(DEFAULT_FLOAT, dt, cls.is_float, " floating-point")
+
+  @property
+  def default_int(cls) -> DType: return _knob_dtype(DEFAULT_INT, cls.is_int, "n integer")
+
+  @default_int.setter
+  def default_int(cls, dt: DType) -> None: _set_knob_dtype(DEFAULT_INT, dt, cls.is_int, " integer")
+
+
+class dtypes(metaclass=_DTypesMeta):  # noqa: N801 (the public name, as in tinygrad)
   """The scalar dtypes and the predicates over them."""
   void: Final = _scalar(-1, 0, "void", None)
   bool: Final = _scalar(0, 1, "bool", "?")
@@ -137,8 +173,6 @@ class dtypes:  # noqa: N801 (the public name, as in tinygrad)
   float8_e5m2 = fp8e5m2
   float8_e4m3fnuz = fp8e4m3fnuz
   float8_e5m2fnuz = fp8e5m2fnuz
-  default_float: DType = float32
-  default_int: DType = int64
 
   @staticmethod
   def is_float(dt: DType) -> bool: return dt.scalar() in FLOATS

@@ -4,15 +4,19 @@ from __future__ import annotations
 import functools
 import math
 import operator
+import re
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from unigrad.knobs import DEBUG, Context, getenv
+from unigrad.knobs import CHECK_OOB, DEBUG, EMULATED_DTYPES, JIT, Context, getenv
 
 __all__ = ["DEBUG", "Context", "getenv", "GlobalCounters", "prod", "dedup", "all_same", "flatten",
-           "argsort", "ceildiv", "round_up", "unwrap", "Timing", "make_tuple", "partition"]
+           "argsort", "ceildiv", "round_up", "unwrap", "Timing", "make_tuple", "partition",
+           "CHECK_OOB", "EMULATED_DTYPES", "JIT", "cdiv", "cmod", "argfix", "fully_flatten",
+           "merge_dicts", "strip_parens", "colored", "ansistrip", "get_shape", "time_to_str",
+           "getbits", "word_wrap"]
 
 T = TypeVar("T")
 
@@ -103,3 +107,89 @@ class Timing:
 
 
 def pairwise(xs: Sequence[T]) -> Iterator[tuple[T, T]]: return zip(xs, xs[1:])
+
+
+# ---- tinygrad's small helpers, for programs that import them ----
+
+def cdiv(a: int, b: int) -> int:
+  """Integer division rounding toward zero (C's `/`); 0 for b == 0, like the spec's CDIV."""
+  return 0 if b == 0 else abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)
+
+
+def cmod(a: int, b: int) -> int:
+  """The remainder of `cdiv` (C's `%`: the sign of a)."""
+  return 0 if b == 0 else a - cdiv(a, b) * b
+
+
+def argfix(*x: Any) -> tuple:
+  """f(1, 2) and f((1, 2)) as the same tuple (tinygrad's shape-argument convention)."""
+  if x and isinstance(x[0], (tuple, list)):
+    if len(x) != 1: raise ValueError(f"bad arg {x}: one sequence or several values, not both")
+    return tuple(x[0])
+  return x
+
+
+def fully_flatten(xs: Any) -> list:
+  """Every leaf of nested lists/tuples, in order."""
+  if not isinstance(xs, (list, tuple)): return [xs]
+  return [y for x in xs for y in fully_flatten(x)]
+
+
+def merge_dicts(ds: Iterable[dict]) -> dict:
+  """One dict of all `ds`; a key given two different values raises ValueError."""
+  out: dict = {}
+  for d in ds:
+    for k, v in d.items():
+      if k in out and out[k] != v: raise ValueError(f"cannot merge, {k} has {out[k]} and {v}")
+      out[k] = v
+  return out
+
+
+def strip_parens(s: str) -> str:
+  """s without one pair of enclosing parentheses (only if they match each other)."""
+  if not (s.startswith("(") and s.endswith(")")): return s
+  depth = 0
+  for i, c in enumerate(s):
+    depth += (c == "(") - (c == ")")
+    if depth == 0 and i < len(s) - 1: return s
+  return s[1:-1]
+
+
+ANSI_COLORS = ("black", "red", "green", "yellow", "blue", "magenta", "cyan", "white")
+
+
+def colored(st: str, color: str | None, background: bool = False) -> str:
+  """st in an ANSI terminal color (`colored("ok", "green")`; an upper-case name is bright)."""
+  if color is None: return st
+  code = 10 * background + 60 * color.isupper() + 30 + ANSI_COLORS.index(color.lower())
+  return f"\u001b[{code}m{st}\u001b[0m"
+
+
+def ansistrip(s: str) -> str: return re.sub(r"\x1b\[(K|.*?m)", "", s)
+
+
+def word_wrap(x: str, wrap: int = 80) -> str:
+  """x with every line longer than `wrap` (ANSI codes not counted) broken into pieces."""
+  if len(ansistrip(x)) <= wrap and "\n" not in x: return x
+  return "\n".join(line[i:i + wrap] for line in x.split("\n")
+                   for i in range(0, max(len(line), 1), wrap))
+
+
+def get_shape(x: Any) -> tuple[int, ...]:
+  """The shape of nested lists (a scalar is ()); ragged nesting raises ValueError."""
+  if not isinstance(x, (list, tuple)): return ()
+  subs = [get_shape(e) for e in x]
+  if not all_same(subs): raise ValueError(f"inhomogeneous shape from {x}")
+  return (len(subs),) + (subs[0] if subs else ())
+
+
+def time_to_str(t: float, w: int = 8) -> str:
+  """Seconds as a fixed-width string in s, ms or us."""
+  if t > 10: return f"{t:{w}.2f}s"
+  if t > 1e-2: return f"{t * 1e3:{w}.2f}ms"
+  return f"{t * 1e6:{w}.2f}us"
+
+
+def getbits(value: int, start: int, end: int) -> int:
+  """Bits start..end (inclusive) of value."""
+  return (value >> start) & ((1 << (end - start + 1)) - 1)

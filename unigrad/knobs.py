@@ -97,6 +97,18 @@ CHECK_OOB = knob("CHECK_OOB", bool, False, "every generated load and store check
 REWRITE_STACK_LIMIT = knob("REWRITE_STACK_LIMIT", int, 250_000, "graph_rewrite work-stack limit "
                            "that turns a rewrite loop into an error")
 JIT = knob("JIT", int, 1, "0 makes TinyJit run its function eagerly on every call (no capture)")
+TRAINING = knob("TRAINING", bool, False, "training mode: the same switch as `Tensor.training` and "
+                "`Tensor.train()` (dropout and BatchNorm's batch statistics are on)")
+DEFAULT_FLOAT = knob("DEFAULT_FLOAT", str, "float32", "dtype of Python floats and float "
+                     "creation functions (`dtypes.default_float`, like torch.set_default_dtype): "
+                     "float16, bfloat16, float32 or float64")
+DEFAULT_INT = knob("DEFAULT_INT", str, "int64", "dtype of Python ints and integer creation "
+                   "functions (`dtypes.default_int`): any integer dtype name")
+EMULATED_DTYPES = knob("EMULATED_DTYPES", str, "", "comma-separated dtypes every renderer emulates "
+                       "(stored in memory as their bits, computed in float32); float16 and "
+                       "bfloat16 are emulated on every target already")
+IGNORE_BEAM_CACHE = knob("IGNORE_BEAM_CACHE", bool, False, "BEAM searches again instead of "
+                         "reading its on-disk choices (the new choice is still stored)")
 JIT_CAPTURES = knob("JIT_CAPTURES", int, 8, "input signatures one TinyJit keeps captured programs "
                     "for (the oldest is dropped)")
 SEED = knob("SEED", int, 0, "default random seed")

@@ -66,8 +66,9 @@ OPS = {
   "acosh": (lambda t: t.acosh(), torch.acosh, above_one, None),
   "atanh": (lambda t: t.atanh(), torch.atanh, unit, None),
   "erf": (lambda t: t.erf(), torch.erf, real_line, None),
-  "gelu": (lambda t: t.gelu(), lambda x: F.gelu(x, approximate="tanh"), real_line, None),
-  "gelu_none": (lambda t: t.gelu("none"), F.gelu, real_line, None),
+  "gelu": (lambda t: t.gelu(approximate="tanh"), lambda x: F.gelu(x, approximate="tanh"),
+           real_line, None),
+  "gelu_none": (lambda t: t.gelu(), F.gelu, real_line, None),
   "quick_gelu": (lambda t: t.quick_gelu(), lambda x: x * torch.sigmoid(1.702 * x), real_line, None),
   "sigmoid": (lambda t: t.sigmoid(), torch.sigmoid, real_line, None),
   "logsigmoid": (lambda t: t.logsigmoid(), F.logsigmoid, real_line, None),
@@ -262,8 +263,16 @@ def test_bfloat_and_short():
 
 
 def test_gelu_rejects_unknown_approximation():
-  with pytest.raises(ValueError, match="approximate"):
+  with pytest.raises(RuntimeError, match="approximate"):
     Tensor([1.0]).gelu("erf")
+
+
+def test_gelu_defaults_to_pytorchs_exact_erf_form():
+  x = np.linspace(-4, 4, 33, dtype=np.float32)
+  np.testing.assert_allclose(Tensor(x).gelu().numpy(), F.gelu(torch.tensor(x)).numpy(),
+                             rtol=1e-6, atol=1e-6)
+  tanh_form = F.gelu(torch.tensor(x), approximate="tanh").numpy()
+  assert np.abs(Tensor(x).gelu().numpy() - tanh_form).max() > 1e-4
 
 
 # ---- integer-style division ----
@@ -379,7 +388,8 @@ def test_reflected_shifts_pos_abs():
 def test_small_set_on_each_device(device):
   x = [-30.0, -2.5, -0.5, 0.0, 0.7, 2.5, 30.0, INF, -INF, NAN]
   t = Tensor(x, device=device, requires_grad=True)
-  ys = [t.erf(), t.tanh(), t.sigmoid(), t.atan(), t.softplus(), t.elu(), t.gelu(), t.asinh()]
+  ys = [t.erf(), t.tanh(), t.sigmoid(), t.atan(), t.softplus(), t.elu(), t.gelu(approximate="tanh"),
+        t.asinh()]
   sum(y.sum() for y in ys).backward()
   tt = torch.tensor(x, requires_grad=True)
   tys = [torch.erf(tt), torch.tanh(tt), torch.sigmoid(tt), torch.atan(tt), F.softplus(tt),

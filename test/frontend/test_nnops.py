@@ -253,6 +253,13 @@ INTERP = [
   ((1, 1, 2, 3, 4), dict(size=(3, 4, 2), mode="trilinear")),
   ((1, 2, 3, 4), dict(scale_factor=2.5, mode="nearest")),
   ((1, 2, 3, 4), dict(scale_factor=(1.5, 0.5), mode="bilinear")),
+  ((2, 3, 5, 7), dict(size=(9, 4), mode="bicubic")),
+  ((1, 2, 5, 7), dict(size=(3, 11), mode="bicubic", align_corners=True)),
+  ((1, 2, 4, 4), dict(scale_factor=2.5, mode="bicubic")),
+  ((2, 3, 5, 7), dict(size=(3, 4), mode="area")), ((2, 3, 7), dict(size=3, mode="area")),
+  ((1, 1, 4, 5, 6), dict(size=(2, 3, 4), mode="area")),
+  ((1, 2, 5, 7), dict(size=(11, 13), mode="area")),
+  ((1, 2, 6, 6), dict(scale_factor=0.5, mode="area")),
 ]
 
 
@@ -267,8 +274,24 @@ def test_interpolate_ints_and_errors():
   raises_like(ValueError, lambda x: x.interpolate(size=4, align_corners=True),
               lambda x: F.interpolate(x, size=4, align_corners=True), rnd(1, 1, 3))
   raises_like(ValueError, lambda x: x.interpolate(), lambda x: F.interpolate(x), rnd(1, 1, 3))
-  raises_like(NotImplementedError, lambda x: x.interpolate(size=4, mode="area"),
+  raises_like(NotImplementedError, lambda x: x.interpolate(size=4, mode="bad"),
               lambda x: F.interpolate(x, size=4, mode="bad"), rnd(1, 1, 3))
+  raises_like(ValueError, lambda x: x.interpolate(size=4, mode="area", align_corners=True),
+              lambda x: F.interpolate(x, size=4, mode="area", align_corners=True), rnd(1, 1, 3))
+  raises_like(NotImplementedError, lambda x: x.interpolate(size=4, mode="bicubic"),
+              lambda x: F.interpolate(x, size=4, mode="bicubic"), rnd(1, 1, 3))
+  for mode in ("bicubic", "area"):
+    raises_like(NotImplementedError, lambda x, m=mode: x.interpolate(size=(4, 5), mode=m),
+                lambda x, m=mode: F.interpolate(x, size=(4, 5), mode=m), labels(9, 1, 1, 3, 4))
+
+
+def test_interpolate_bicubic_and_area_gradients():
+  x = rnd(1, 2, 4, 5)
+  for kw in (dict(size=(7, 3), mode="bicubic"), dict(size=(3, 2), mode="area")):
+    t, tt = Tensor(x, device=PY, requires_grad=True), torch.tensor(x, requires_grad=True)
+    (t.interpolate(**kw) * t.interpolate(**kw)).sum().backward()
+    (F.interpolate(tt, **kw) ** 2).sum().backward()
+    np.testing.assert_allclose(t.grad.numpy(), tt.grad.numpy(), atol=1e-5, rtol=1e-4)
 
 
 # ---- layers ----
@@ -312,7 +335,8 @@ def test_scaled_dot_product_attention(kind):
 
 def test_attention_errors():
   q = Tensor(rnd(2, 4), device=PY)
-  with pytest.raises(NotImplementedError): q.scaled_dot_product_attention(q, q, dropout_p=0.1)
+  with pytest.raises(RuntimeError, match="dropout"):
+    q.scaled_dot_product_attention(q, q, dropout_p=1.1)
   with pytest.raises(RuntimeError): q.scaled_dot_product_attention(q, q, q > 0, is_causal=True)
 
 

@@ -27,7 +27,7 @@ from unigrad.codegen.pipeline import full_rewrite
 from unigrad.dtype import DType, dtypes
 from unigrad.engine import compcache, profile
 from unigrad.helpers import GlobalCounters
-from unigrad.knobs import BEAM, CHECK_OOB, DEBUG, MARCH, NOOPT, PROFILE
+from unigrad.knobs import BEAM, CHECK_OOB, DEBUG, IGNORE_BEAM_CACHE, MARCH, NOOPT, PROFILE
 from unigrad.renderer import Renderer
 from unigrad.runtime.device import Buffer, Compiled, Device
 from unigrad.runtime.ops_cpu import cpu_threads
@@ -160,10 +160,15 @@ def _traced_schedule(body: UOp, nargs: int, device: str) -> UOp:
 
 def schedule(uops: list[UOp], devices: list[str]) -> UOp:
   """The LINEAR of kernel CALLs that realizing `uops` would run, with the real buffers as args."""
+  return schedule_with_vars(uops, devices)[0]
+
+
+def schedule_with_vars(uops: list[UOp], devices: list[str]) -> tuple[UOp, dict[str, int]]:
+  """`schedule`, and the values of the bound variables its kernels read (name -> int)."""
   with realize_lock: return _schedule(uops, devices)
 
 
-def _schedule(uops: list[UOp], devices: list[str]) -> UOp:
+def _schedule(uops: list[UOp], devices: list[str]) -> tuple[UOp, dict[str, int]]:
   if has_function(UOp(Ops.SINK, dtypes.void, tuple(uops)).toposort()):
     uops = inline_functions(uops)
   if (plan := multi.lower_multi(uops, devices)) is not None:
@@ -174,7 +179,7 @@ def _schedule(uops: list[UOp], devices: list[str]) -> UOp:
   sub = {p: args[p.arg.slot] for c in linear.src for p in c.src[1:] if p.arg.slot < len(args)}
   calls = tuple(c.replace(src=(c.src[0], *(sub.get(p, p) for p in c.src[1:])))
                 for c in linear.src)
-  return UOp(Ops.LINEAR, linear.dtype, calls)
+  return UOp(Ops.LINEAR, linear.dtype, calls), dict(res.var_vals)
 
 
 def realize(uops: list[UOp], devices: list[str]) -> dict[UOp, UOp]:
@@ -242,7 +247,8 @@ def _kernel_source(kernel: UOp, device: str) -> compcache.KernelSource:
   ren = Device[device].renderer
   if DEBUG >= 3: print(f"kernel AST:\n{kernel!r}")
   threads = cpu_threads() if ren.has_threads else 1
-  ks = compcache.cached_kernel(kernel, device, ren, threads, lambda: _codegen(kernel, ren))
+  if BEAM >= 1 and IGNORE_BEAM_CACHE: ks = _codegen(kernel, ren)  # a fresh search, not the cache's
+  else: ks = compcache.cached_kernel(kernel, device, ren, threads, lambda: _codegen(kernel, ren))
   if DEBUG >= 4: print(ks.src)
   return ks
 

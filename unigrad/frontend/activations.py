@@ -43,6 +43,7 @@ GELU_TANH_CUBIC = 0.044715
 GELU_CLAMP = 1e10
 QUICK_GELU_SCALE = 1.702
 TAN_PI_8 = math.sqrt(2) - 1
+LOG10_2 = math.log10(2)
 ERF_CLAMP = 6.0  # erf(x) rounds to 1 beyond 3.92 (float32) and 5.93 (float64)
 
 
@@ -288,6 +289,11 @@ class ActivationsMixin:
     neg, a = _split_sign(self)
     return _odd(neg, (_log1p(a) - _log1p(-a)) * 0.5)
 
+  @_float_op
+  def log10(self) -> Tensor:
+    """The base-10 logarithm, log2(x) * log10(2). `Tensor([100.0]).log10()` is `[2.0]`."""
+    return self.log2() * LOG10_2
+
   # ---- erf and the gelus ----
   @_float_op
   def erf(self) -> Tensor:
@@ -296,17 +302,18 @@ class ActivationsMixin:
     return _erf(self)
 
   @_float_op
-  def gelu(self, approximate: str = "tanh") -> Tensor:
-    """x * Phi(x). The default is tinygrad's tanh approximation (PyTorch's approximate='tanh'),
-    x/2 * (1 + tanh(u)) computed as x * sigmoid(2u) (no cancellation for negative x);
-    approximate='none' is the exact x/2 * (1 + erf(x/sqrt(2))), PyTorch's default."""
+  def gelu(self, approximate: str = "none") -> Tensor:
+    """x * Phi(x). The default is PyTorch's exact x/2 * (1 + erf(x/sqrt(2))); approximate='tanh'
+    is the tanh approximation (tinygrad's gelu), x/2 * (1 + tanh(u)) computed as x * sigmoid(2u)
+    (no cancellation for negative x). `Tensor([1.0]).gelu()` is `[0.8413]`."""
     if approximate == "tanh":
       # beyond 1e10 the sigmoid is exactly 0 or 1: clamping keeps x**3 finite for the gradient
       xc = (self > GELU_CLAMP).where(GELU_CLAMP, (self < -GELU_CLAMP).where(-GELU_CLAMP, self))
       u = (xc + xc * xc * xc * GELU_TANH_CUBIC) * GELU_TANH_SCALE
       return self * (u * 2).sigmoid()
     if approximate == "none": return self * 0.5 * (_erf(self * math.sqrt(0.5)) + 1)
-    raise ValueError(f"gelu: approximate must be 'tanh' or 'none', got {approximate!r}")
+    raise RuntimeError(f"gelu: approximate argument must be either none or tanh, got "
+                       f"{approximate!r}")
 
   @_float_op
   def quick_gelu(self) -> Tensor:
@@ -391,6 +398,11 @@ class ActivationsMixin:
     """x above 0, neg_slope * x at or below."""
     return (self > 0).where(self, self * neg_slope)
 
+  def relu6(self) -> Tensor:
+    """min(max(x, 0), 6) (hardtanh(x, 0, 6), as PyTorch). `Tensor([-1., 3., 9.]).relu6()` is
+    `[0., 3., 6.]`."""
+    return self.hardtanh(0, 6)
+
   def hardtanh(self, min_val: float = -1, max_val: float = 1) -> Tensor:
     """clamp(x, min_val, max_val) with gradient 1 strictly inside, 0 at and beyond the limits;
     integer tensors stay integers (like PyTorch)."""
@@ -410,10 +422,14 @@ class ActivationsMixin:
     """Whether each element is NaN (always false for integers)."""
     return self.ne(self)
 
-  def isinf(self) -> Tensor:
-    """Whether each element is +inf or -inf."""
-    if not dtypes.is_float(self.dtype): return self.ne(self)
-    return self.abs().eq(math.inf)
+  def isinf(self, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
+    """Whether each element is +inf (with detect_positive) or -inf (with detect_negative);
+    tinygrad's keywords, PyTorch's isinf by default. `Tensor([-math.inf]).isinf(True, False)`
+    is `[False]`."""
+    if not dtypes.is_float(self.dtype) or not (detect_positive or detect_negative):
+      return self.full_like(False, dtypes.bool)
+    if detect_positive and detect_negative: return self.abs().eq(math.inf)
+    return self.eq(math.inf if detect_positive else -math.inf)
 
   def isfinite(self) -> Tensor:
     """Whether each element is neither inf nor NaN."""

@@ -394,6 +394,10 @@ class CompositeMixin:
     e = self._shifted(axis, dtype).exp()
     return e.div(e.sum(axis, keepdim=True)).cast(self._out_float(dtype))
 
+  def softmin(self, axis: int = -1, dtype: Any = None) -> Tensor:
+    """softmax(-x) along `axis` (PyTorch's F.softmin)."""
+    return (-self).softmax(axis, dtype)
+
   def log_softmax(self, axis: int = -1, dtype: Any = None) -> Tensor:
     """x - logsumexp(x) along `axis`."""
     if self.ndim and self.shape[canonical_axis(axis, self.ndim)] == 0: return self._float()

@@ -139,6 +139,11 @@ class CreationMixin:
 
   def zeros_like(self, dtype: Any = None) -> Tensor: return self.full_like(0, dtype)
 
+  def empty_like(self, dtype: Any = None, device: str | None = None) -> Tensor:
+    """An uninitialized tensor with this tensor's shape (and dtype and device unless given)."""
+    dt = to_dtype(dtype) if dtype is not None else self.dtype
+    return type(self).empty(*self.shape, dtype=dt, device=device or self.device)
+
   def ones_like(self, dtype: Any = None) -> Tensor: return self.full_like(1, dtype)
 
 

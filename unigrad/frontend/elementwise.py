@@ -379,6 +379,22 @@ class ElementwiseMixin:
     """Elementwise ==, as NOT(CMPNE)."""
     return self.ne(x).logical_not()
 
+  def lt(self, x: Operand) -> Tensor:
+    """Elementwise <, PyTorch's torch.lt. `Tensor([1, 3]).lt(2)` is `[True, False]`."""
+    return self < x
+
+  def le(self, x: Operand) -> Tensor:
+    """Elementwise <=, PyTorch's torch.le."""
+    return self <= x
+
+  def gt(self, x: Operand) -> Tensor:
+    """Elementwise >, PyTorch's torch.gt."""
+    return self > x
+
+  def ge(self, x: Operand) -> Tensor:
+    """Elementwise >=, PyTorch's torch.ge."""
+    return self >= x
+
   def __eq__(self, x: Operand) -> Tensor: return self.eq(x)  # type: ignore[override]
   def __ne__(self, x: Operand) -> Tensor: return self.ne(x)  # type: ignore[override]
   __hash__ = object.__hash__
@@ -448,6 +464,13 @@ class ElementwiseMixin:
   def int(self) -> Tensor: return self.cast(dtypes.int32)
   def long(self) -> Tensor: return self.cast(dtypes.int64)
   def bool(self) -> Tensor: return self.cast(dtypes.bool)
+  def bfloat16(self) -> Tensor: return self.cast(dtypes.bfloat16)
+
+  def type_as(self, other: Tensor) -> Tensor:
+    """This tensor cast to `other`'s dtype (PyTorch's type_as)."""
+    if not hasattr(other, "dtype") or not isinstance(other.dtype, DType):
+      raise TypeError(f"type_as: expected a Tensor, got {type(other).__name__}")
+    return self.cast(other.dtype)
 
   # ---- Python operators ----
   def __add__(self, x: Operand) -> Tensor: return self.add(x)

@@ -25,11 +25,12 @@ import math
 import threading
 import weakref
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from unigrad.dtype import DType, dtypes
 from unigrad.engine import realize as engine
 from unigrad.frontend.elementwise import compose_cos
+from unigrad.knobs import TRAINING
 from unigrad.schedule.function import param_like
 from unigrad.uop import Ops, PatternMatcher, ReduceArg, UOp, UPat, shape_uop, sint
 
@@ -360,6 +361,17 @@ class TensorMeta(type):
   @no_grad.setter
   def no_grad(cls, value: bool) -> None: _grad_mode.disabled = bool(value)
 
+  @property
+  def training(cls) -> bool:
+    """Training mode: the TRAINING knob (`Context(TRAINING=1)` and `Tensor.train()` set it)."""
+    return bool(TRAINING.value)
+
+  @training.setter
+  def training(cls, value: bool) -> None: TRAINING.value = bool(value)
+
+  @training.deleter
+  def training(cls) -> None: TRAINING.value = TRAINING.default  # back to the default (eval)
+
 
 class Train(contextlib.ContextDecorator):
   """`with Tensor.train():` sets `Tensor.training` (default True) for a block, then restores it."""
@@ -420,7 +432,9 @@ class GradientMixin:
   """Autograd: requires_grad, backward, gradient, contiguous_backward, no_grad, train."""
   uop: UOp
   grad: Tensor | None
-  training: ClassVar[bool] = False
+
+  @property
+  def training(self) -> bool: return bool(TRAINING.value)
 
   @property
   def shape(self) -> tuple[sint, ...]: raise NotImplementedError

@@ -456,7 +456,8 @@ def _check_gather_shapes(name: str, x: Tensor, dim: int, index: Tensor,
 
 
 class IndexingMixin:
-  """Advanced indexing, setitem, gather/scatter, masks, nonzero, sort/argsort/topk."""
+  """Advanced indexing, setitem, gather/scatter, masks, sort/argsort/topk (masked_select and
+  nonzero: select.py)."""
 
   def __getitem__(self, idx: Any) -> Tensor:
     """PyTorch indexing: ints, slices (any step), None, Ellipsis, and advanced indices (int or
@@ -565,22 +566,6 @@ class IndexingMixin:
     v = value.cast(self.dtype) if hasattr(value, "uop") else type(self).full((), value, self.dtype,
                                                                               self.device)
     return mask.where(v, self)
-
-  def masked_select(self, mask: Tensor) -> Tensor:
-    """The elements where mask (broadcast with self) is True, as a 1-D tensor (realizes mask)."""
-    if mask.dtype != dtypes.bool:
-      raise RuntimeError(f"masked_select: expected BoolTensor for mask, got {mask.dtype!r}")
-    shape = broadcast_shapes(self.shape, mask.shape)
-    return _take(self.expand(*shape).flatten(), _true_positions(mask.expand(*shape)))
-
-  def nonzero(self, as_tuple: bool = False) -> Any:
-    """The indices (int64) of the nonzero elements: (count, ndim), or one 1-D tensor per axis
-    with as_tuple. Realizes self (the count depends on the data)."""
-    pos = _true_positions(self.flatten())
-    coords = _unravel(pos, tuple(self.shape))
-    if as_tuple: return tuple(coords) if coords else (pos * 0,)
-    if not coords: return type(self).full((pos.shape[0], 0), 0, dtypes.int64, self.device)
-    return coords[0].stack(*coords[1:], dim=1)
 
   def sort(self, dim: int = -1, descending: bool = False,
            stable: bool = False) -> tuple[Tensor, Tensor]:

@@ -162,6 +162,16 @@ class MovementMixin:
       raise ValueError(f"shrink_to{new} needs {self.ndim} sizes for shape {self.shape}")
     return self.shrink(tuple(None if n is None else (0, n) for n in new))
 
+  def pad_to(self, *shape: Any) -> Tensor:
+    """Zero-pad each axis at its end up to `shape[i]` (None keeps it), tinygrad's pad_to.
+    `Tensor.ones(2, 3).pad_to(4, None)` has shape (4, 3)."""
+    new = _shape_arg(shape)
+    if len(new) != self.ndim:
+      raise ValueError(f"pad_to{new} needs {self.ndim} sizes for shape {self.shape}")
+    if any(n is not None and _less(n, s) for n, s in zip(new, self.shape)):
+      raise ValueError(f"pad_to{new} is smaller than shape {self.shape} (use shrink_to)")
+    return self.pad(tuple((0, 0) if n is None else (0, n - s) for n, s in zip(new, self.shape)))
+
   def flip(self, *axis: Any) -> Tensor:
     """Reverse the order of elements along the given axes."""
     axes = {canonical_axis(a, self.ndim) for a in _shape_arg(axis)}
@@ -178,6 +188,19 @@ class MovementMixin:
 
   @property
   def T(self) -> Tensor: return self.permute(tuple(reversed(range(self.ndim))))  # noqa: N802
+
+  @property
+  def mT(self) -> Tensor:  # noqa: N802
+    """The last two axes swapped (a batch of matrices transposed), PyTorch's `mT`."""
+    if self.ndim < 2:
+      raise RuntimeError(f"tensor.mT is only supported on matrices or batches of matrices. Got "
+                         f"{self.ndim}-D tensor.")
+    return self.transpose(-2, -1)
+
+  @property
+  def mH(self) -> Tensor:  # noqa: N802
+    """The conjugate transpose of the last two axes: `mT` (unigrad has no complex dtypes)."""
+    return self.mT
 
   def unflatten(self, dim: int, sizes: Sequence[int]) -> Tensor:
     """Split axis `dim` into `sizes` (one may be -1). `x.unflatten(1, (2, 3))`"""

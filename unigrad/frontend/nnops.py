@@ -1,5 +1,5 @@
-"""Neural-network ops of Tensor: convolution and pooling, interpolation, normalization, attention,
-one-hot and losses.
+"""Neural-network ops of Tensor: convolution and pooling, normalization, attention, one-hot and
+losses (interpolation: resample.py).
 
 Compositions of the primitive Tensor methods only. A convolution or pooling is the sliding-window
 view of `pool` (pad, repeat, shrink, reshape, permute: no copies) followed by ONE fused reduce (a
@@ -7,8 +7,8 @@ convolution first copies its padded input and its weights, output channels inner
 reduce reads both without bounds checks and along contiguous vectors); the gradient of an
 overlapping window view is a sum of shifted pads (gradient.override_gradient), not the rules'
 reduction over the repeated copies;
-gathers (interpolation, losses) are the spec's one-hot gathers (`take`), which compile to direct
-gated loads. `pool` and `take` also serve composite.py (scans, unfold, repeat_interleave).
+gathers (losses) are the spec's one-hot gathers (`take`), which compile to direct gated loads.
+`pool` and `take` also serve composite.py (scans, unfold, repeat_interleave) and resample.py.
 Signatures are tinygrad's, semantics PyTorch's (torch.nn.functional).
 """
 from __future__ import annotations
@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 
 Pads = list[tuple[int, int]]
 REDUCTIONS = ("none", "mean", "sum")
-INTERPOLATE_MODES = ("nearest", "nearest-exact", "linear", "bilinear", "trilinear")
 
 
 # ---- views shared with composite: sliding windows and the one-hot gather ----
@@ -264,20 +263,21 @@ def _dilate(x: Tensor, s_: Sequence[int]) -> Tensor:
   return x.shrink([*[None] * len(lead), *[(0, (i - 1) * s + 1) for i, s in zip(ins, s_)]])
 
 
-def _resize_axis(x: Tensor, axis: int, out: int, scale: float, mode: str,
-                 align_corners: bool) -> Tensor:
-  """x resized along `axis` to `out` samples, PyTorch's source-index rules (float32 math)."""
-  size, cls = x.shape[axis], type(x)
-  dst = cls.arange(out, dtype=dtypes.float32, device=x.device)
-  if mode.startswith("nearest"):
-    if out == size: return x
-    src = dst.add(0.5) if mode == "nearest-exact" else dst
-    return take(x, axis, src.mul(scale).floor().cast(dtypes.int64).minimum(size - 1))
-  real = dst.mul(scale) if align_corners else dst.add(0.5).mul(scale).sub(0.5).maximum(0)
-  i0 = real.floor().cast(dtypes.int64).minimum(size - 1)
-  lam = (real - i0.cast(dtypes.float32)).clamp(0, 1)
-  lam = lam.reshape(out, *[1] * (x.ndim - axis - 1 if axis >= 0 else -axis - 1)).cast(x.dtype)
-  return take(x, axis, i0) * (1 - lam) + take(x, axis, (i0 + 1).minimum(size - 1)) * lam
+def _gqa_expand(q: Tensor, kv: Tensor) -> Tensor:
+  """key or value with each of its heads (axis -3) repeated for the query heads it serves."""
+  if q.ndim < 3 or kv.ndim < 3:
+    raise RuntimeError("enable_gqa needs query, key and value with a heads axis (-3)")
+  hq, hkv = q.shape[-3], kv.shape[-3]
+  if hkv == 0 or hq % hkv:
+    raise RuntimeError(f"Number of heads in key and value must divide the number of heads in "
+                       f"query, got {hkv} and {hq}")
+  return kv if hq == hkv else kv.repeat_interleave(hq // hkv, -3)
+
+
+def _attention_dropout(weights: Tensor, p: float) -> Tensor:
+  if p == 1: return weights.zeros_like()
+  keep = type(weights).rand(weights.shape, dtype=dtypes.float32, device=weights.device) >= p
+  return keep.where(weights * (1 / (1 - p)), 0).cast(weights.dtype)
 
 
 def _class_targets(x: Tensor, y: Tensor, cdim: int) -> None:
@@ -428,38 +428,6 @@ class NNOpsMixin:
     vals = hit.where(self.reshape(*lead, 1, q), self.dtype.min).max(-1)
     return hit.any(-1).where(vals, 0).cast(self.dtype).reshape(*lead, *outs)
 
-  # ---- resampling ----
-  def interpolate(self, size: int | Sequence[int] | None = None,
-                  scale_factor: float | Sequence[float] | None = None, mode: str = "nearest",
-                  align_corners: bool | None = None) -> Tensor:
-    """Resize the trailing spatial axes (all but N, C for an int size), PyTorch's
-    F.interpolate with mode 'nearest', 'nearest-exact', 'linear', 'bilinear' or 'trilinear'
-    (the linear modes interpolate separably along each resized axis)."""
-    if mode not in INTERPOLATE_MODES:
-      raise NotImplementedError(f"interpolate mode {mode!r}: supported are {INTERPOLATE_MODES}")
-    if align_corners is not None and mode.startswith("nearest"):
-      raise ValueError("align_corners option can only be set with the interpolating modes: "
-                       "linear | bilinear | bicubic | trilinear")
-    if (size is None) == (scale_factor is None):
-      raise ValueError("exactly one of size or scale_factor should be defined")
-    spec = size if size is not None else scale_factor
-    n = len(spec) if isinstance(spec, (tuple, list)) else self.ndim - 2
-    if n < 1 or n > self.ndim:
-      raise ValueError(f"interpolate: cannot resize {n} spatial axes of shape {self.shape}")
-    ins = self.shape[self.ndim - n:]
-    if size is not None:
-      outs, scales = int_tuple(size, n, "size"), [None] * n
-    else:
-      sf = (scale_factor,) * n if isinstance(scale_factor, (int, float)) else tuple(scale_factor)
-      outs, scales = tuple(int(math.floor(i * f)) for i, f in zip(ins, sf)), [1 / f for f in sf]
-    x = self if mode.startswith("nearest") or dtypes.is_float(self.dtype) else self.float()
-    for j in range(n):
-      i, o = ins[j], outs[j]
-      if align_corners: scale = (i - 1) / (o - 1) if o > 1 else 0.0
-      else: scale = scales[j] if scales[j] is not None else i / o
-      x = _resize_axis(x, j - n, o, scale, mode, bool(align_corners))
-    return x
-
   # ---- layers ----
   def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """x @ weight + bias, with weight (in_features, out_features) as in tinygrad (PyTorch's
@@ -504,10 +472,15 @@ class NNOpsMixin:
 
   def scaled_dot_product_attention(self, key: Tensor, value: Tensor,
                                    attn_mask: Tensor | None = None, dropout_p: float = 0.0,
-                                   is_causal: bool = False, scale: float | None = None) -> Tensor:
-    """softmax(q @ k^T * scale + mask) @ v; a bool mask keeps True, is_causal keeps j <= i."""
-    if dropout_p != 0.0:
-      raise NotImplementedError("scaled_dot_product_attention: only dropout_p=0 is supported")
+                                   is_causal: bool = False, scale: float | None = None,
+                                   enable_gqa: bool = False) -> Tensor:
+    """softmax(q @ k^T * scale + mask) @ v; a bool mask keeps True, is_causal keeps j <= i.
+    Like PyTorch's F.scaled_dot_product_attention, dropout_p > 0 drops attention weights
+    whenever it is given (training or not), and enable_gqa lets key/value have fewer heads
+    (axis -3) than the query, each serving Hq / Hkv query heads."""
+    if not 0.0 <= dropout_p <= 1.0:
+      raise RuntimeError(f"dropout probability has to be between 0 and 1, but got {dropout_p}")
+    if enable_gqa: key, value = _gqa_expand(self, key), _gqa_expand(self, value)
     scale = 1 / math.sqrt(self.shape[-1]) if scale is None else scale
     qk = self.matmul(key.transpose(-2, -1)) * scale
     if is_causal:
@@ -515,7 +488,9 @@ class NNOpsMixin:
       attn_mask = type(self).full(qk.shape[-2:], True, dtypes.bool, self.device).tril()
     if attn_mask is not None:
       qk = attn_mask.where(qk, -math.inf) if attn_mask.dtype == dtypes.bool else qk + attn_mask
-    return qk.softmax(-1).cast(least_upper_dtype(self.dtype, value.dtype)).matmul(value)
+    weights = qk.softmax(-1)
+    if dropout_p > 0: weights = _attention_dropout(weights, dropout_p)
+    return weights.cast(least_upper_dtype(self.dtype, value.dtype)).matmul(value)
 
   # ---- losses ----
   def binary_crossentropy(self, Y: Tensor, reduction: str = "mean",  # noqa: N803

@@ -58,6 +58,34 @@ def _dims(shape: Any) -> tuple[int, ...]:
   return dims
 
 
+def _is_torch_form(args: tuple, size: Any) -> bool:
+  """PyTorch's calls give a size (a trailing sequence or size=) or float parameters; tinygrad's
+  give only the shape positionally (ints, or one sequence)."""
+  if size is not None or any(isinstance(a, float) for a in args): return True
+  return len(args) >= 2 and isinstance(args[-1], (tuple, list))
+
+
+def _call_form(args: tuple, kwargs: dict[str, Any], names: tuple[str, str],
+               defaults: tuple[Any, Any], fn: str) -> tuple[tuple[int, ...], list[Any]]:
+  """(shape, [a, b]) of a two-parameter distribution called PyTorch's way, (a, b, size), or
+  tinygrad's, (*shape, a=..., b=...). randint's one-parameter (high, size) form leaves b None."""
+  kw = dict(kwargs)
+  size = kw.pop("size", None)
+  if "shape" in kw: size = kw.pop("shape") if size is None else size
+  torch_form = _is_torch_form(args, size)
+  if torch_form and size is None and args and isinstance(args[-1], (tuple, list)):
+    size, args = args[-1], args[:-1]
+  positional = args if torch_form else ()
+  if len(positional) > 2: raise TypeError(f"{fn}() takes at most 2 parameters, got {args}")
+  vals = list(positional)
+  for name, default in zip(names[len(vals):], defaults[len(vals):]):
+    vals.append(kw.pop(name, None if fn == "randint" and len(positional) == 1 else default))
+  if kw: raise TypeError(f"{fn}() got unexpected keyword argument(s) {sorted(kw)}")
+  if not torch_form: return _dims(args), vals
+  if size is None: return (), vals
+  return _dims((size,) if isinstance(size, int) else (tuple(size),)), vals
+
+
 def _device(device: str | None) -> str:
   return Device.canonicalize(device) if device is not None else Device.DEFAULT
 
@@ -220,12 +248,17 @@ class RandomMixin:
     return _like(self, type(self).randn, dtype, device)
 
   @classmethod
-  def randint(cls, low: int, high: int | None = None, shape: Any = (), dtype: Any = None,
-              device: str | None = None) -> Tensor:
-    """Uniform integers in [low, high) (one argument: [0, low)). `Tensor.randint(0, 10, (3,))`"""
+  def randint(cls, *args: Any, dtype: Any = None, device: str | None = None,
+              **kwargs: Any) -> Tensor:
+    """Uniform integers in [low, high). PyTorch's forms `Tensor.randint(0, 10, (3,))` and
+    `Tensor.randint(10, (3,))` (also `size=`/`shape=`), or tinygrad's
+    `Tensor.randint(3, 4, low=0, high=10)` (shape first; low 0, high 10 by default)."""
+    dims, (low, high) = _call_form(args, kwargs, ("low", "high"), (0, 10), "randint")
     if high is None: low, high = 0, low
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (low, high)):
+      raise TypeError(f"randint: low and high must be ints, got {low!r} and {high!r}")
     if high <= low: raise ValueError(f"randint: need low < high, got [{low}, {high})")
-    dims, dev = _dims((shape,) if isinstance(shape, int) else (tuple(shape),)), _device(device)
+    dev = _device(device)
     dt = to_dtype(dtype) if dtype is not None else dtypes.default_int
     n = math.prod(dims)
     if n == 0: return cls.empty(*dims, dtype=dt, device=dev)
@@ -233,19 +266,22 @@ class RandomMixin:
     return r.cast(dt).reshape(*dims)
 
   @classmethod
-  def normal(cls, mean: float = 0.0, std: float = 1.0, shape: Any = (), dtype: Any = None,
-             device: str | None = None, requires_grad: bool | None = None) -> Tensor:
-    """Normal floats with `mean` and `std`. `Tensor.normal(0, 2, (3, 3))`"""
-    dims = _dims((shape,) if isinstance(shape, int) else (tuple(shape),))
+  def normal(cls, *args: Any, dtype: Any = None, device: str | None = None,
+             requires_grad: bool | None = None, **kwargs: Any) -> Tensor:
+    """Normal floats with `mean` and `std`: PyTorch's form `Tensor.normal(0, 2, (3, 3))` (also
+    `size=`) or tinygrad's `Tensor.normal(3, 3, mean=0, std=2)` (shape first)."""
+    dims, (mean, std) = _call_form(args, kwargs, ("mean", "std"), (0.0, 1.0), "normal")
+    if std < 0: raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
     t = cls.randn(dims, dtype=dtype, device=device).mul(std).add(mean)
     t.requires_grad = requires_grad
     return t
 
   @classmethod
-  def uniform(cls, low: float = 0.0, high: float = 1.0, shape: Any = (), dtype: Any = None,
-              device: str | None = None, requires_grad: bool | None = None) -> Tensor:
-    """Uniform floats in [low, high). `Tensor.uniform(-1, 1, (3, 3))`"""
-    dims = _dims((shape,) if isinstance(shape, int) else (tuple(shape),))
+  def uniform(cls, *args: Any, dtype: Any = None, device: str | None = None,
+              requires_grad: bool | None = None, **kwargs: Any) -> Tensor:
+    """Uniform floats in [low, high): `Tensor.uniform(-1, 1, (3, 3))` (low, high, shape; also
+    `size=`) or tinygrad's `Tensor.uniform(3, 3, low=-1, high=1)` (shape first)."""
+    dims, (low, high) = _call_form(args, kwargs, ("low", "high"), (0.0, 1.0), "uniform")
     t = cls.rand(dims, dtype=dtype, device=device).mul(high - low).add(low)
     t.requires_grad = requires_grad
     return t
@@ -256,7 +292,8 @@ class RandomMixin:
     """Uniform in [-1, 1) scaled by 1/sqrt(numel)."""
     dims = _dims(shape)
     bound = math.prod(dims) ** -0.5 if math.prod(dims) else 1.0
-    return cls.uniform(-bound, bound, dims, dtype, device, requires_grad)
+    return cls.uniform(-bound, bound, dims, dtype=dtype, device=device,
+                       requires_grad=requires_grad)
 
   @classmethod
   def glorot_uniform(cls, *shape: Any, dtype: Any = None, device: str | None = None,
@@ -265,7 +302,8 @@ class RandomMixin:
     fan_in = prod(shape[1:])."""
     dims = _dims(shape)
     bound = math.sqrt(6 / max(1, dims[0] + math.prod(dims[1:]))) if dims else 1.0
-    return cls.uniform(-bound, bound, dims, dtype, device, requires_grad)
+    return cls.uniform(-bound, bound, dims, dtype=dtype, device=device,
+                       requires_grad=requires_grad)
 
   @classmethod
   def kaiming_uniform(cls, *shape: Any, a: float = math.sqrt(5), dtype: Any = None,
@@ -274,7 +312,8 @@ class RandomMixin:
     PyTorch's Linear/Conv init."""
     dims = _dims(shape)
     bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a * a)) / math.sqrt(max(1, math.prod(dims[1:])))
-    return cls.uniform(-bound, bound, dims, dtype, device, requires_grad)
+    return cls.uniform(-bound, bound, dims, dtype=dtype, device=device,
+                       requires_grad=requires_grad)
 
   @classmethod
   def kaiming_normal(cls, *shape: Any, a: float = 0.01, dtype: Any = None,
@@ -282,7 +321,7 @@ class RandomMixin:
     """He normal: std = sqrt(2 / (1 + a^2)) / sqrt(fan_in), fan_in = prod(shape[1:])."""
     dims = _dims(shape)
     std = math.sqrt(2.0 / (1 + a * a)) / math.sqrt(max(1, math.prod(dims[1:])))
-    return cls.normal(0.0, std, dims, dtype, device, requires_grad)
+    return cls.normal(0.0, std, dims, dtype=dtype, device=device, requires_grad=requires_grad)
 
   @classmethod
   def randperm(cls, n: int, dtype: Any = None, device: str | None = None) -> Tensor:

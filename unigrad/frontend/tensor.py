@@ -23,11 +23,14 @@ from unigrad.frontend.elementwise import ElementwiseMixin
 from unigrad.frontend.gradient import GradientMixin, TensorMeta, detach_if_no_grad
 from unigrad.frontend.indexing import IndexingMixin
 from unigrad.frontend.interop import InteropMixin, shared_numpy
+from unigrad.frontend.linalg import LinalgMixin
 from unigrad.frontend.movement import MovementMixin
 from unigrad.frontend.multi import MultiMixin
 from unigrad.frontend.nnops import NNOpsMixin
 from unigrad.frontend.random import RandomMixin
 from unigrad.frontend.reduce import ReduceMixin
+from unigrad.frontend.resample import ResampleMixin
+from unigrad.frontend.select import SelectMixin
 from unigrad.frontend.strided import StridedMixin
 from unigrad.runtime.device import Device
 from unigrad.uop import Ops, UOp, sint
@@ -38,9 +41,9 @@ _all_tensors_lock = threading.Lock()  # a WeakSet cannot be added to while anoth
 _storage_ids = itertools.count()  # tags that give CONTIGUOUS nodes their own storage
 
 
-class Tensor(MultiMixin, ActivationsMixin, IndexingMixin, CompositeMixin, NNOpsMixin, MovementMixin,
-             ElementwiseMixin, ReduceMixin, GradientMixin, CreationMixin, RandomMixin,
-             StridedMixin, InteropMixin, metaclass=TensorMeta):
+class Tensor(MultiMixin, ActivationsMixin, LinalgMixin, SelectMixin, IndexingMixin, CompositeMixin,
+             NNOpsMixin, ResampleMixin, MovementMixin, ElementwiseMixin, ReduceMixin, GradientMixin,
+             CreationMixin, RandomMixin, StridedMixin, InteropMixin, metaclass=TensorMeta):
   """A lazy n-dimensional array. `Tensor([[1, 2], [3, 4]]) @ Tensor.ones(2, 2)`"""
 
   def __init__(self, data: Any, device: str | tuple[str, ...] | None = None, dtype: Any = None,
@@ -83,6 +86,36 @@ class Tensor(MultiMixin, ActivationsMixin, IndexingMixin, CompositeMixin, NNOpsM
   def device(self) -> str: return self._device
 
   def numel(self) -> sint: return math.prod(self.shape)
+
+  @property
+  def max_shape(self) -> tuple[int, ...]:
+    """The shape with each symbolic size at its upper bound (the shape memory is planned for)."""
+    return tuple(s if isinstance(s, int) else int(s.vmax) for s in self.shape)
+
+  def max_numel(self) -> int:
+    """The element count at the symbolic sizes' upper bounds (`numel()` for a concrete shape)."""
+    return math.prod(self.max_shape)
+
+  @property
+  def is_param(self) -> bool:
+    """tinygrad's flag for trainable tensors: requires_grad is not False (optimizers take these)."""
+    return self.requires_grad is not False
+
+  def is_param_(self, is_param: bool = True) -> Tensor:
+    """Set `is_param` in place (False is requires_grad=False). Returns self."""
+    if not is_param: self.requires_grad = False
+    elif self.requires_grad is False: self.requires_grad = None
+    return self
+
+  @staticmethod
+  def const(value: Any, dtype: Any = None, device: str | None = None) -> Tensor:
+    """A 0-d tensor holding `value` as a CONST node (no buffer); dtype from the value unless
+    given. `Tensor.const(2.5)`"""
+    if not isinstance(value, (bool, int, float)):
+      raise TypeError(f"Tensor.const needs a Python bool, int or float, got {type(value).__name__}")
+    dt = to_dtype(dtype) if dtype is not None else dtypes.from_py(value)
+    dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
+    return Tensor._from_uop(UOp.const(dt, value), dev)
 
   def element_size(self) -> int: return self.dtype.itemsize
 
@@ -129,6 +162,20 @@ class Tensor(MultiMixin, ActivationsMixin, IndexingMixin, CompositeMixin, NNOpsM
   def schedule(self, *others: Tensor) -> UOp:
     """The command buffer (a LINEAR of kernel CALLs) that realizing would run; nothing runs."""
     return engine.schedule([t.uop for t in (self, *others)], [t.device for t in (self, *others)])
+
+  def linear_with_vars(self, *others: Tensor) -> tuple[UOp, dict[str, int]]:
+    """tinygrad's name: the command buffer realizing this tensor (and `others`) would run, and
+    the values of the bound variables it reads (name -> int); nothing runs."""
+    ts = (self, *others)
+    return engine.schedule_with_vars([t.uop for t in ts], [t.device for t in ts])
+
+  def schedule_linear(self, *others: Tensor) -> UOp:
+    """tinygrad's name for `schedule`, for programs without bound variables."""
+    linear, var_vals = self.linear_with_vars(*others)
+    if var_vals:
+      raise ValueError(f"schedule_linear: the schedule reads bound variables {sorted(var_vals)}; "
+                       "use linear_with_vars")
+    return linear
 
   def contiguous(self) -> Tensor:
     """A tensor that will be materialized in its own new buffer, in row-major order. Each call

@@ -112,19 +112,6 @@ def _lamb_ratio(w: Tensor, up: Tensor) -> Tensor:
   return _trust_ratio(wn, un, wn, un)
 
 
-def _newton_schulz(g: Tensor, steps: int, coeffs: tuple[float, ...], eps: float = 1e-7) -> Tensor:
-  """An approximately orthogonal matrix with the row/column spaces of the 2-D `g`:
-  X <- a X + b (X X^T) X + c (X X^T)^2 X, after scaling X to unit Frobenius norm."""
-  if g.shape[0] > g.shape[1]: return _newton_schulz(g.T, steps, coeffs, eps).T
-  x = g / (_norm(g) + eps)
-  for _ in range(steps):
-    gram = x @ x.T
-    terms = [x]
-    for _c in coeffs[1:]: terms.append(gram @ terms[-1])
-    x = sum((c * t for c, t in zip(coeffs[1:], terms[1:])), coeffs[0] * x).contiguous()
-  return x
-
-
 class LARS(Optimizer):
   """SGD with momentum and a layer-wise trust ratio (You et al. 2017, arXiv:1708.03888):
   r = tcoef * |w| / (|g| + wd * |w|); d = r * (g + wd * w); `classic` momentum accumulates
@@ -165,7 +152,7 @@ class LARS(Optimizer):
 
   def _orthogonalized(self, g: Tensor, w: Tensor) -> Tensor:
     assert self.ns_params is not None
-    g2 = _newton_schulz(g.reshape(g.shape[0], -1), self.ns_steps, self.ns_params).reshape(g.shape)
+    g2 = g.reshape(g.shape[0], -1).newton_schulz(self.ns_steps, self.ns_params).reshape(g.shape)
     return g2 + self.wd * w if self.wd else g2
 
 

@@ -6,9 +6,33 @@ every op that is not in `supported_ops`.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
+from unigrad.dtype import DType, dtypes
+from unigrad.knobs import EMULATED_DTYPES
 from unigrad.uop import GroupOp, Ops, UOp
+
+# the dtypes a renderer can keep in memory as their bits and compute in float32
+EMULABLE_DTYPES = frozenset({dtypes.float16, dtypes.bfloat16})
+
+
+def knob_emulated_dtypes() -> frozenset[DType]:
+  """The dtypes the EMULATED_DTYPES knob names (comma-separated dtype names)."""
+  return _named_dtypes(str(EMULATED_DTYPES.value))
+
+
+@functools.cache
+def _named_dtypes(names: str) -> frozenset[DType]:
+  out = set()
+  for name in filter(None, (n.strip().lower() for n in names.split(","))):
+    dt = getattr(dtypes, name.removeprefix("dtypes."), None)
+    if not isinstance(dt, DType) or dt not in EMULABLE_DTYPES:
+      known = ", ".join(sorted(d.name for d in EMULABLE_DTYPES))
+      raise ValueError(f"EMULATED_DTYPES names {name!r}, which no renderer can emulate "
+                       f"(emulable: {known})")
+    out.add(dt)
+  return frozenset(out)
 
 
 @dataclass(frozen=True)
@@ -33,6 +57,11 @@ class Renderer:
   tensor_cores: tuple = ()  # the TensorCore shapes of the TC opt (codegen/opt/tc.py)
 
   def render(self, name: str, linear: UOp) -> str: raise NotImplementedError
+
+  def emulates(self, dt: DType) -> bool:
+    """Whether `dt` lives in memory as its bits and computes in float32 on this target: the
+    renderer's own emulated dtypes and those the EMULATED_DTYPES knob names."""
+    return dt.scalar() in self.emulated_dtypes | knob_emulated_dtypes()
 
 
 class PythonRenderer(Renderer):

@@ -428,7 +428,7 @@ class CRenderer(Renderer):
     st.names[u] = name
 
   def _value(self, st: _State, u: UOp, expr: str, uses: dict[UOp, int]) -> None:
-    if u.dtype in EMULATED_FLOATS and u.op is not Ops.BITCAST:
+    if u.dtype.count == 1 and self.emulates(u.dtype) and u.op is not Ops.BITCAST:
       expr = f"{self._helper_names(st, u.dtype)[2]}({expr})"
     # vectors always get a variable: lane-wise ops read their operands once per lane
     if uses.get(u, 0) <= 1 and u.op is not Ops.WHERE and not _is_vector(u):

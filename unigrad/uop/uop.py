@@ -18,7 +18,7 @@ from typing import Any, TypeVar, Union
 from unigrad.dtype import AddrSpace, DType, dtypes, truncate
 from unigrad.uop import properties as props
 from unigrad.uop.alu import float_bits
-from unigrad.uop.ops import ARITY, AxisType, InvalidType, Ops, ParamArg, RangeArg
+from unigrad.uop.ops import ARITY, AxisType, Invalid, InvalidType, Ops, ParamArg, RangeArg
 from unigrad.uop.printer import pyrender
 from unigrad.uop.printer import render as render_expr
 from unigrad.uop.rewrite import graph_rewrite, substitute
@@ -102,6 +102,16 @@ def _derived(compute: Callable[[UOp], Any]) -> property:
 
 
 _FIELDS = frozenset({"op", "dtype", "src", "arg", "tag"})
+
+
+_NO_VALUE: Any = object()
+
+
+def _const_args(first: Any, second: Any) -> tuple[DType, Any]:
+  """(dtype, value) of a tinygrad-ordered `UOp.const(value, dtype)` or `UOp.const(value)`."""
+  if second is _NO_VALUE or second is None: return dtypes.from_py(first), first
+  if isinstance(second, DType): return second, first
+  raise TypeError(f"UOp.const needs a DType and a value, got {first!r} and {second!r}")
 
 
 class UOp(metaclass=UOpMetaClass):
@@ -255,6 +265,27 @@ class UOp(metaclass=UOpMetaClass):
     """`UOp.sink(a, b, ...)` (or `a.sink(b, ...)`): a SINK collecting the given nodes."""
     return UOp(Ops.SINK, dtypes.void, (self, *srcs))
 
+  def group(self, *srcs: UOp) -> UOp:
+    """`UOp.group(a, b, ...)`: a GROUP (void) ordering the given effects together."""
+    return UOp(Ops.GROUP, dtypes.void, (self, *srcs))
+
+  def stack(self, *srcs: UOp) -> UOp:
+    """`UOp.stack(a, b, ...)`: the (k,)-shaped STACK of k scalars of one dtype."""
+    return UOp(Ops.STACK, self.dtype, (self, *srcs))
+
+  def store(self, value: UOp) -> UOp:
+    """STORE `value` through this INDEX (or buffer); void."""
+    return UOp(Ops.STORE, dtypes.void, (self, value))
+
+  def load(self) -> UOp:
+    """LOAD through this INDEX: the element it points at."""
+    return UOp(Ops.LOAD, self.dtype, (self,))
+
+  @staticmethod
+  def invalid(dtype: DType = dtypes.index) -> UOp:
+    """The spec's Invalid constant (a dead index: loads give the alternative, stores drop)."""
+    return UOp(Ops.CONST, dtype, arg=Invalid)
+
   def const_like(self, value: Any) -> UOp:
     """A CONST of self's dtype (Python bools for comparisons give bool constants)."""
     return UOp.const(self.dtype, value)
@@ -262,8 +293,12 @@ class UOp(metaclass=UOpMetaClass):
   # ---- constructors ----
 
   @staticmethod
-  def const(dtype: DType, value: Any) -> UOp:
-    """A scalar CONST holding `value` as `dtype` would (`Invalid` marks a dead index)."""
+  def const(dtype: Any, value: Any = _NO_VALUE) -> UOp:
+    """A scalar CONST holding `value` as `dtype` would (`Invalid` marks a dead index). tinygrad's
+    order `UOp.const(value, dtype)` works too (a DType is never a value), and `UOp.const(value)`
+    takes the value's PyTorch dtype."""
+    if not isinstance(dtype, DType): dtype, value = _const_args(dtype, value)
+    elif value is _NO_VALUE: raise TypeError(f"UOp.const({dtype!r}) needs a value")
     if isinstance(value, UOp): return value
     if dtype.count > 1:
       return UOp(Ops.STACK, dtype.scalar(), (UOp.const(dtype.scalar(), value),) * dtype.count)

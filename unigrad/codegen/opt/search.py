@@ -33,7 +33,7 @@ from unigrad.codegen.opt import KernelOptError, Opt, OptOps
 from unigrad.codegen.opt.heuristic import MIN_TILE_REDUCE, SCALAR_VECTOR_BYTES, axis_of
 from unigrad.codegen.opt.kernel import OptKernel
 from unigrad.codegen.vectorize import pick_vector_range
-from unigrad.knobs import BEAM_BUDGET, CACHELEVEL, DEBUG
+from unigrad.knobs import BEAM_BUDGET, CACHELEVEL, DEBUG, IGNORE_BEAM_CACHE
 from unigrad.runtime.diskcache import diskcache_get, diskcache_put
 from unigrad.uop import AxisType, Ops, UOp
 
@@ -298,7 +298,7 @@ def beam_search(k: OptKernel, heuristic: OptKernel, width: int, timer: Timer, th
 
 def _cached(k: OptKernel, key: str | None) -> OptKernel | None:
   """The cached choice for `key` applied to `k` (None when not cached or no longer applies)."""
-  if key is None or CACHELEVEL < 1: return None
+  if key is None or CACHELEVEL < 1 or IGNORE_BEAM_CACHE: return None
   if (hit := diskcache_get("beam", key)) is None: return None
   try:
     for o in pickle.loads(hit): k = k.apply(o)
