@@ -114,6 +114,15 @@ def _needs_reduction(u: UOp) -> bool:
   return _over_data[u]
 
 
+def _recomputes_reduction(u: UOp, realized: set[UOp]) -> bool:
+  """Reading `u` inside another reduction's loop would recompute a reduction of data that is not
+  realized. A value over realized reductions only reloads them: whether that costs too much is
+  `_reads_many`'s question (a LayerNorm's output over its realized statistics reads five buffers
+  and is realized; a scatter's `index == last writer` reads one and stays inline)."""
+  return any(x.op is Ops.REDUCE and x is not u and not _has_closed_form(x)
+             for x in _region(u, realized))
+
+
 _REGION_STOPS = (Ops.REDUCE, Ops.PARAM, Ops.AFTER, Ops.BUFFER)
 # node -> whether its elementwise region reads a reduction of data (see _needs_reduction)
 _over_data: weakref.WeakKeyDictionary[UOp, bool] = weakref.WeakKeyDictionary()
@@ -348,7 +357,7 @@ def find_realizes(body: UOp) -> set[UOp]:
     if u not in realize and (
         ((expanded or reduced) and u.op is Ops.REDUCE and not _has_closed_form(u))
         or (expanded and u.op in GroupOp.ALU and _is_expensive(u, realize))
-        or (expanded and reduced and u.op in GroupOp.ALU and _needs_reduction(u))
+        or (expanded and reduced and u.op in GroupOp.ALU and _recomputes_reduction(u, realize))
         or (expanded and reduced and u.op in GroupOp.ALU and _reads_many(u, realize))):
       realize.add(u)
     if u in realize: expanded, reduced = False, False
