@@ -166,3 +166,21 @@ def test_row_sums_keep_one_register_of_partial_sums_per_target():
   k = only_kernel(Tensor.empty(256, 512).sum(1))
   assert group_lanes(hand_coded_optimizations(k, AVX512, threads=1)) == [16]
   assert group_lanes(hand_coded_optimizations(k, AVX2, threads=1)) == [8]  # not two registers
+
+
+def test_a_per_row_broadcast_load_unrolls_no_rows():
+  # (x - mean) / std: the row statistics are contiguous along the rows but one scalar per vector;
+  # unrolling 4 rows for them multiplied a GELU-backward kernel's code by 4 (200 ms of codegen)
+  x, mean = Tensor.empty(64, 256), Tensor.empty(64, 1)
+  k = only_kernel(((x - mean) * 3).exp())
+  assert upcasts(hand_coded_optimizations(k, AVX512, threads=1)) == [16]
+
+
+def test_an_unvectorized_tile_fits_in_registers():
+  # B is read with a nonlinear index along the reduce axis and no output axis is contiguous in
+  # a load: the register tile was 128 scalar accumulators (spilled, 200 ms of codegen)
+  a = Tensor.empty(64, 64)
+  b = Tensor.empty(4, 16, 16).permute(1, 0, 2).reshape(16, 64) * 2
+  k = reduce_kernel(b @ a.T)
+  out = hand_coded_optimizations(k, AVX512, threads=1)
+  assert math.prod(upcasts(out)) <= 16 or pick_vector_range(out.ast, 64) is not None
