@@ -39,6 +39,16 @@ class DType:
 
   def __lt__(self, other: DType) -> bool: return self._key() < other._key()
 
+  def __eq__(self, other: object) -> bool:
+    # a hot path of the compiler (`dt == dtypes.index`, `dt in FLOATS`): identity, then the name
+    # tells most unequal types apart before the fields are compared
+    if self is other: return True
+    if other.__class__ is not self.__class__: return NotImplemented
+    return self.name == other.name and self._fields() == other._fields()  # type: ignore[attr-defined]
+
+  def _fields(self) -> tuple:  # @dataclass still generates __hash__ from every field
+    return (self.priority, self.itemsize, self.fmt, self.count, self._scalar)
+
   def _key(self) -> tuple:
     return (self.priority, self.itemsize, self.name, self.count)
 

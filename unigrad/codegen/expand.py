@@ -180,11 +180,12 @@ def split_range(ast: UOp, r: UOp, inner_size: int) -> tuple[UOp, UOp]:
 
 
 def split_to_registers(ast: UOp, r: UOp, vector_bytes: int) -> tuple[UOp, UOp]:
-  """A vector range wider than one register becomes one register's lanes (kept as the vector)
-  inside an unrolled range over the registers: gcc 12 keeps a C vector wider than a register in
-  memory and runs a lane builtin (the fma helper's loop) lane by lane (a 32-lane matmul tile:
-  scalar vfmadd231ss)."""
-  k, width = r.src[0].arg, lane_bytes(depends_on(ast, r))
+  """A vector range wider than one register, even for its narrowest values, becomes one
+  register's lanes (kept as the vector) inside an unrolled range over the registers: gcc 12
+  keeps a C vector wider than a register in memory and runs a lane builtin (the fma helper's
+  loop) lane by lane (a 32-lane float matmul tile: scalar vfmadd231ss). Wider values beside
+  narrower ones (threefry's uint64 next to the floats it makes) stay as they are."""
+  k, width = r.src[0].arg, lane_bytes(depends_on(ast, r))[0]
   lanes = vector_bytes // width if width else k
   if lanes < 2 or k <= lanes or k % lanes: return ast, r
   return split_range(ast, r, lanes)
