@@ -150,6 +150,12 @@ def test_vector_wider_than_a_register_is_one_value_per_register():
   assert "double_v16" not in src and "double_v8" in src
 
 
+def test_wide_lanes_beside_register_wide_ones_stay_one_vector():
+  # threefry's uint64 beside the floats it makes: splitting the range doubled the kernel's code
+  src = check(x(4, 16) + x(4, 16, dtype=dtypes.int64).cast(dtypes.float32), [Opt.upcast(1, 16)])
+  assert "float_v16 " in src and "long_long_v16 " in src and "float_v8" not in src
+
+
 def test_strided_store_is_one_store_per_lane():
   src = check((x(16, 8) + x(16, 8)).T, [Opt.upcast(0, 8)])  # unit-stride loads, strided store
   assert "float_v8_u*" in src and "[7];" in src  # lanes stored one by one
