@@ -140,6 +140,17 @@ def test_matmul_tile_compiles_to_vector_fma_and_broadcasts(lanes):
   assert asm.count("vmovss") < lanes  # no broadcast through memory, lane by lane
 
 
+def test_vector_accumulation_is_fused_with_one_rounding():
+  # clang renders the vector fma helper as a*b+c under `fp contract(fast)` (its lane loop was
+  # rebuilt as spilled 4-lane pieces in a conv tile): still one rounding per step, as BLAS
+  k = (x(16, 2) @ x(2, 16)).schedule().src[-1].src[0]
+  big = np.float32(1 + 2 ** -12)
+  a = np.tile(np.array([-(1 + 2 ** -11), big], np.float32), 16)
+  b = np.concatenate([np.ones(16, np.float32), np.full(16, big, np.float32)])
+  got = run(k, [Opt.upcast(1, 16), Opt.upcast(0, 4)], [np.zeros(256, np.float32), a, b], VEC)
+  np.testing.assert_array_equal(got, np.full(256, 2 ** -24, np.float32))  # unfused: 0
+
+
 def test_vector_wider_than_a_register_is_one_value_per_register():
   # a 32-lane float_v32 was kept in memory by gcc 12, its fma helper run lane by lane
   src = check(x(16, 64) @ x(64, 64), [Opt.upcast(1, 32), Opt.upcast(0, 4)])
