@@ -19,7 +19,6 @@ UOp class (uop.py imports it).
 from __future__ import annotations
 
 import math
-import zlib
 from typing import TYPE_CHECKING, Any
 
 from unigrad.dtype import FLOATS, dtypes
@@ -54,17 +53,8 @@ def no_overflow(u: UOp) -> bool:
 
 # ---- canonical order ----
 
-def _arg_code(arg: Any) -> int:
-  """A deterministic integer for an arg (str hashes change from process to process)."""
-  if isinstance(arg, (int, float)): return hash(arg)  # bool is an int
-  return zlib.crc32((arg if isinstance(arg, str) else repr(arg)).encode())
-
-
 def order_key(u: UOp) -> tuple:
-  """A deterministic structural sort key (constants sort last); cached per node. Nodes that
-  differ only below their sources compare by a digest of the graph beneath them: a key that
-  nested its sources' keys compared shared subgraphs again at every level, exponential in the
-  depth of a decomposed threefry or transcendental (seconds for one kernel's simplification)."""
+  """A deterministic structural sort key (constants sort last); cached per node."""
   if (k := u.__dict__.get("_okey")) is not None: return k
   stack: list[tuple[UOp, bool]] = [(u, False)]
   while stack:
@@ -75,10 +65,8 @@ def order_key(u: UOp) -> tuple:
       stack.extend((s, False) for s in x.src if "_okey" not in s.__dict__)
       continue
     arg = x.arg if isinstance(x.arg, (int, float, str, bool)) else repr(x.arg)
-    dt = x.dtype
-    digest = hash((x.op.value, _arg_code(arg), dt.priority, dt.itemsize, dt.count,
-                   *(s.__dict__["_okey"][-1] for s in x.src)))
-    x.__dict__["_okey"] = (x.op is Ops.CONST, x.op.value, str(type(arg)), arg, dt.priority, digest)
+    x.__dict__["_okey"] = (x.op is Ops.CONST, x.op.value, str(type(arg)), arg, x.dtype.priority,
+                           tuple(s.__dict__["_okey"] for s in x.src))
   return u.__dict__["_okey"]
 
 
