@@ -1,12 +1,14 @@
 """Codegen time per kernel: every kernel of a small transformer's training step, stage by stage.
 
-  python bench/codegen_time.py [--layers 2] [--width 64] [--worst 5] [--profile]
+  python bench/codegen_time.py [--layers 2] [--width 64] [--worst 5] [--profile] [--cpu-time]
 
 Schedules the forward + backward of `common.make_transformer` (nothing runs), then runs the
 codegen pipeline (every stage of `CODEGEN_STAGES`, then the C renderer) on each kernel in this
 process, timing each stage. Prints the total, the mean per kernel, and the slowest kernels with
 their AST size, instruction count, applied opts and per-stage milliseconds; `--profile` prints
 cProfile's top entries for the slowest kernel (where the time goes). The C compiler is not run.
+`--cpu-time` times by the thread's CPU time (codegen is single-threaded Python; a loaded machine's
+preemption inflates wall times several fold).
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import cProfile
 import pstats
 import time
 
-from common import make_transformer, transformer_loss
+from common import CLOCK, make_transformer, transformer_loss
 
 from unigrad import Tensor
 from unigrad.codegen.pipeline import CODEGEN_STAGES, keep_all_params
@@ -29,13 +31,13 @@ def codegen_stages(kernel: UOp) -> tuple[dict[str, float], UOp]:
   times: dict[str, float] = {}
   ast = kernel
   for stage in CODEGEN_STAGES:
-    t0 = time.perf_counter()
+    t0 = CLOCK[0]()
     ast = stage.run(ast, ren)
-    times[stage.name] = time.perf_counter() - t0
+    times[stage.name] = CLOCK[0]() - t0
   linear = keep_all_params(ast, kernel)
-  t0 = time.perf_counter()
+  t0 = CLOCK[0]()
   ren.render("k", linear)
-  times["render"] = time.perf_counter() - t0
+  times["render"] = CLOCK[0]() - t0
   return times, linear
 
 
@@ -45,7 +47,9 @@ def main() -> None:
   p.add_argument("--width", type=int, default=64)
   p.add_argument("--worst", type=int, default=5)
   p.add_argument("--profile", action="store_true")
+  p.add_argument("--cpu-time", action="store_true", help="time by the thread's CPU time")
   args = p.parse_args()
+  if args.cpu_time: CLOCK[0] = time.thread_time
   outs = transformer_loss(*make_transformer(args.layers, args.width))
   t0 = time.perf_counter()
   schedule = Tensor.schedule(*outs)

@@ -130,9 +130,7 @@ def assembly(src: str) -> str:
 
 
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="x86 instruction names")
-@pytest.mark.parametrize("lanes", [16, pytest.param(32, marks=pytest.mark.xfail(
-  strict=True, reason="since merging the GPU and fusion branches a two-register tile renders "
-  "as one float_v32 value and gcc 12 lowers its fma helper to scalar vfmadd (issue #11)"))])
+@pytest.mark.parametrize("lanes", [16, 32])  # one register and two
 def test_matmul_tile_compiles_to_vector_fma_and_broadcasts(lanes):
   # gcc 12 made `(vt){} + x` one scalar store per lane and an fma initializer list one scalar
   # vfmadd231ss per lane: matmul 256 ran at 2.5 GFLOPS
@@ -140,6 +138,33 @@ def test_matmul_tile_compiles_to_vector_fma_and_broadcasts(lanes):
   fmas = [ln.split()[0] for ln in asm.splitlines() if ln.strip().startswith("vfmadd")]
   assert fmas and all(f.endswith("ps") for f in fmas), sorted(set(fmas))
   assert asm.count("vmovss") < lanes  # no broadcast through memory, lane by lane
+
+
+def test_vector_accumulation_is_fused_with_one_rounding():
+  # clang renders the vector fma helper as a*b+c under `fp contract(fast)` (its lane loop was
+  # rebuilt as spilled 4-lane pieces in a conv tile): still one rounding per step, as BLAS
+  k = (x(16, 2) @ x(2, 16)).schedule().src[-1].src[0]
+  big = np.float32(1 + 2 ** -12)
+  a = np.tile(np.array([-(1 + 2 ** -11), big], np.float32), 16)
+  b = np.concatenate([np.ones(16, np.float32), np.full(16, big, np.float32)])
+  got = run(k, [Opt.upcast(1, 16), Opt.upcast(0, 4)], [np.zeros(256, np.float32), a, b], VEC)
+  np.testing.assert_array_equal(got, np.full(256, 2 ** -24, np.float32))  # unfused: 0
+
+
+def test_vector_wider_than_a_register_is_one_value_per_register():
+  # a 32-lane float_v32 was kept in memory by gcc 12, its fma helper run lane by lane
+  src = check(x(16, 64) @ x(64, 64), [Opt.upcast(1, 32), Opt.upcast(0, 4)])
+  assert "float_v32" not in src and src.count("float_v16 acc") == 8
+  src = check((x(8, 256) + 1).sum(1), [Opt.group(1, 32)])  # partial sums: two registers
+  assert "float_v32" not in src and src.count("float_v16 acc") == 2
+  src = check(x(4, 32, dtype=dtypes.float64) * 2, [Opt.upcast(1, 16)])
+  assert "double_v16" not in src and "double_v8" in src
+
+
+def test_wide_lanes_beside_register_wide_ones_stay_one_vector():
+  # threefry's uint64 beside the floats it makes: splitting the range doubled the kernel's code
+  src = check(x(4, 16) + x(4, 16, dtype=dtypes.int64).cast(dtypes.float32), [Opt.upcast(1, 16)])
+  assert "float_v16 " in src and "long_long_v16 " in src and "float_v8" not in src
 
 
 def test_strided_store_is_one_store_per_lane():

@@ -17,7 +17,7 @@ import itertools
 from dataclasses import dataclass, field
 
 from unigrad.dtype import AddrSpace, DType, dtypes
-from unigrad.codegen.vectorize import pick_vector_range
+from unigrad.codegen.vectorize import depends_on, lane_bytes, pick_vector_range
 from unigrad.uop import AxisType, Ops, ParamArg, PatternMatcher, UOp, UPat, graph_rewrite, shape_uop
 
 ACC_SLOTS_START = 1 << 20  # accumulator BUFFER slots, apart from the kernel's PARAM slots
@@ -157,10 +157,45 @@ def merge_ends(ast: UOp) -> UOp:
   return build(ast)
 
 
+def split_range(ast: UOp, r: UOp, inner_size: int) -> tuple[UOp, UOp]:
+  """Range r (size n) as two of its axis type: an outer one of n/inner_size (r's id) and an inner
+  one of inner_size (a new id); returns the kernel and the inner range."""
+  n, axis_type = r.src[0].arg, r.arg.axis_type
+  new_id = max(u.arg.id for u in ast.toposort() if u.op is Ops.RANGE) + 1
+  outer = UOp.range(n // inner_size, r.arg.id, axis_type)
+  inner = UOp.range(inner_size, new_id, axis_type)
+  memo: dict[UOp, UOp] = {}
+  for u in ast.toposort():
+    if u is r: memo[u] = outer * inner_size + inner
+    elif u.op is Ops.END and u.src[1] is r:
+      inner_end = UOp(Ops.END, dtypes.void, (memo[u.src[0]], inner))
+      memo[u] = UOp(Ops.END, dtypes.void, (inner_end, outer))
+    elif u.op is Ops.REDUCE and r in u.src[1:]:
+      rs = tuple(p for s in u.src[1:] for p in ((outer, inner) if s is r else (s,)))
+      memo[u] = u.replace(src=(memo[u.src[0]], *rs))
+    else:
+      new_src = tuple(memo[s] for s in u.src)
+      memo[u] = u if all(a is b for a, b in zip(new_src, u.src)) else u.replace(src=new_src)
+  return memo[ast], inner
+
+
+def split_to_registers(ast: UOp, r: UOp, vector_bytes: int) -> tuple[UOp, UOp]:
+  """A vector range wider than one register, even for its narrowest values, becomes one
+  register's lanes (kept as the vector) inside an unrolled range over the registers: gcc 12
+  keeps a C vector wider than a register in memory and runs a lane builtin (the fma helper's
+  loop) lane by lane (a 32-lane float matmul tile: scalar vfmadd231ss). Wider values beside
+  narrower ones (threefry's uint64 next to the floats it makes) stay as they are."""
+  k, width = r.src[0].arg, lane_bytes(depends_on(ast, r))[0]
+  lanes = vector_bytes // width if width else k
+  if lanes < 2 or k <= lanes or k % lanes: return ast, r
+  return split_range(ast, r, lanes)
+
+
 def expand(ast: UOp, vector_bytes: int = 0) -> UOp:
   """The expand stage: keep the range that pays most as vector lanes (targets with vectors of
   `vector_bytes`), unroll the other UPCAST/UNROLL ranges, lower reductions, bind THREAD ranges."""
   keep = pick_vector_range(ast, vector_bytes)
+  if keep is not None: ast, keep = split_to_registers(ast, keep, vector_bytes)
   ast = unroll_ranges(ast, keep)
   if keep is not None: ast = keep_vector_range(ast, keep)
   ast = graph_rewrite(ast, pm_expand_reduce, ctx=ExpandCtx(), name="expand reduce")

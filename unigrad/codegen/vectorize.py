@@ -60,16 +60,25 @@ def vector_score(ast: UOp, r: UOp, vector_bytes: int) -> int:
   k = r.src[0].arg
   if not isinstance(k, int) or k < 2 or k & (k - 1): return 0
   dep = depends_on(ast, r)
-  widest = 1
+  widest = lane_bytes(dep)[1]
+  if widest == 0 or k * widest > 2 * vector_bytes: return 0
+  accesses = [u for u in dep if _is_global_index(u)]
+  return k * sum((1 if is_unit_stride(u, r, dep) else -1) * _trips(u, r) for u in accesses)
+
+
+def lane_bytes(dep: set[UOp]) -> tuple[int, int]:
+  """The narrowest and widest element of the values that depend on a range (its nodes `dep`):
+  the bytes one lane takes in a vector register (bools and indices, masks and addresses, count
+  only as the widest); (0, 0) when a value cannot be a vector lane."""
+  widest, narrowest = 1, 1 << 30
   for u in dep:
     dt = u.dtype.scalar()
     if dt == dtypes.void: continue
-    if dt not in VECTOR_DTYPES: return 0
-    if dt == dtypes.bool and _is_global_index(u): return 0  # bools are bytes in memory
+    if dt not in VECTOR_DTYPES: return 0, 0
+    if dt == dtypes.bool and _is_global_index(u): return 0, 0  # bools are bytes in memory
     widest = max(widest, 4 if dt == dtypes.index else dt.itemsize)
-  if k * widest > 2 * vector_bytes: return 0
-  accesses = [u for u in dep if _is_global_index(u)]
-  return k * sum((1 if is_unit_stride(u, r, dep) else -1) * _trips(u, r) for u in accesses)
+    if dt not in (dtypes.bool, dtypes.index): narrowest = min(narrowest, dt.itemsize)
+  return min(narrowest, widest), widest
 
 
 def _trips(ix: UOp, r: UOp) -> int:

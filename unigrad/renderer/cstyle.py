@@ -260,8 +260,17 @@ def _lane_fn(st: _State, op: Ops, dt: DType) -> str:
   params = ", ".join(f"{vt} {a}" for a in "abc"[:nargs])
   lane = f"{builtin}({', '.join(f'{a}[i]' for a in 'abc'[:nargs])})"
   body = f"{vt} r; for (int i = 0; i < {dt.count}; i++) r[i] = {lane}; return r;"
+  if op is Ops.MULACC: body = f"\n{FUSED_VECTOR_FMA}\n#else\n  {body}\n#endif\n"
   st.helpers.setdefault(name, f"{VECTOR_INLINE} {vt} {name}({params}) {{ {body} }}")
   return name
+
+
+# clang with hardware fma: `a*b+c` on whole vectors, contracted to one fused multiply-add per
+# register. clang's vectorizer rebuilt the lane loop of a convolution tile (three nested short
+# reduce loops) as 4-lane pieces and spilled: conv 16x64x56x56 3x3 with AVX-512 625 -> 44 ms
+FUSED_VECTOR_FMA = """#if defined(__clang__) && (defined(__FMA__) || defined(__ARM_FEATURE_FMA))
+#pragma clang fp contract(fast)
+  return a*b+c;"""
 
 
 def _stream_fn(st: _State, dt: DType) -> str:

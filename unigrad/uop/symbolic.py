@@ -156,7 +156,11 @@ def is_built_linear(x: UOp, items: list[tuple[UOp, int]], const: int) -> bool:
 
 
 def canonical_sum(x: UOp) -> UOp | None:
-  if "_canonical_sum" in x.__dict__: return None
+  """An integer sum in linear normal form, when its range is proven (index math: see
+  no_overflow). A wrapping sum (threefry's rounds) stays as it is: flattening each round's sum
+  into the next copied every shared partial sum into each of its users (a 4-row tile of random
+  numbers: 505 ADDs became 1434)."""
+  if "_canonical_sum" in x.__dict__ or not no_overflow(x): return None
   terms, const = linear_terms(x)
   if is_built_linear(x, _sorted_terms(terms), const): return None
   return build_linear(x, terms, const)

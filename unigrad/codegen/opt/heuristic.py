@@ -168,8 +168,21 @@ def register_tile(k: OptKernel, plan: TilePlan, vector_bytes: int,
   regs = (registers or SCALAR_REGISTERS) // (NESTED_TILE_SHARE if nested else TILE_SHARE)
   tiled, _ = _upcast(tiled, plan.reuse, regs // (1 if pair is None else 2))
   if not nested: tiled = panel_order(tiled, plan)
-  if not (plan.checked and vector_bytes): return tiled
-  return tiled if pick_vector_range(tiled.ast, vector_bytes) is vec else None
+  if not vector_bytes: return tiled
+  if plan.checked: return tiled if pick_vector_range(tiled.ast, vector_bytes) is vec else None
+  return tiled if pick_vector_range(tiled.ast, vector_bytes) is not None else scalar_tile(k, plan)
+
+
+SCALAR_TILE = 4  # an unvectorized tile: 4x4 scalar accumulators
+
+
+def scalar_tile(k: OptKernel, plan: TilePlan) -> OptKernel:
+  """A tile of scalar accumulators that fits in registers, for a target with vectors where the
+  tile's vector axis is no vector (strided loads): the register tile's 128 scalar accumulators
+  spilled, and took 200 ms to generate."""
+  tiled, _ = _upcast(k, plan.vector, SCALAR_TILE)
+  tiled, _ = _upcast(tiled, plan.reuse, SCALAR_TILE)
+  return tiled
 
 
 def panel_order(k: OptKernel, plan: TilePlan) -> OptKernel:
@@ -199,13 +212,16 @@ def contiguous_reduce(k: OptKernel) -> bool:
                                for st in access_strides(k, False, AxisType.REDUCE))
 
 
-TRANSPOSE_ROWS = 4  # rows of a transposing load unrolled per vector (each cache line used 4x)
+# rows of a transposing load unrolled per vector (each cache line used 8x): clang turns 8 rows
+# of 16 or 8 lanes into register transposes, 4 rows of 16 lanes stay scalar (a 512x512
+# transposing copy: 0.42 ms with 4 rows, 0.09 with 8; 1536x384: 1.05 -> 0.19 ms)
+TRANSPOSE_ROWS = 8
 
 
 def output_vector(k: OptKernel, vector_bytes: int) -> OptKernel:
   """Upcast the LOOP axis the store is contiguous along (else one a load is) to one register;
   a load contiguous along another LOOP axis (a transpose) gets that axis upcast by
-  TRANSPOSE_ROWS too (a 512x512 transposing copy: 0.70 -> 0.24 ms)."""
+  TRANSPOSE_ROWS too (a 512x512 transposing copy: 0.70 -> 0.09 ms)."""
   for strides in (access_strides(k, stored=True), load_strides(k)):
     for st in strides:
       unit = [rid for rid, s in st.of.items() if s == 1 and axis_of(k, rid) is not None]
@@ -216,11 +232,13 @@ def output_vector(k: OptKernel, vector_bytes: int) -> OptKernel:
 
 
 def transpose_rows(k: OptKernel, vector: int) -> OptKernel:
-  """Upcast the LOOP axis a load is contiguous along, when that load is not contiguous along
-  the vector axis: each unrolled row then reads the next element of the lines the vector's
-  lanes loaded."""
+  """Upcast the LOOP axis a load is contiguous along, when that load is strided along the vector
+  axis: each unrolled row then reads the next element of the lines the vector's lanes loaded. A
+  load broadcast along the vector axis (stride 0: a per-row statistic) is one scalar per vector
+  and gains nothing from the rows (they multiplied a GELU-backward kernel's code by 4: 1600
+  instructions, 200 ms of codegen)."""
   for st in load_strides(k):
-    if st.of.get(vector) == 1: continue
+    if st.of.get(vector) in (0, 1): continue
     rows = [rid for rid, s in st.of.items() if s == 1 and rid != vector]
     if rows and axis_of(k, rows[-1]) is not None: return _upcast(k, rows[-1], TRANSPOSE_ROWS)[0]
   return k
