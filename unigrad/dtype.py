@@ -33,6 +33,21 @@ class AddrSpace(Enum):
   def __repr__(self) -> str: return f"AddrSpace.{self.name}"
 
 
+class InvalidType:
+  """The value of an index that must not be dereferenced (a padded or dead position)."""
+  _instance: InvalidType | None = None
+
+  def __new__(cls) -> InvalidType:
+    if cls._instance is None: cls._instance = super().__new__(cls)
+    return cls._instance
+
+  def __repr__(self) -> str: return "Invalid"
+  def __reduce__(self) -> str: return "Invalid"
+
+
+Invalid = InvalidType()
+
+
 @dataclass(frozen=True, eq=True)
 class DType:
   """A scalar or vector type. `count` > 1 means a vector of `count` lanes of `scalar()`."""
@@ -240,6 +255,13 @@ INTS: Final = (*SINTS, *UINTS, dtypes.index)
 FP8S: Final = (dtypes.fp8e4m3, dtypes.fp8e5m2, dtypes.fp8e4m3fnuz, dtypes.fp8e5m2fnuz)
 FLOATS: Final = (*FP8S, dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
 ALL_SCALARS: Final = (dtypes.bool, *SINTS, *UINTS, *FLOATS)
+# tinygrad's tuples on the namespace (dtypes.floats, ...) and its name -> dtype table
+dtypes.floats, dtypes.ints, dtypes.sints, dtypes.uints, dtypes.fp8s = (
+  FLOATS, (*SINTS, *UINTS), SINTS, UINTS, FP8S)
+DTYPES_DICT: Final = {k: v for k, v in vars(dtypes).items()
+                      if isinstance(v, DType) and k not in ("void", "index")}
+ConstType = bool | int | float  # the value of a CONST (spec 002: UOp.ssimplify's result)
+ConstFloat = float
 # floats that compute in float32 registers and round to their own format after every op
 LOW_FLOATS: Final = (dtypes.float16, dtypes.bfloat16, *FP8S)
 # exponent and mantissa bits of each float type
@@ -484,6 +506,28 @@ def _round_float(dt: DType, x: float) -> float:
   if dt in FP8_FORMATS: return fp8_to_float(float_to_fp8(x, dt), dt)
   # like PyTorch, a double reaches bfloat16 through float32 (rounded twice)
   return bf16_to_float(float_to_bf16(x))
+
+
+def float_to_fp16(x: float) -> float:
+  """`x` rounded to the nearest float16 value (ties to even; overflow to +-inf), as a float."""
+  return _roundtrip("e", x)
+
+
+def can_lossless_cast(src: DType, dst: DType) -> bool:
+  """Every value of `src` is exactly a value of `dst` (so a cast there and back is the identity)."""
+  src, dst = src.scalar(), dst.scalar()
+  if src == dst or src == dtypes.bool: return True
+  if dst == dtypes.bool or src == dtypes.index or dst == dtypes.index: return False
+  if src in INTS:
+    bits = 8 * src.itemsize - (src in SINTS)  # magnitude bits
+    if dst in FLOATS: return bits <= FLOAT_BITS[dst][1] + 1
+    wider, same = dst.itemsize > src.itemsize, dst.itemsize == src.itemsize
+    if src in UINTS: return wider or (same and dst in UINTS)  # a signed one needs a sign bit more
+    return dst in SINTS and (wider or same)
+  if src in FLOATS and dst in FLOATS:
+    (se, sm), (de, dm) = FLOAT_BITS[src], FLOAT_BITS[dst]
+    return de >= se and dm >= sm and not (src in FP8S and dst in FP8S)
+  return False
 
 
 def _roundtrip(fmt: str, x: float) -> float:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from enum import Enum, auto
 from typing import Any
 
-from unigrad.dtype import AddrSpace, DType
+from unigrad.dtype import AddrSpace, DType, Invalid, InvalidType  # noqa: F401 (re-exported)
 
 
 class Ops(Enum):
@@ -167,16 +167,3 @@ class KernelInfo:
   dont_use_locals: bool = False
 
 
-class InvalidType:
-  """The value of an index that must not be dereferenced (a padded or dead position)."""
-  _instance: InvalidType | None = None
-
-  def __new__(cls) -> InvalidType:
-    if cls._instance is None: cls._instance = super().__new__(cls)
-    return cls._instance
-
-  def __repr__(self) -> str: return "Invalid"
-  def __reduce__(self) -> str: return "Invalid"
-
-
-Invalid = InvalidType()
