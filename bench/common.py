@@ -22,27 +22,24 @@ def best_of(fn: Callable[[], object], repeat: int) -> float:
   have gone to sleep and one warm-up run."""
   time.sleep(SETTLE_S)
   fn()
-  times = []
-  clock = CLOCK[0]
-  for _ in range(repeat):
-    t0 = clock()
-    fn()
-    times.append(clock() - t0)
-  return min(times)
+  return min(_times(fn, repeat))
 
 
 def median_of(fn: Callable[[], object], repeat: int, warmup: int = 3) -> float:
   """The median of `repeat` timed runs of `fn` after `warmup` untimed ones (steps short enough
   to be preempted now and then are better summarized by the median than the minimum)."""
   for _ in range(warmup): fn()
-  times = []
-  clock = CLOCK[0]
+  return sorted(_times(fn, repeat))[repeat // 2]
+
+
+def _times(fn: Callable[[], object], repeat: int) -> list[float]:
+  """The time of each of `repeat` runs of `fn` on the chosen clock (wall or process CPU time)."""
+  clock, times = CLOCK[0], []
   for _ in range(repeat):
     t0 = clock()
     fn()
     times.append(clock() - t0)
-  times.sort()
-  return times[len(times) // 2]
+  return times
 
 
 def try_torch() -> Any:

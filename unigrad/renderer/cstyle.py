@@ -184,6 +184,17 @@ def _stack(u: UOp, vt: str, s: list[str]) -> str:
   return f"(({vt}){{{', '.join(lanes)}}})"
 
 
+def uses_and_params(linear: UOp) -> tuple[dict[UOp, int], list[UOp]]:
+  """How many instructions of `linear` read each value, and its PARAMs in argument order (the
+  buffers by slot, then the named symbolic variables)."""
+  uses: dict[UOp, int] = {}
+  for u in linear.src:
+    for s in u.src: uses[s] = uses.get(s, 0) + 1
+  params = sorted((u for u in linear.src if u.op is Ops.PARAM),
+                  key=lambda p: (p.arg.name is not None, p.arg.slot))
+  return uses, params
+
+
 @dataclass
 class _State:
   names: dict[UOp, str] = field(default_factory=dict)
@@ -342,12 +353,7 @@ class CRenderer(Renderer):
   def render_parts(self, name: str, linear: UOp) -> tuple[dict[str, str], str]:
     """The kernel as (helpers by name, the function's text): a file holding several kernels
     (unigrad.export) declares each helper once and the PRELUDE once."""
-    st = _State()
-    uses: dict[UOp, int] = {}
-    for u in linear.src:
-      for s in u.src: uses[s] = uses.get(s, 0) + 1
-    params = sorted((u for u in linear.src if u.op is Ops.PARAM),
-                    key=lambda p: (p.arg.name is not None, p.arg.slot))
+    st, (uses, params) = _State(), uses_and_params(linear)
     st.streamed = self._streamed(linear)
     if CHECK_OOB: st.checked = _checked_accesses(linear)
     for u in linear.src: self._node(st, u, uses)

@@ -31,7 +31,8 @@ import math
 import re
 
 from unigrad.dtype import FP8S, AddrSpace, DType, dtypes
-from unigrad.renderer.cstyle import C_TYPES, PRELUDE, STORAGE, CRenderer, _State
+from unigrad.renderer.cstyle import (C_TYPES, PRELUDE, STORAGE, CRenderer, _State,
+                                      uses_and_params)
 from unigrad.renderer.tensor_core import MMA_M16N8K16, TensorCore
 from unigrad.uop import Ops, UOp
 
@@ -107,12 +108,7 @@ class GPURenderer(CRenderer):
   # ---- the whole kernel ----
 
   def render(self, name: str, linear: UOp) -> str:
-    st = _State()
-    uses: dict[UOp, int] = {}
-    for u in linear.src:
-      for s in u.src: uses[s] = uses.get(s, 0) + 1
-    params = sorted((u for u in linear.src if u.op is Ops.PARAM),
-                    key=lambda p: (p.arg.name is not None, p.arg.slot))
+    st, (uses, params) = _State(), uses_and_params(linear)
     for u in linear.src: self._node(st, u, uses)
     helpers = "\n".join(h.replace("static inline", self.fn_qualifier) for h in st.helpers.values())
     src = self.kernel(name, [self._param_decl(p, st) for p in params], st.lines, params, st)
