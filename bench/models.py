@@ -6,12 +6,13 @@
                                                 # machine's preemption does not count)
 
 Each case is a row of CASES: a name and a builder that returns unigrad's step and PyTorch's step
-on the same weights and inputs. Steady state: the best of `--repeat` calls after a warm-up (the
+on the same weights and inputs: the MiniLM forward (eager as a user writes it, and under TinyJit),
+and the training steps of bench/train_step.py (the digits CNN with Adam, an MLP with SGD). Steady state: the best of `--repeat` calls after a warm-up (the
 schedule and program caches are warm), ratio > 1 when unigrad is faster; torch runs with as many
 threads as unigrad's kernels (`THREADS`, default every core). First call: the case is built and
 called once in a fresh process (python -c), with CACHEDIR an empty temporary directory (cold: every
-kernel compiles) and then the same directory again (warm: the compiled programs come from disk);
-today a cold first MiniLM call takes minutes, so `--no-first-call` skips it.
+kernel compiles) and then the same directory again (warm: schedules, kernels and binaries come
+from disk), for the MiniLM cases; `--no-first-call` skips it.
 
 MiniLM (examples/minilm.py) uses the packaged all-MiniLM-L6-v2 weights when `unigrad[minilm]` is
 installed, else its own random initialization (the same work either way).
@@ -37,8 +38,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
 
 from minilm import BertConfig, MiniLM, SentenceEncoder  # noqa: E402
+from train_step import cnn_case, mlp_case, unigrad_step  # noqa: E402
 
-from unigrad import Tensor, dtypes  # noqa: E402
+from unigrad import Tensor, TinyJit, dtypes  # noqa: E402
 from unigrad.nn.state import get_state_dict  # noqa: E402
 from unigrad.runtime.ops_cpu import cpu_threads  # noqa: E402
 
@@ -91,10 +93,45 @@ def minilm_forward(batch: int, seq: int) -> Callable[[Any], tuple[Step, Step | N
   return build
 
 
+def jitted(build: Callable[[Any], tuple[Step, Step | None]]) -> Callable[[Any], tuple[Step, Step | None]]:
+  """The same case with unigrad's step under TinyJit (replays its captured kernels)."""
+  def build_jit(torch: Any) -> tuple[Step, Step | None]:
+    ours, theirs = build(torch)
+    return TinyJit(ours), theirs
+  return build_jit
+
+
+# ---- training steps (bench/train_step.py's cases) ----
+
+def train_step(case: Callable[[Any], tuple], jit: bool) -> Callable[[Any], tuple[Step, Step | None]]:
+  """A whole training step (forward, backward, optimizer update) on both sides."""
+  def build(torch: Any) -> tuple[Step, Step | None]:
+    if torch is None: raise SystemExit("training-step cases compare against torch")
+    model, ours, opt, x, y, net, topt, tx, ty = case(torch)
+    with torch.no_grad():  # the same weights on both sides
+      for p, q in zip(net.parameters(), ours): p.copy_(torch.from_numpy(q.numpy()))
+    topt = topt(net.parameters())
+
+    def theirs() -> None:
+      topt.zero_grad()
+      torch.nn.functional.cross_entropy(net(tx), ty).backward()
+      topt.step()
+    step = unigrad_step(model, opt, x, y)
+    return (TinyJit(step) if jit else step), theirs
+  return build
+
+
 CASES: list[Case] = [
   Case("minilm forward 8x32", minilm_forward(8, 32)),
   Case("minilm forward 1x128", minilm_forward(1, 128)),
+  Case("minilm 8x32 TinyJit", jitted(minilm_forward(8, 32))),
+  Case("digits CNN step", train_step(cnn_case, jit=False)),
+  Case("digits CNN step TinyJit", train_step(cnn_case, jit=True)),
+  Case("MLP step", train_step(mlp_case, jit=False)),
+  Case("MLP step TinyJit", train_step(mlp_case, jit=True)),
 ]
+# the fresh-process first-call timings are for the model cases
+FIRST_CALL = ("minilm forward 8x32", "minilm forward 1x128")
 
 
 # ---- running ----
@@ -162,7 +199,7 @@ def main() -> None:
     ours, theirs = case.build(torch)
     peers = {"torch": best_of(theirs, args.repeat)} if theirs is not None else {}
     row(case.name, best_of(ours, args.repeat), peers)
-    if not args.no_first_call: report_first_call(case.name)
+    if not args.no_first_call and case.name in FIRST_CALL: report_first_call(case.name)
 
 
 if __name__ == "__main__":
