@@ -7,7 +7,8 @@
 
 Each case is a row of CASES: a name and a builder that returns unigrad's step and PyTorch's step
 on the same weights and inputs: the MiniLM forward (eager as a user writes it, and under TinyJit),
-and the training steps of bench/train_step.py (the digits CNN with Adam, an MLP with SGD). Steady state: the best of `--repeat` calls after a warm-up (the
+and the training steps of bench/train_step.py (the digits CNN with Adam, an MLP with SGD).
+Steady state: the best of `--repeat` calls after a warm-up (the
 schedule and program caches are warm), ratio > 1 when unigrad is faster; torch runs with as many
 threads as unigrad's kernels (`THREADS`, default every core). First call: the case is built and
 called once in a fresh process (python -c), with CACHEDIR an empty temporary directory (cold: every
@@ -45,6 +46,7 @@ from unigrad.nn.state import get_state_dict  # noqa: E402
 from unigrad.runtime.ops_cpu import cpu_threads  # noqa: E402
 
 Step = Callable[[], Any]
+Builder = Callable[[Any], tuple[Step, Step | None]]
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,7 @@ def minilm_forward(batch: int, seq: int) -> Callable[[Any], tuple[Step, Step | N
   return build
 
 
-def jitted(build: Callable[[Any], tuple[Step, Step | None]]) -> Callable[[Any], tuple[Step, Step | None]]:
+def jitted(build: Builder) -> Builder:
   """The same case with unigrad's step under TinyJit (replays its captured kernels)."""
   def build_jit(torch: Any) -> tuple[Step, Step | None]:
     ours, theirs = build(torch)
@@ -103,7 +105,7 @@ def jitted(build: Callable[[Any], tuple[Step, Step | None]]) -> Callable[[Any], 
 
 # ---- training steps (bench/train_step.py's cases) ----
 
-def train_step(case: Callable[[Any], tuple], jit: bool) -> Callable[[Any], tuple[Step, Step | None]]:
+def train_step(case: Callable[[Any], tuple], jit: bool) -> Builder:
   """A whole training step (forward, backward, optimizer update) on both sides."""
   def build(torch: Any) -> tuple[Step, Step | None]:
     if torch is None: raise SystemExit("training-step cases compare against torch")
