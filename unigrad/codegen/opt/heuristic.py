@@ -13,8 +13,10 @@ The choice is read off the kernel's loads: for each input buffer read, the strid
   the one giving the widest vectors wins, and a tile is taken only when the codegen will make
   its vector axis the vector (see codegen/vectorize.py); else the next candidate is tried.
 - Vector partial sums for the rest of the matmul-like kernels whose loads are contiguous along
-  the innermost reduce axis: `a @ b.T` (DotPlan), and short reductions such as a convolution's
-  weight gradient, whose kernel width (3) gives no vector output axis (ReducePlan).
+  the innermost reduce axis: `a @ b.T` (DotPlan: PyTorch's Linear layout, run in place within
+  ~10% of the contiguous matmul with codegen/pack.py's transposed sums; the schedule copies no
+  weight for it), and short reductions such as a convolution's weight gradient, whose kernel
+  width (3) gives no vector output axis (ReducePlan).
 - THREAD: split an output axis across the cores when there is enough work per core, preferring
   one the contiguous input does not depend on (so `core_id` stays out of its addresses).
 - Vectors for everything else: the output axis along which the store is contiguous (else a load
