@@ -69,13 +69,23 @@ def _shuffle(a: UOp, b: UOp, idx: Sequence[int]) -> UOp:
 
 
 def transposed_sum(vectors: Sequence[UOp], op: Ops) -> UOp:
-  """The vector whose lane j combines every lane of vectors[j] with `op` (k vectors of k lanes,
-  k in LEVELS): pairs of vectors are shuffled and combined level by level."""
-  vs = list(vectors)
-  for lo, hi in LEVELS[len(vs)]:
+  """The vector whose lane j combines every lane of vectors[j] with `op` (n vectors of k lanes,
+  k in LEVELS, n = k or k/2 for k = 8): pairs of vectors are shuffled and combined level by
+  level; with half as many vectors as lanes (an AVX2 tile's 4 rows of 8 lanes) the last level
+  adds the two halves of the one vector left, [a b c d a b c d] -> [a b c d]."""
+  vs, k = list(vectors), vectors[0].dtype.count
+  for lo, hi in LEVELS[k][:len(vs).bit_length() - 1]:  # log2(n) levels
     pairs = zip(vs[0::2], vs[1::2])
     vs = [_shuffle(a, b, lo).alu(op, _shuffle(a, b, hi)) for a, b in pairs]
-  return vs[0]
+  if len(vectors) == k: return vs[0]
+  half = [UOp(Ops.STACK, vs[0].dtype.scalar().vec(k // 2), tuple(
+    UOp(Ops.GEP, vs[0].dtype.scalar(), (vs[0],), (i,)) for i in lanes))
+    for lanes in (range(k // 2), range(k // 2, k))]
+  return half[0].alu(op, half[1])
+
+
+# the outputs a run of stores may have, by the lane count of their sums
+RUNS: dict[int, tuple[int, ...]] = {4: (4,), 8: (8, 4)}
 
 
 # ---- the outputs of a run, as one vector ----
@@ -185,8 +195,8 @@ def _is_packable(st: UOp, sums: dict[UOp, UOp]) -> bool:
 
 
 def _runs(stores: list[UOp], sums: dict[UOp, UOp]) -> list[list[UOp]]:
-  """Disjoint runs of k packable stores at consecutive addresses, each in address order, k the
-  lane count of their sums."""
+  """Disjoint runs of n packable stores at consecutive addresses, each in address order, n in
+  RUNS of the lane count of their sums (the longest first)."""
   by_base: dict[tuple[UOp, frozenset], dict[int, UOp]] = {}
   for st in stores:
     if not _is_packable(st, sums): continue
@@ -196,9 +206,9 @@ def _runs(stores: list[UOp], sums: dict[UOp, UOp]) -> list[list[UOp]]:
   for offs in by_base.values():
     for c in sorted(offs):
       if c not in offs: continue
-      k = sums[next(s for s in offs[c].src[1].toposort() if s in sums)].dtype.count
-      if any(c + j not in offs for j in range(k)): continue
-      runs.append([offs.pop(c + j) for j in range(k)])
+      k = sums[_sum_in(offs[c], sums)].dtype.count
+      n = next((n for n in RUNS[k] if all(c + j in offs for j in range(n))), None)
+      if n is not None: runs.append([offs.pop(c + j) for j in range(n)])
   return runs
 
 
