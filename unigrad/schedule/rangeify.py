@@ -16,9 +16,14 @@ elementwise value over a reduction of data (a LayerNorm's output, a matmul plus 
 broadcasting EXPAND inside another REDUCE: never recomputed in another kernel's reduction loop,
 so a kernel's inputs do not grow with model depth; so is an elementwise value of more than
 MAX_RECOMPUTED_LOADS loads read there (a ReLU gradient read by a convolution's gradients). A
-matmul that would read no operand contiguously along an output axis (`x @ W.T`, W stored
-(out, in)) gets a transposing copy of its buffer-view operand first (transposed_operand), when the
-copy is read 32+ times per element. A scatter (a one-hot REDUCE over one of its output
+matmul that reads both operands in contiguous runs along its reduce axis (`x @ W.T`, W stored
+(out, in), as PyTorch's Linear stores it) runs in place (the heuristics' DotPlan: vector partial
+sums, transposed at the end, codegen/pack.py); when a transcendental follows it in its kernel (a
+GELU), the matmul is realized on its own, so that the epilogue runs as an elementwise kernel of
+many independent chains, not once per small tile (is_dot_in_place). A matmul that would read no
+operand contiguously along an output axis nor run in place gets a transposing copy of its
+buffer-view operand first (transposed_operand), when the copy is read 32+ times per element.
+A scatter (a one-hot REDUCE over one of its output
 positions, schedule/scatter.py) is always realized, and its kernel becomes a fill and a
 sequential loop of direct stores, O(N) instead of O(N*K); a gather that reads one (the position
 map of an overwrite) still collapses to a direct load. Everything else is recomputed inline where
@@ -311,10 +316,46 @@ def transposed_operand(red: UOp) -> UOp | None:
   nested = _read_from_buffers(red)
   if not views or (now := _reads_contiguous_output(red, nested)) is None or now != (False, True):
     return None
+  if is_dot_in_place(red): return None
   for v in views:
     after = _reads_contiguous_output(red, [*nested, v])
     if after is not None and after[0]: return v
   return None
+
+
+DOT_LANES = 8  # the partial sums of the heuristics' DotPlan (codegen/opt/heuristic.py)
+
+
+@_per_node
+def is_dot_in_place(red: UOp) -> bool:
+  """Whether `red` is a matmul-like REDUCE that two loads read in contiguous runs of DOT_LANES
+  along its innermost reduce axis, none contiguously along an output axis: `x @ W.T`, also where
+  x merges two of its axes into the reduce axis (attention's heads and head size). The
+  heuristics' DotPlan runs it in place as fast as the contiguous matmul (a transposing copy of
+  W would cost one pass over W per call: 1.5 ms of a MiniLM layer's 11)."""
+  if red.op is not Ops.REDUCE or red.arg.op is not Ops.ADD or red.src[0].op is not Ops.MUL:
+    return False
+  if not all(isinstance(d, int) for d in red.src[0].shape) or _has_closed_form(red): return False
+  probe = _probe(red, _read_from_buffers(red))
+  if probe is None or probe[0].op is not Ops.REDUCE: return False
+  value, loops = probe
+  r = value.src[-1]
+  n = r.src[0].arg
+  if not isinstance(n, int) or n % DOT_LANES or n < 2 * DOT_LANES: return False
+  if any(_unit_loads(value, o) for o in loops): return False
+  rid = max(u.arg.id for u in value.toposort() if u.op is Ops.RANGE) + 1
+  lane = UOp.range(DOT_LANES, rid, AxisType.REDUCE)
+  outer = UOp.range(n // DOT_LANES, r.arg.id, AxisType.REDUCE)
+  body = value.src[0].substitute({r: outer * DOT_LANES + lane})
+  return _unit_loads(graph_rewrite(body, pm_kernel_simplify, name="probe dot"), lane) >= 2
+
+
+def _dot_epilogues(root: UOp, realized: set[UOp]) -> set[UOp]:
+  """The in-place matmuls (is_dot_in_place) in the kernel of stored value `root` when a
+  transcendental follows them there: each realized on its own (a GELU after an FFN's up
+  projection: 4.4 ms fused with it, 2.9 + 0.6 ms apart)."""
+  if not _is_expensive(root, realized): return set()
+  return {u for u in _region(root, realized) if u.op is Ops.REDUCE and is_dot_in_place(u)}
 
 
 def _read_from_buffers(red: UOp) -> list[UOp]:
@@ -364,7 +405,7 @@ def find_realizes(body: UOp) -> set[UOp]:
     if u.op in (Ops.PARAM, Ops.AFTER): continue
     exp_child = expanded or (u.op is Ops.EXPAND and _grows(u))
     stack.extend((s, exp_child, reduced or u.op is Ops.REDUCE) for s in u.src)
-  return realize
+  return realize | {u for v in (*roots, *realize) for u in _dot_epilogues(v, realize)}
 
 
 SPLIT_REDUCE_RATIO = 32768  # a reduce that shrinks its input this much is split in two kernels

@@ -6,9 +6,9 @@ import pytest
 
 from unigrad import Tensor
 from unigrad.codegen.opt.heuristic import (ReducePlan, TilePlan, hand_coded_optimizations,
-                                           load_strides, plan_reduce, plan_tiles)
+                                           load_strides, plan_dot, plan_reduce, plan_tiles)
 from unigrad.codegen.opt.kernel import OptKernel
-from unigrad.codegen.pipeline import CODEGEN_STAGES
+from unigrad.codegen.pipeline import CODEGEN_STAGES, finish
 from unigrad.codegen.vectorize import pick_vector_range
 from unigrad.renderer.cstyle import CRenderer
 from unigrad.uop import AxisType, Ops
@@ -140,6 +140,38 @@ def test_transposed_weight_gets_a_register_tile_of_partial_sums(name):
     assert sorted(upcasts(out)) == [2, tile // 2], "half the registers: 2 streamed rows by N"
     vec = pick_vector_range(out.ast, ren.vector_bytes)
     assert vec is not None and vec.arg.axis_type is AxisType.GROUP_REDUCE
+
+
+def test_a_long_reduce_gets_four_panel_rows_and_stream_blocks():
+  # 8 rows of 1536 floats (48 KiB) overflow a 32 KiB L1: 4 rows, 4 streamed (82 -> 91 GFLOPS);
+  # x (1.5 MiB) streams in blocks that stay in L2, each past every panel (91 -> 101 GFLOPS)
+  k = reduce_kernel(Tensor.empty(256, 1536) @ (Tensor.empty(384, 1536) * 2).T)
+  out = hand_coded_optimizations(k, AVX512, threads=1)
+  assert group_lanes(out) == [8] and sorted(upcasts(out)) == [4, 4]
+  loops = [s for s, t in zip(out.sizes, out.axis_types()) if t is AxisType.LOOP]
+  assert len(loops) == 3 and loops[1] == 384 // 4, "stream blocks, panels, rows in a block"
+
+
+def test_dot_panel_runs_outside_the_streamed_inputs_batch_loops():
+  # MiniLM's x is 8 sequences of 32 rows: W is read from L2 once per call, not once per sequence
+  k = reduce_kernel(Tensor.empty(8, 32, 384) @ (Tensor.empty(384, 384) * 2).T)
+  out = hand_coded_optimizations(k, AVX512, threads=1)
+  outer = next(r.arg.id for r in out.axes if r.arg.axis_type is AxisType.LOOP)
+  strides = sorted(st.of[outer] for st in load_strides(out))
+  assert strides == [0, 8 * 384], "x does not depend on the outermost loop, W's 8 rows do"
+
+
+def test_attention_output_projection_gets_the_dot_tile():
+  # the reduce axis merges heads and head size, (h, d) -> h*d: the attention output is no linear
+  # function of it, but contiguous along runs of d, which the 8 partial sums split off
+  att = Tensor.empty(8, 12, 32, 32).transpose(1, 2).reshape(8, 32, 384)
+  k = reduce_kernel(att @ (Tensor.empty(384, 384) * 2).T)
+  plan = plan_dot(k, 8)
+  assert plan is not None and plan.lanes == 8
+  out = hand_coded_optimizations(k, AVX512, threads=1)
+  assert group_lanes(out) == [8]
+  vec = pick_vector_range(finish(out), 64)  # simplified: 8*(r % 4) + g, contiguous along g
+  assert vec is not None and vec.arg.axis_type is AxisType.GROUP_REDUCE
 
 
 @pytest.mark.parametrize("layout", ["a.T @ b", "a.T @ b.T", "broadcast"])

@@ -13,8 +13,10 @@ The choice is read off the kernel's loads: for each input buffer read, the strid
   the one giving the widest vectors wins, and a tile is taken only when the codegen will make
   its vector axis the vector (see codegen/vectorize.py); else the next candidate is tried.
 - Vector partial sums for the rest of the matmul-like kernels whose loads are contiguous along
-  the innermost reduce axis: `a @ b.T` (DotPlan), and short reductions such as a convolution's
-  weight gradient, whose kernel width (3) gives no vector output axis (ReducePlan).
+  the innermost reduce axis: `a @ b.T` (DotPlan: PyTorch's Linear layout, run in place within
+  ~10% of the contiguous matmul with codegen/pack.py's transposed sums; the schedule copies no
+  weight for it), and short reductions such as a convolution's weight gradient, whose kernel
+  width (3) gives no vector output axis (ReducePlan).
 - THREAD: split an output axis across the cores when there is enough work per core, preferring
   one the contiguous input does not depend on (so `core_id` stays out of its addresses).
 - Vectors for everything else: the output axis along which the store is contiguous (else a load
@@ -29,9 +31,10 @@ from dataclasses import dataclass
 
 from unigrad.codegen.opt import KernelOptError, Opt
 from unigrad.codegen.opt.kernel import OptKernel
+from unigrad.codegen.simplify import pm_kernel_simplify
 from unigrad.codegen.vectorize import pick_vector_range
 from unigrad.renderer import Renderer
-from unigrad.uop import AxisType, Ops, UOp
+from unigrad.uop import AxisType, Ops, UOp, graph_rewrite
 from unigrad.uop.symbolic import is_invalid, linear_terms
 
 MIN_WORK_PER_THREAD = 1 << 15
@@ -249,54 +252,106 @@ class DotPlan:
   """A tile of a kernel whose two inputs are contiguous along its innermost reduce axis and
   neither along an output axis (`x @ W.T` with W stored (out, in), as PyTorch stores weights):
   range ids of the reduce axis and of the output axes only one input depends on; `panel`'s
-  input is held (a few rows) while `stream`'s streams past them."""
+  input is held (a few rows) while `stream`'s streams past them; `lanes`: the partial sums;
+  `batch`: the other output axes only the streamed input depends on."""
   reduce: int
   panel: int
   stream: int
   itemsize: int
+  lanes: int
+  batch: tuple[int, ...] = ()
 
 
-def plan_dot(k: OptKernel) -> DotPlan | None:
-  """The DotPlan of `k`, or None when it is no such kernel."""
+def _simplified(k: OptKernel) -> UOp:
+  """The kernel's AST simplified as finish() will (a reduce axis split off a merged (h, d)
+  axis reads `(8*r + g) % 32`, which simplifies to `8*(r % 4) + g`, contiguous along g)."""
+  return graph_rewrite(k.ast, pm_kernel_simplify, name="simplify dot plan")
+
+
+def dot_lanes(k: OptKernel, ren: Renderer) -> int:
+  """The partial sums of a DotPlan tile: DOT_LANE_BYTES of the widest input's elements."""
+  widest = max((st.itemsize for st in load_strides(k)), default=4)
+  return min(ren.vector_bytes, DOT_LANE_BYTES) // widest
+
+
+def plan_dot(k: OptKernel, lanes: int) -> DotPlan | None:
+  """The DotPlan of `k`, or None when it is no such kernel. Contiguity is read along the reduce
+  axis's last `lanes` (split off as in the tile): an input whose reduce axis merges two of its
+  axes (attention's heads and head size, (h, d) -> h*d) is contiguous along runs of d."""
   reduces = [r.arg.id for r in k.axes if r.arg.axis_type is AxisType.REDUCE]
   loops = [r.arg.id for r in k.axes if r.arg.axis_type is AxisType.LOOP]
-  if not reduces or len(loops) < 2: return None
-  along, outs = access_strides(k, False, AxisType.REDUCE), load_strides(k)
-  unit = [i for i, st in enumerate(along) if st.of[reduces[-1]] == 1]
+  if not reduces or len(loops) < 2 or lanes < 2: return None
+  red = next(i for i, r in enumerate(k.axes) if r.arg.id == reduces[-1])
+  if k.sizes[red] % lanes or k.sizes[red] < 2 * lanes: return None
+  if (split := _try(k, Opt.group(red, lanes))) is k: return None
+  split = OptKernel(_simplified(split))
+  lane = next(r.arg.id for r in split.axes if r.arg.axis_type is AxisType.GROUP_REDUCE)
+  along, outs = access_strides(split, False, AxisType.GROUP_REDUCE), load_strides(split)
+  unit = [i for i, st in enumerate(along) if st.of[lane] == 1]
   if len(unit) != 2 or any(outs[i].of.get(o) == 1 for i in unit for o in loops): return None
   a, b = (outs[i].of for i in unit)
   only_b = [o for o in loops if a.get(o) == 0 and b.get(o) not in (0, None)]
   only_a = [o for o in loops if b.get(o) == 0 and a.get(o) not in (0, None)]
   if not only_a or not only_b: return None
-  panel, stream = (only_b[-1], only_a[-1]) if only_b[-1] > only_a[-1] else (only_a[-1], only_b[-1])
-  return DotPlan(reduces[-1], panel, stream, max(outs[i].itemsize for i in unit))
+  panel, streams = (only_b[-1], only_a) if only_b[-1] > only_a[-1] else (only_a[-1], only_b)
+  return DotPlan(reduces[-1], panel, streams[-1], max(outs[i].itemsize for i in unit), lanes,
+                 tuple(streams[:-1]))
 
 
 # partial sums of a DotPlan tile: at most 32 bytes of lanes. Each output's lanes are summed once
-# after the reduce loop, ~2 instructions a lane, as much as the loop itself for 16 lanes over a
-# 512-long reduce; on AMD Zen 4 a 512-bit FMA is two 256-bit halves, so 8 lanes cost no FMA
-# throughput (a @ b.T 512: 0.71 -> 0.81 of a @ b's speed, x @ W.T 256x384x1536: 0.79 -> 0.86)
+# after the reduce loop (one transposed sum per 8 outputs, codegen/pack.py); on AMD Zen 4 a
+# 512-bit FMA is two 256-bit halves, so 8 lanes cost no FMA throughput (a @ b.T 512: 0.71 -> 0.81
+# of a @ b's speed, x @ W.T 256x384x1536: 0.79 -> 0.86, before the transposed sums)
 DOT_LANE_BYTES = 32
+# the panel's rows (a few rows of one input, down the whole reduce) stay in L1 while the other
+# input streams past: 8 rows where they fit in this many bytes, else 4 (x @ W.T 256x384x1536,
+# Zen 4's 32 KiB L1: 82 -> 91 GFLOPS with 4 rows of 6 KiB)
+DOT_PANEL_BYTES = 16 << 10
+# the streamed input is blocked to rows that fit in this many bytes (half of Zen 4's 1 MiB L2)
+# when it is larger, each block streaming past every panel (256x384x1536: 91 -> 101 GFLOPS,
+# 1024: 85 -> 92)
+DOT_STREAM_BYTES = 512 << 10
 
 
 def dot_tile(k: OptKernel, plan: DotPlan, ren: Renderer) -> OptKernel | None:
-  """The reduce axis split into vector partial sums (GROUP_REDUCE, DOT_LANE_BYTES: vector loads
-  of both inputs, one horizontal sum per output at the end), the panel axis upcast so the tile's
-  accumulators take half the target's registers over two streamed rows, the panel's loop
-  outermost (its rows stay in L1 while the other input streams past): 28x faster than the
-  matmul tile on strided loads for `a @ b.T`, 512."""
-  lanes = min(ren.vector_bytes, DOT_LANE_BYTES) // plan.itemsize
+  """The reduce axis split into vector partial sums (GROUP_REDUCE, `plan.lanes`: vector loads of
+  both inputs, one transposed sum per 8 outputs at the end), the panel axis upcast by 8 rows (4
+  when 8 overflow DOT_PANEL_BYTES) and the stream axis so that the tile's accumulators take half
+  the target's registers, then the loop order (dot_order): 28x faster than the matmul tile on
+  strided loads for `a @ b.T`, 512, and with the transposed sums within 10% of `a @ b`."""
   red = next(i for i, r in enumerate(k.axes) if r.arg.id == plan.reduce)
-  if lanes < 2 or k.sizes[red] % lanes or k.sizes[red] < 2 * lanes: return None
-  tiled = _try(k, Opt.group(red, lanes))
-  if tiled is k: return None
-  tiled, _ = _upcast(tiled, plan.stream, 2)
-  tiled, _ = _upcast(tiled, plan.panel, max(1, ren.vector_registers // TILE_SHARE // 2))
-  panel, stream = axis_of(tiled, plan.panel), axis_of(tiled, plan.stream)
-  if panel is not None and stream is not None and stream < panel:
-    tiled = _try(tiled, Opt.swap(stream, panel))
-  vec = pick_vector_range(tiled.ast, ren.vector_bytes)
+  row_bytes = k.sizes[red] * plan.itemsize
+  if (tiled := _try(k, Opt.group(red, plan.lanes))) is k: return None
+  regs = max(2, ren.vector_registers // TILE_SHARE)
+  rows = min(8 if 8 * row_bytes <= DOT_PANEL_BYTES else 4, regs // 2)
+  tiled, up = _upcast(tiled, plan.stream, max(1, regs // rows))
+  tiled, _ = _upcast(tiled, plan.panel, rows)
+  tiled = dot_order(tiled, plan, row_bytes * (1 if up is None else up.src[0].arg))
+  vec = pick_vector_range(_simplified(tiled), ren.vector_bytes)
   return tiled if vec is not None and vec.arg.axis_type is AxisType.GROUP_REDUCE else None
+
+
+def dot_order(k: OptKernel, plan: DotPlan, tile_bytes: int) -> OptKernel:
+  """The loops of a DotPlan tile (`tile_bytes`: the streamed rows one tile reads): the panel's
+  outside the stream's (the panel's rows stay in L1 while the other input streams past), and
+  outside the stream's batch loops too (MiniLM's x, 8 sequences of 32 rows: W read from L2
+  once per call, not once per sequence) when the whole stream fits DOT_STREAM_BYTES; else the
+  stream in blocks that fit, each block's loop outside the panel's. Loops run in range id
+  order, and SWAP exchanges two ranges' ids."""
+  if (stream := axis_of(k, plan.stream)) is None or axis_of(k, plan.panel) is None: return k
+  batch = [b for i in plan.batch if (b := axis_of(k, i)) is not None]
+  streamed = tile_bytes * k.sizes[stream] * math.prod(k.sizes[b] for b in batch)
+  block = _divisor_upto(k.sizes[stream], max(1, DOT_STREAM_BYTES // tile_bytes))
+  if streamed > DOT_STREAM_BYTES and block < k.sizes[stream]:
+    blocked = _try(k, Opt.split(stream, block, AxisType.LOOP))
+    if blocked is not k:  # the block loop (the stream's id) goes outside the panel's
+      panel, stream = axis_of(blocked, plan.panel), axis_of(blocked, plan.stream)
+      return _try(blocked, Opt.swap(stream, panel)) if stream > panel else blocked
+  panel = axis_of(k, plan.panel)
+  if stream < panel: k, panel = _try(k, Opt.swap(stream, panel)), stream
+  if streamed > DOT_STREAM_BYTES: return k
+  for b in sorted(b for b in batch if b < panel): k, panel = _try(k, Opt.swap(b, panel)), b
+  return k
 
 
 # ---- short contiguous reductions (convolution weight gradients) ----
@@ -363,7 +418,7 @@ def reduce_tile(k: OptKernel, plan: ReducePlan, ren: Renderer) -> OptKernel | No
 def hand_coded_optimizations(k: OptKernel, ren: Renderer, threads: int) -> OptKernel:
   """The heuristics' choice of opts for `k` on `ren` (see the module docstring)."""
   for plan in plan_tiles(k, ren.vector_bytes or SCALAR_VECTOR_BYTES):
-    if not plan.checked and ren.vector_bytes and (dot := plan_dot(k)) is not None:
+    if not plan.checked and ren.vector_bytes and (dot := plan_dot(k, dot_lanes(k, ren))):
       threaded = add_threads(k, threads, (dot.panel,)) if ren.has_threads else k
       if (tiled := dot_tile(threaded, dot, ren)) is not None: return tiled
     if not plan.checked and ren.vector_bytes and (red := plan_reduce(k)) is not None:
