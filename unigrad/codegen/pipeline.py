@@ -22,7 +22,7 @@ from unigrad.codegen.opt.kernel import OptKernel
 from unigrad.codegen.isel import (lower_index_dtype, pm_add_loads, pm_divmod_nonneg,
                                   pm_fma_accumulate, pm_mul_recip)
 from unigrad.codegen.linearize import linearize
-from unigrad.codegen.pack import pack
+from unigrad.codegen.transpose_sums import transpose_sums
 from unigrad.codegen.local_reduce import local_reduce
 from unigrad.codegen.opt import KernelOptError
 from unigrad.codegen.opt.search import GPUTarget, beam_search, kernel_key, scratch_params
@@ -165,7 +165,7 @@ CODEGEN_STAGES: tuple[Stage, ...] = (
   Stage("decompose", _decompose),
   Stage("index dtype", lambda ast, ren: lower_index_dtype(graph_rewrite(ast, pm_simplify))),
   Stage("vectorize", lambda ast, ren: vectorize(ast)),
-  Stage("pack", pack),
+  Stage("transpose_sums", transpose_sums),
   Stage("coalesce", coalesce),
   Stage("linearize", lambda ast, ren: linearize(ast), spec_linear),
 )

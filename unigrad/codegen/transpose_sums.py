@@ -1,4 +1,4 @@
-"""Pack: the horizontal sums of a tile of vector partial sums become one transposed sum, and the
+"""transpose_sums: the horizontal sums of a tile of vector partial sums become one transposed sum, and the
 outputs stored side by side are computed as one vector.
 
 A kernel whose vector lanes are partial sums along its reduce axis (the heuristics' DotPlan,
@@ -27,7 +27,7 @@ from unigrad.renderer import Renderer
 from unigrad.uop import GroupOp, Ops, UOp
 from unigrad.uop.symbolic import linear_terms
 
-__all__ = ["pack", "lane_sums", "transposed_sum"]
+__all__ = ["transpose_sums", "lane_sums", "transposed_sum"]
 
 SUM_OPS = frozenset({Ops.ADD, Ops.MAX, Ops.MUL})  # the ops a horizontal sum combines lanes with
 PACK_DTYPES = frozenset({dtypes.float32, dtypes.int32, dtypes.uint32})
@@ -245,7 +245,7 @@ def _flatten(g: UOp) -> UOp:
   return g.replace(src=tuple(src))
 
 
-def pack(ast: UOp, ren: Renderer) -> UOp:
+def transpose_sums(ast: UOp, ren: Renderer) -> UOp:
   """The kernel with its tiles' horizontal sums transposed and packed (see the module
   docstring)."""
   if not ren.vector_bytes or not (sums := lane_sums(ast)): return ast

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from unigrad import Tensor
-from unigrad.codegen.pack import RUNS, lane_sums, pack, transposed_sum
+from unigrad.codegen.transpose_sums import RUNS, lane_sums, transpose_sums, transposed_sum
 from unigrad.codegen.pipeline import full_rewrite
 from unigrad.dtype import AddrSpace, dtypes
 from unigrad.renderer.cstyle import CRenderer
@@ -80,7 +80,7 @@ def test_x_at_w_t_stores_its_tile_as_vectors_without_lane_by_lane_sums():
 
 def test_without_vectors_nothing_is_packed():
   ast = (Tensor.empty(8, 8) @ Tensor.empty(8, 8)).schedule().src[0].src[0]
-  assert pack(ast, CRenderer()) is ast
+  assert transpose_sums(ast, CRenderer()) is ast
 
 
 def test_runs_that_read_the_stored_buffer_keep_scalar_stores():
