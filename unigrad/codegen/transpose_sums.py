@@ -1,5 +1,5 @@
-"""transpose_sums: the horizontal sums of a tile of vector partial sums become one transposed sum, and the
-outputs stored side by side are computed as one vector.
+"""transpose_sums: the horizontal sums of a tile of vector partial sums become one transposed
+sum, and the outputs stored side by side are computed as one vector.
 
 A kernel whose vector lanes are partial sums along its reduce axis (the heuristics' DotPlan,
 `x @ W.T` with W stored (out, in), and ReducePlan) ends each output with a horizontal sum of its
