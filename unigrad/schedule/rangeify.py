@@ -19,10 +19,11 @@ MAX_RECOMPUTED_LOADS loads read there (a ReLU gradient read by a convolution's g
 matmul that reads both operands in contiguous runs along its reduce axis (`x @ W.T`, W stored
 (out, in), as PyTorch's Linear stores it) runs in place (the heuristics' DotPlan: vector partial
 sums, transposed at the end by codegen/transpose_sums.py); when a transcendental follows it in
-its kernel (a GELU), the matmul is realized on its own, so that the epilogue runs as an elementwise kernel of
-many independent chains, not once per small tile (is_dot_in_place). A matmul that would read no
-operand contiguously along an output axis nor run in place gets a transposing copy of its
-buffer-view operand first (transposed_operand), when the copy is read 32+ times per element.
+its kernel (a GELU), the matmul is realized on its own, so that the epilogue runs as an
+elementwise kernel of many independent chains, not once per small tile (is_dot_in_place). A
+matmul that would read no operand contiguously along an output axis nor run in place gets a
+transposing copy of its buffer-view operand first (transposed_operand), when the copy is read
+32+ times per element.
 A scatter (a one-hot REDUCE over one of its output
 positions, schedule/scatter.py) is always realized, and its kernel becomes a fill and a
 sequential loop of direct stores, O(N) instead of O(N*K); a gather that reads one (the position

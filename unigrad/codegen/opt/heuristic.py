@@ -15,8 +15,8 @@ The choice is read off the kernel's loads: for each input buffer read, the strid
 - Vector partial sums for the rest of the matmul-like kernels whose loads are contiguous along
   the innermost reduce axis: `a @ b.T` (DotPlan: PyTorch's Linear layout, run in place within
   ~10% of the contiguous matmul with the transposed sums of codegen/transpose_sums.py; the
-  schedule copies no weight for it), and short reductions such as a convolution's weight gradient, whose kernel
-  width (3) gives no vector output axis (ReducePlan).
+  schedule copies no weight for it), and short reductions such as a convolution's weight
+  gradient, whose kernel width (3) gives no vector output axis (ReducePlan).
 - THREAD: split an output axis across the cores when there is enough work per core, preferring
   one the contiguous input does not depend on (so `core_id` stays out of its addresses).
 - Vectors for everything else: the output axis along which the store is contiguous (else a load
@@ -299,8 +299,8 @@ def plan_dot(k: OptKernel, lanes: int) -> DotPlan | None:
 
 
 # partial sums of a DotPlan tile: at most 32 bytes of lanes. Each output's lanes are summed once
-# after the reduce loop (one transposed sum per 8 outputs, codegen/transpose_sums.py); on AMD
-# Zen 4 a 512-bit FMA is two 256-bit halves, so 8 lanes cost no FMA throughput (a @ b.T 512: 0.71 -> 0.81
+# after the reduce loop (one transposed sum per 8 outputs, codegen/transpose_sums.py); on AMD Zen 4
+# a 512-bit FMA is two 256-bit halves, so 8 lanes cost no FMA throughput (a @ b.T 512: 0.71 -> 0.81
 # of a @ b's speed, x @ W.T 256x384x1536: 0.79 -> 0.86, before the transposed sums)
 DOT_LANE_BYTES = 32
 # the panel's rows (a few rows of one input, down the whole reduce) stay in L1 while the other
