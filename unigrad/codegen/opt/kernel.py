@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 from unigrad.codegen.expand import identity_element
 from unigrad.codegen.opt import SPLIT_FROM, KernelOptError, Opt, OptOps
+from unigrad.codegen.opt.pack import PACK_SLOTS_START, pack_ast
 from unigrad.codegen.opt.tc import tensor_core_ast
 from unigrad.renderer.tensor_core import TensorCore
 from unigrad.dtype import dtypes
@@ -106,6 +107,8 @@ class OptKernel:
 
   def apply(self, opt: Opt) -> OptKernel:
     """This kernel with `opt` applied (raises KernelOptError if it cannot apply)."""
+    if opt.op is not OptOps.PACK and any(o.op is OptOps.PACK for o in self.applied):
+      raise KernelOptError("PACK must be the last opt")
     if opt.op is OptOps.SPLIT: ast = self._split(opt)
     elif opt.op is OptOps.PADTO: ast = self._padto(opt)
     elif opt.op is OptOps.SWAP: ast = self._swap(opt)
@@ -114,6 +117,7 @@ class OptKernel:
         raise KernelOptError("NOLOCALS after LOCAL")
       return replace(self, applied=self.applied + (opt,), dont_use_locals=True)
     elif opt.op is OptOps.TC: ast = self._tc(opt)
+    elif opt.op is OptOps.PACK: ast = self._pack(opt)
     else: raise KernelOptError(f"unknown opt {opt!r}")
     return OptKernel(ast, self.applied + (opt,), self.dont_use_locals)
 
@@ -127,6 +131,14 @@ class OptKernel:
     if r.arg.axis_type is not AxisType.REDUCE:
       raise KernelOptError(f"TC applies to a REDUCE axis, not {r.arg.axis_type.name}")
     return tensor_core_ast(self.ast, r, opt.arg)
+
+  def _pack(self, opt: Opt) -> UOp:
+    """PACK(axis, slot): the input in `slot` read from a panel copied once per iteration of
+    `axis` (codegen/opt/pack.py)."""
+    if not isinstance(opt.arg, int): raise KernelOptError(f"PACK takes a PARAM slot, got {opt.arg!r}")
+    new_id = max(a.arg.id for a in self.axes) + 1
+    panels = sum(o.op is OptOps.PACK for o in self.applied)
+    return pack_ast(self.ast, self._axis(opt.axis), opt.arg, new_id, PACK_SLOTS_START + panels)
 
   def _split(self, opt: Opt) -> UOp:
     k, target, top = opt.arg
