@@ -135,7 +135,8 @@ class OptKernel:
   def _pack(self, opt: Opt) -> UOp:
     """PACK(axis, slot): the input in `slot` read from a panel copied once per iteration of
     `axis` (codegen/opt/pack.py)."""
-    if not isinstance(opt.arg, int): raise KernelOptError(f"PACK takes a PARAM slot, got {opt.arg!r}")
+    if not isinstance(opt.arg, int):
+      raise KernelOptError(f"PACK takes a PARAM slot, got {opt.arg!r}")
     new_id = max(a.arg.id for a in self.axes) + 1
     panels = sum(o.op is OptOps.PACK for o in self.applied)
     return pack_ast(self.ast, self._axis(opt.axis), opt.arg, new_id, PACK_SLOTS_START + panels)

@@ -25,7 +25,7 @@ import math
 
 from unigrad.codegen.opt import KernelOptError
 from unigrad.dtype import AddrSpace, dtypes
-from unigrad.uop import AxisType, Ops, ParamArg, RangeArg, UOp, shape_uop
+from unigrad.uop import AxisType, Ops, ParamArg, UOp, shape_uop
 from unigrad.uop.ops import AXIS_ORDER
 from unigrad.uop.symbolic import is_invalid, linear_terms
 
