@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from unigrad.codegen.opt import KernelOptError, Opt
 from unigrad.codegen.opt.kernel import OptKernel
+from unigrad.codegen.opt.pack import is_contiguous_panel
 from unigrad.codegen.vectorize import pick_vector_range
 from unigrad.renderer import Renderer
 from unigrad.uop import AxisType, Ops, UOp
@@ -229,7 +230,7 @@ def pack_panel(tiled: OptKernel, slot: int | None, vector_bytes: int) -> OptKern
   reuse = math.prod(tiled.sizes[i] for i in loops if i > uses[-1] and i not in uses)
   if reuse < PACK_MIN_REUSE: return tiled
   packed = _try(tiled, Opt.pack(uses[-1], slot))
-  if packed is tiled: return tiled
+  if packed is tiled or is_contiguous_panel(tiled.ast, tiled.axes[uses[-1]], slot): return tiled
   panel = next(u for u in packed.ast.toposort() if u.op is Ops.BUFFER)
   if not PACK_MIN_BYTES <= panel.shape[0] * panel.dtype.itemsize <= PACK_MAX_PANEL: return tiled
   keep = pick_vector_range(tiled.ast, vector_bytes) if vector_bytes else None

@@ -29,7 +29,8 @@ from unigrad.uop import AxisType, Ops, ParamArg, UOp, shape_uop
 from unigrad.uop.ops import AXIS_ORDER
 from unigrad.uop.symbolic import is_invalid, linear_terms
 
-__all__ = ["pack_ast", "packed_input", "PACK_MAX_BYTES", "PACK_SLOTS_START"]
+__all__ = ["pack_ast", "packed_input", "is_contiguous_panel", "PACK_MAX_BYTES",
+           "PACK_SLOTS_START"]
 
 PACK_SLOTS_START = 1 << 21  # panel BUFFER slots (accumulators: 1 << 20, shared memory: 1 << 22)
 PACK_MAX_BYTES = 1 << 20  # a panel is a stack array of every thread that runs the kernel
@@ -71,6 +72,17 @@ def _row_major(ranges: list[UOp]) -> UOp:
   for x in reversed(ranges):
     idx, n = idx + x * n, n * x.src[0].arg
   return idx
+
+
+def is_contiguous_panel(ast: UOp, r: UOp, slot: int) -> bool:
+  """Whether the panel of `slot` at `r` already lies contiguously in the input (its index is
+  the panel's row-major position plus something the copy's ranges do not change): a copy would
+  only add work."""
+  read = packed_input(ast, slot)
+  ranges = _panel_ranges(read, r)
+  terms, _ = linear_terms(read.src[1])
+  want, _ = linear_terms(_row_major(ranges))
+  return all(terms.get(x) == want.get(x) for x in ranges if x.src[0].arg > 1)
 
 
 def pack_ast(ast: UOp, r: UOp, slot: int, new_id: int, buf_slot: int) -> UOp:
