@@ -174,6 +174,37 @@ def register_tile(k: OptKernel, plan: TilePlan, vector_bytes: int,
   return tiled if pick_vector_range(tiled.ast, vector_bytes) is not None else scalar_tile(k, plan)
 
 
+# rows of the tile on a target with few vector registers (AVX2's 16): 6 rows of two vectors are
+# 12 accumulators; half the registers (4 rows, 8 accumulators) are exactly as many FMAs as Zen's
+# two FMA units keep in flight (4 cycles each), so any late load stalls them (AVX2 matmul 1024:
+# 98 -> 105 GFLOPS, 2048: 89 -> 98). Sizes are rarely multiples of 6: the rows are padded
+# (PADTO, its reads clamped into bounds: plain loads in the reduce loop)
+FEW_REGISTERS, FEW_REGISTER_ROWS = 16, 6
+MIN_PADDED_ROWS = 48  # at most 1/8 of the rows wasted by the padding (PADTO to 6)
+
+
+def few_register_tile(k: OptKernel, plan: TilePlan, ren: Renderer) -> OptKernel | None:
+  """The register tile of a target with at most FEW_REGISTERS vector registers: the vector axis
+  upcast to two registers, the reuse axis (padded to a multiple of FEW_REGISTER_ROWS if need be)
+  to FEW_REGISTER_ROWS rows, the rows unrolled outside the two vectors (one broadcast live at a
+  time: 12 accumulators, 2 vectors and a broadcast fit 16 registers); None where this does not
+  apply (more registers, a nested reduce, too few rows, no vector of the vector axis)."""
+  if not ren.vector_bytes or ren.vector_registers > FEW_REGISTERS or plan.reuse is None: return None
+  if sum(t is AxisType.REDUCE and s > 1 for t, s in zip(k.axis_types(), k.sizes)) != 1: return None
+  reg = ren.vector_bytes // plan.itemsize
+  tiled, vec = _upcast(k, plan.vector, reg)
+  rows = axis_of(tiled, plan.reuse)
+  if vec is None or vec.src[0].arg != reg or rows is None: return None
+  if tiled.sizes[rows] < MIN_PADDED_ROWS: return None
+  if tiled.sizes[rows] % FEW_REGISTER_ROWS:
+    tiled = _try(tiled, Opt.padto(rows, FEW_REGISTER_ROWS))
+  if (up := _try(tiled, Opt.upcast(rows, FEW_REGISTER_ROWS))) is tiled: return None
+  tiled, pair = _upcast(up, plan.vector, 2)
+  if pair is None: return None
+  tiled = panel_order(tiled, plan)
+  return tiled if pick_vector_range(tiled.ast, ren.vector_bytes) is vec else None
+
+
 SCALAR_TILE = 4  # an unvectorized tile: 4x4 scalar accumulators
 
 
@@ -413,7 +444,8 @@ def hand_coded_optimizations(k: OptKernel, ren: Renderer, threads: int) -> OptKe
       threaded = add_threads(k, threads) if ren.has_threads else k
       if (tiled := reduce_tile(threaded, red, ren)) is not None: return tiled
     threaded = add_threads(k, threads, plan.independent) if ren.has_threads else k
-    tiled = register_tile(threaded, plan, ren.vector_bytes, ren.vector_registers)
+    tiled = (few_register_tile(threaded, plan, ren)
+             or register_tile(threaded, plan, ren.vector_bytes, ren.vector_registers))
     if tiled is not None: return pack_panel(tiled, contiguous_slot(k, plan), ren.vector_bytes)
   threaded = add_threads(k, threads) if ren.has_threads else k
   if ren.vector_bytes and not contiguous_reduce(threaded):
