@@ -11,7 +11,11 @@ The choice is read off the kernel's loads: for each input buffer read, the strid
   registers of the vector axis are two vector values); with a single reduce loop the vector
   axis's loop runs outside the reuse axis's (see `panel_order`). Among several contiguous axes
   the one giving the widest vectors wins, and a tile is taken only when the codegen will make
-  its vector axis the vector (see codegen/vectorize.py); else the next candidate is tried.
+  its vector axis the vector (see codegen/vectorize.py); else the next candidate is tried. A
+  target with 16 vector registers (AVX2) takes 6 rows of two vectors instead, its rows padded
+  to a multiple of 6 (`few_register_tile`). The tile's contiguous input (a matmul's B) is then
+  packed (PACK, codegen/opt/pack.py): each K x tile-width panel copied into a contiguous buffer
+  once, before the tile rows that reuse it (`pack_panel`).
 - Vector partial sums for the rest of the matmul-like kernels whose loads are contiguous along
   the innermost reduce axis: `a @ b.T` (DotPlan), and short reductions such as a convolution's
   weight gradient, whose kernel width (3) gives no vector output axis (ReducePlan).
@@ -180,7 +184,7 @@ def register_tile(k: OptKernel, plan: TilePlan, vector_bytes: int,
 # 98 -> 105 GFLOPS, 2048: 89 -> 98). Sizes are rarely multiples of 6: the rows are padded
 # (PADTO, its reads clamped into bounds: plain loads in the reduce loop)
 FEW_REGISTERS, FEW_REGISTER_ROWS = 16, 6
-MIN_PADDED_ROWS = 48  # at most 1/8 of the rows wasted by the padding (PADTO to 6)
+MIN_PADDED_ROWS = 48  # padding to a multiple of 6 adds at most 5 rows: a tenth of 48
 
 
 def few_register_tile(k: OptKernel, plan: TilePlan, ren: Renderer) -> OptKernel | None:
@@ -249,7 +253,7 @@ def pack_panel(tiled: OptKernel, slot: int | None, vector_bytes: int) -> OptKern
   """PACK the tile's contiguous input (`slot`) at the innermost LOOP axis it depends on, when a
   LOOP axis it does not depend on (the tile rows, which panel_order put inside) follows: each
   copy of the K x tile-width panel then serves every tile row from contiguous memory (matmul
-  2048, AVX-512: 63 -> 96 GFLOPS; AVX2 1024: 49 -> 100, 2048: 32 -> 83). Only with one reduce
+  2048, AVX-512: 71 -> 105 GFLOPS; AVX2 1024: 51 -> 94, one thread). Only with one reduce
   loop, a panel between PACK_MIN_BYTES and PACK_MAX_PANEL bytes and at least PACK_MIN_REUSE tile
   rows per copy; else `tiled` as it is."""
   if slot is None or sum(t is AxisType.REDUCE for t in tiled.axis_types()) != 1: return tiled
