@@ -2,16 +2,22 @@
 that a tile is only taken when the codegen makes its vector axis the vector."""
 import math
 
+import numpy as np
 import pytest
 
 from unigrad import Tensor
 from unigrad.codegen.opt.heuristic import (ReducePlan, TilePlan, hand_coded_optimizations,
-                                           load_strides, plan_dot, plan_reduce, plan_tiles)
+                                           load_strides, plan_dot, plan_reduce, plan_tiles,
+                                           register_tile)
 from unigrad.codegen.opt.kernel import OptKernel
-from unigrad.codegen.pipeline import CODEGEN_STAGES, finish
+from unigrad.codegen.pipeline import CODEGEN_STAGES, finish, full_rewrite
 from unigrad.codegen.vectorize import pick_vector_range
 from unigrad.renderer.cstyle import CRenderer
-from unigrad.uop import AxisType, Ops
+from unigrad.runtime.device import Buffer, Device
+from unigrad.runtime.ops_cpu import find_c_compiler
+from unigrad.uop import AxisType, KernelInfo, Ops, UOp
+
+from codegen.kernels import inputs_for, params_of
 
 AVX512, AVX2 = CRenderer(vector_bytes=64, vector_registers=32), CRenderer(vector_bytes=32)
 SCALAR = CRenderer()
@@ -22,6 +28,16 @@ def reduce_kernel(t: Tensor) -> OptKernel:
   asts = [c.src[0] for c in t.schedule().src if c.src[0].op_in_backward_slice_with_self(Ops.REDUCE)]
   assert len(asts) == 1
   return OptKernel(CODEGEN_STAGES[0].run(asts[0], SCALAR))
+
+
+def run_cpu(kernel: UOp, opts, inputs: list[np.ndarray]) -> np.ndarray:
+  """Output buffer 0 of `kernel` with `opts`, as AVX2 C code on the CPU."""
+  linear = full_rewrite(kernel.replace(arg=KernelInfo(opts_to_apply=tuple(opts))), AVX2)
+  bufs = [Buffer("CPU", len(a), p.dtype).copyin(a.tobytes())
+          for a, p in zip(inputs, params_of(kernel))]
+  dev = Device["CPU"]
+  dev.runtime("k", dev.compiler.compile_cached(AVX2.render("k", linear)))(*bufs)
+  return np.frombuffer(bufs[0].copyout(), dtype=np.float32).copy()
 
 
 def loop_ids(k: OptKernel) -> list[int]:
@@ -55,7 +71,7 @@ def test_matmul_tiles_its_contiguous_output_axis():
 def test_matmul_tile_follows_the_targets_vector_width_and_registers():
   k = reduce_kernel(Tensor.empty(512, 512) @ Tensor.empty(512, 512))
   out = hand_coded_optimizations(k, AVX2, threads=1)
-  assert upcasts(out) == [8, 2, 4], "8 of AVX2's 16 registers: 2 of 8 lanes by 4 rows"
+  assert upcasts(out) == [8, 6, 2], "12 of AVX2's 16 registers: 6 rows of 2 vectors of 8 lanes"
   vec = pick_vector_range(out.ast, 32)
   assert vec is not None and vec.src[0].arg == 8
 
@@ -244,3 +260,38 @@ def test_an_unvectorized_tile_fits_in_registers():
   k = reduce_kernel(b @ a.T)
   out = hand_coded_optimizations(k, AVX512, threads=1)
   assert math.prod(upcasts(out)) <= 16 or pick_vector_range(out.ast, 64) is not None
+
+
+@pytest.mark.parametrize("n", [256, 2048])
+def test_few_register_tile_takes_six_rows_padded(n):
+  """AVX2's 16 registers: 12 accumulators (6 rows of 2 vectors), the rows padded to a multiple of
+  6; AVX-512's 32 keep 8 rows of 2 vectors (16 accumulators)."""
+  k = reduce_kernel(Tensor.empty(n, n) @ Tensor.empty(n, n))
+  out = hand_coded_optimizations(k, AVX2, threads=2)
+  assert upcasts(out) == [8, 6, 2]
+  assert any(o.op.name == "PADTO" and o.arg == 6 for o in out.applied)
+  assert upcasts(hand_coded_optimizations(k, AVX512, threads=2)) == [16, 2, 8]
+
+
+def test_few_register_tile_needs_enough_rows():
+  k = reduce_kernel(Tensor.empty(32, 512) @ Tensor.empty(512, 512))
+  assert upcasts(hand_coded_optimizations(k, AVX2, threads=1)) == [8, 2, 4]
+
+
+@pytest.mark.skipif(find_c_compiler() is None, reason="no C compiler")
+@pytest.mark.parametrize("shape", [((200, 300), (300, 48)), ((3, 100, 64), (3, 64, 128))],
+                         ids=["odd", "batched"])
+def test_few_register_tile_equals_the_four_row_tile_on_the_cpu(shape):
+  """The padded 6-row tile sums each output in the same order as the 4-row tile: equal bits."""
+  a, b = (Tensor.empty(*s) for s in shape)
+  k = reduce_kernel(a @ b)
+  six = hand_coded_optimizations(k, AVX2, threads=1)
+  assert upcasts(six)[:2] == [8, 6]
+  plan = plan_tiles(k, 32)[0]
+  four = register_tile(k, plan, 32, 16)
+  assert four is not None and upcasts(four) == [8, 2, 4]
+  inputs = inputs_for(k.ast)
+  got = run_cpu(k.ast, six.applied, inputs)
+  np.testing.assert_array_equal(got, run_cpu(k.ast, four.applied, inputs))
+  x, y = (v.reshape(s) for v, s in zip(inputs[1:], shape))
+  np.testing.assert_allclose(got.reshape((x @ y).shape), x @ y, rtol=1e-4, atol=1e-4)

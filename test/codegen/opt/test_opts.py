@@ -97,3 +97,26 @@ def test_zero_size_axis_cannot_be_split():
   kernel = x[3:].assign(Tensor.full((0,), 5.0)).schedule().src[-1].src[0]
   with pytest.raises(KernelOptError, match="cannot be split"):
     OptKernel(kernel).apply(Opt.upcast(0, 16))
+
+
+def _gated_reads(k: OptKernel) -> int:
+  """Reads (INDEX of a PARAM that is not stored to) through a gate WHERE(valid, i, Invalid)."""
+  nodes = k.ast.toposort()
+  stored = {u.src[0] for u in nodes if u.op is Ops.STORE}
+  return sum(u.op is Ops.INDEX and u.src[0].op is Ops.PARAM and u not in stored
+             and u.src[1].op is Ops.WHERE for u in nodes)
+
+
+def test_padto_of_an_output_axis_clamps_its_reads_and_gates_its_stores():
+  """Every store depends on the padded output axis: its padded iterations read in-bounds
+  elements (the index clamped) and store nothing; a reduce over the padded axis keeps its gates
+  (a clamped read would add the last element again)."""
+  kernel, inputs = kernel_and_inputs(KERNELS["matmul"]())  # (4, 6) @ (6, 8)
+  padded = OptKernel(kernel).apply(Opt.padto(0, 3))
+  assert _gated_reads(padded) == 0
+  assert padded.sizes[0] == 6
+  want = run(kernel, (), inputs)
+  np.testing.assert_allclose(run(kernel, (Opt.padto(0, 3), Opt.upcast(0, 3)), inputs), want,
+                             rtol=1e-5, atol=1e-5)
+  reduced = OptKernel(kernel).apply(Opt.padto(2, 4))  # the reduce axis (6 -> 8)
+  assert _gated_reads(reduced) == 2

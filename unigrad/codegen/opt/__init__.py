@@ -5,7 +5,9 @@ primitive: `Opt(SPLIT, axis, (k, target, top))` splits axis n into (n/k, k) (or 
 top), the new k-sized part getting the `target` AxisType. UPCAST, UNROLL, LOCAL, GROUP and THREAD
 are its named forms. PADTO rounds an axis up to a multiple (the extra iterations are masked off),
 SWAP exchanges two axes' positions, NOLOCALS forbids workgroup dims, TC is reserved for tensor
-cores (no CPU target has them). Axis numbers index the kernel's ranges in axis order.
+cores (no CPU target has them). PACK (not in the spec's table) copies what a loop's body reads of
+one input into a contiguous kernel-local panel once per iteration of that loop (codegen/opt/
+pack.py: a matmul's B panel). Axis numbers index the kernel's ranges in axis order.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ class OptOps(Enum):
   SWAP = auto()
   NOLOCALS = auto()
   TC = auto()
+  PACK = auto()
 
   def __repr__(self) -> str: return f"OptOps.{self.name}"
 
@@ -68,6 +71,11 @@ class Opt:
 
   @staticmethod
   def swap(axis: int, other: int) -> Opt: return Opt(OptOps.SWAP, axis, other)
+
+  @staticmethod
+  def pack(axis: int, slot: int) -> Opt:
+    """Pack the input in PARAM slot `slot` once per iteration of LOOP axis `axis`."""
+    return Opt(OptOps.PACK, axis, slot)
 
 
 # which axis types a SPLIT may carve each target out of (the spec's "Split from" column)

@@ -11,7 +11,11 @@ The choice is read off the kernel's loads: for each input buffer read, the strid
   registers of the vector axis are two vector values); with a single reduce loop the vector
   axis's loop runs outside the reuse axis's (see `panel_order`). Among several contiguous axes
   the one giving the widest vectors wins, and a tile is taken only when the codegen will make
-  its vector axis the vector (see codegen/vectorize.py); else the next candidate is tried.
+  its vector axis the vector (see codegen/vectorize.py); else the next candidate is tried. A
+  target with 16 vector registers (AVX2) takes 6 rows of two vectors instead, its rows padded
+  to a multiple of 6 (`few_register_tile`). The tile's contiguous input (a matmul's B) is then
+  packed (PACK, codegen/opt/pack.py): each K x tile-width panel copied into a contiguous buffer
+  once, before the tile rows that reuse it (`pack_panel`).
 - Vector partial sums for the rest of the matmul-like kernels whose loads are contiguous along
   the innermost reduce axis: `a @ b.T` (DotPlan: PyTorch's Linear layout, run in place within
   ~10% of the contiguous matmul with the transposed sums of codegen/transpose_sums.py; the
@@ -31,6 +35,7 @@ from dataclasses import dataclass
 
 from unigrad.codegen.opt import KernelOptError, Opt
 from unigrad.codegen.opt.kernel import OptKernel
+from unigrad.codegen.opt.pack import is_contiguous_panel
 from unigrad.codegen.simplify import pm_kernel_simplify
 from unigrad.codegen.vectorize import pick_vector_range
 from unigrad.renderer import Renderer
@@ -176,6 +181,37 @@ def register_tile(k: OptKernel, plan: TilePlan, vector_bytes: int,
   return tiled if pick_vector_range(tiled.ast, vector_bytes) is not None else scalar_tile(k, plan)
 
 
+# rows of the tile on a target with few vector registers (AVX2's 16): 6 rows of two vectors are
+# 12 accumulators; half the registers (4 rows, 8 accumulators) are exactly as many FMAs as Zen's
+# two FMA units keep in flight (4 cycles each), so any late load stalls them (AVX2 matmul 1024:
+# 98 -> 105 GFLOPS, 2048: 89 -> 98). Sizes are rarely multiples of 6: the rows are padded
+# (PADTO, its reads clamped into bounds: plain loads in the reduce loop)
+FEW_REGISTERS, FEW_REGISTER_ROWS = 16, 6
+MIN_PADDED_ROWS = 48  # padding to a multiple of 6 adds at most 5 rows: a tenth of 48
+
+
+def few_register_tile(k: OptKernel, plan: TilePlan, ren: Renderer) -> OptKernel | None:
+  """The register tile of a target with at most FEW_REGISTERS vector registers: the vector axis
+  upcast to two registers, the reuse axis (padded to a multiple of FEW_REGISTER_ROWS if need be)
+  to FEW_REGISTER_ROWS rows, the rows unrolled outside the two vectors (one broadcast live at a
+  time: 12 accumulators, 2 vectors and a broadcast fit 16 registers); None where this does not
+  apply (more registers, a nested reduce, too few rows, no vector of the vector axis)."""
+  if not ren.vector_bytes or ren.vector_registers > FEW_REGISTERS or plan.reuse is None: return None
+  if sum(t is AxisType.REDUCE and s > 1 for t, s in zip(k.axis_types(), k.sizes)) != 1: return None
+  reg = ren.vector_bytes // plan.itemsize
+  tiled, vec = _upcast(k, plan.vector, reg)
+  rows = axis_of(tiled, plan.reuse)
+  if vec is None or vec.src[0].arg != reg or rows is None: return None
+  if tiled.sizes[rows] < MIN_PADDED_ROWS: return None
+  if tiled.sizes[rows] % FEW_REGISTER_ROWS:
+    tiled = _try(tiled, Opt.padto(rows, FEW_REGISTER_ROWS))
+  if (up := _try(tiled, Opt.upcast(rows, FEW_REGISTER_ROWS))) is tiled: return None
+  tiled, pair = _upcast(up, plan.vector, 2)
+  if pair is None: return None
+  tiled = panel_order(tiled, plan)
+  return tiled if pick_vector_range(tiled.ast, ren.vector_bytes) is vec else None
+
+
 SCALAR_TILE = 4  # an unvectorized tile: 4x4 scalar accumulators
 
 
@@ -196,6 +232,48 @@ def panel_order(k: OptKernel, plan: TilePlan) -> OptKernel:
   vec, reuse = axis_of(k, plan.vector), axis_of(k, plan.reuse) if plan.reuse is not None else None
   if vec is None or reuse is None or vec < reuse: return k
   return _try(k, Opt.swap(reuse, vec))
+
+
+# ---- packing the contiguous input's panel (codegen/opt/pack.py) ----
+
+PACK_MIN_BYTES = 16 << 10  # a smaller panel stays in L1 as it is (matmul 256: packing gains 0)
+PACK_MAX_PANEL = 256 << 10  # the panel stays in L2 (half of Zen 2/3's 512 KiB)
+PACK_MIN_REUSE = 8  # tile rows (iterations of the reuse axis) per copy of the panel
+
+
+def contiguous_slot(k: OptKernel, plan: TilePlan) -> int | None:
+  """The PARAM slot of the input that is contiguous along the plan's vector axis and broadcast
+  along its reuse axis (a matmul's B), in the untiled kernel `k`; None if there is no one such."""
+  ranges = {r.arg.id: r for r in k.axes}
+  found = [u.src[0].arg.slot for u in k.ast.toposort() if u.op is Ops.INDEX
+           and u.src[0].op is Ops.PARAM and u.src[0].arg.name is None and len(u.src) == 2
+           and _index_strides(u.src[1], [ranges[plan.vector]]).get(plan.vector) == 1
+           and plan.reuse is not None and ranges[plan.reuse] not in u.src[1].ranges]
+  return found[0] if len(set(found)) == 1 else None
+
+
+def pack_panel(tiled: OptKernel, slot: int | None, vector_bytes: int) -> OptKernel:
+  """PACK the tile's contiguous input (`slot`) at the innermost LOOP axis it depends on, when a
+  LOOP axis it does not depend on (the tile rows, which panel_order put inside) follows: each
+  copy of the K x tile-width panel then serves every tile row from contiguous memory (matmul
+  2048, AVX-512: 71 -> 105 GFLOPS; AVX2 1024: 51 -> 94, one thread). Only with one reduce
+  loop, a panel between PACK_MIN_BYTES and PACK_MAX_PANEL bytes and at least PACK_MIN_REUSE tile
+  rows per copy; else `tiled` as it is."""
+  if slot is None or sum(t is AxisType.REDUCE for t in tiled.axis_types()) != 1: return tiled
+  read = next(u for u in tiled.ast.toposort() if u.op is Ops.INDEX and u.src[0].op is Ops.PARAM
+              and u.src[0].arg.slot == slot)
+  loops = [i for i, t in enumerate(tiled.axis_types()) if t is AxisType.LOOP]
+  uses = [i for i in loops if tiled.axes[i] in read.src[1].ranges]
+  if not uses: return tiled
+  reuse = math.prod(tiled.sizes[i] for i in loops if i > uses[-1] and i not in uses)
+  if reuse < PACK_MIN_REUSE: return tiled
+  packed = _try(tiled, Opt.pack(uses[-1], slot))
+  if packed is tiled or is_contiguous_panel(tiled.ast, tiled.axes[uses[-1]], slot): return tiled
+  panel = next(u for u in packed.ast.toposort() if u.op is Ops.BUFFER)
+  if not PACK_MIN_BYTES <= panel.shape[0] * panel.dtype.itemsize <= PACK_MAX_PANEL: return tiled
+  keep = pick_vector_range(tiled.ast, vector_bytes) if vector_bytes else None
+  if keep is not None and pick_vector_range(packed.ast, vector_bytes) is not keep: return tiled
+  return packed
 
 
 def group_reduce(k: OptKernel, lanes: int) -> OptKernel:
@@ -425,8 +503,9 @@ def hand_coded_optimizations(k: OptKernel, ren: Renderer, threads: int) -> OptKe
       threaded = add_threads(k, threads) if ren.has_threads else k
       if (tiled := reduce_tile(threaded, red, ren)) is not None: return tiled
     threaded = add_threads(k, threads, plan.independent) if ren.has_threads else k
-    tiled = register_tile(threaded, plan, ren.vector_bytes, ren.vector_registers)
-    if tiled is not None: return tiled
+    tiled = (few_register_tile(threaded, plan, ren)
+             or register_tile(threaded, plan, ren.vector_bytes, ren.vector_registers))
+    if tiled is not None: return pack_panel(tiled, contiguous_slot(k, plan), ren.vector_bytes)
   threaded = add_threads(k, threads) if ren.has_threads else k
   if ren.vector_bytes and not contiguous_reduce(threaded):
     vectored = output_vector(threaded, ren.vector_bytes)

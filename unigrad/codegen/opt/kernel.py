@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 from unigrad.codegen.expand import identity_element
 from unigrad.codegen.opt import SPLIT_FROM, KernelOptError, Opt, OptOps
+from unigrad.codegen.opt.pack import PACK_SLOTS_START, pack_ast
 from unigrad.codegen.opt.tc import tensor_core_ast
 from unigrad.renderer.tensor_core import TensorCore
 from unigrad.dtype import dtypes
@@ -106,6 +107,8 @@ class OptKernel:
 
   def apply(self, opt: Opt) -> OptKernel:
     """This kernel with `opt` applied (raises KernelOptError if it cannot apply)."""
+    if opt.op is not OptOps.PACK and any(o.op is OptOps.PACK for o in self.applied):
+      raise KernelOptError("PACK must be the last opt")
     if opt.op is OptOps.SPLIT: ast = self._split(opt)
     elif opt.op is OptOps.PADTO: ast = self._padto(opt)
     elif opt.op is OptOps.SWAP: ast = self._swap(opt)
@@ -114,6 +117,7 @@ class OptKernel:
         raise KernelOptError("NOLOCALS after LOCAL")
       return replace(self, applied=self.applied + (opt,), dont_use_locals=True)
     elif opt.op is OptOps.TC: ast = self._tc(opt)
+    elif opt.op is OptOps.PACK: ast = self._pack(opt)
     else: raise KernelOptError(f"unknown opt {opt!r}")
     return OptKernel(ast, self.applied + (opt,), self.dont_use_locals)
 
@@ -127,6 +131,15 @@ class OptKernel:
     if r.arg.axis_type is not AxisType.REDUCE:
       raise KernelOptError(f"TC applies to a REDUCE axis, not {r.arg.axis_type.name}")
     return tensor_core_ast(self.ast, r, opt.arg)
+
+  def _pack(self, opt: Opt) -> UOp:
+    """PACK(axis, slot): the input in `slot` read from a panel copied once per iteration of
+    `axis` (codegen/opt/pack.py)."""
+    if not isinstance(opt.arg, int):
+      raise KernelOptError(f"PACK takes a PARAM slot, got {opt.arg!r}")
+    new_id = max(a.arg.id for a in self.axes) + 1
+    panels = sum(o.op is OptOps.PACK for o in self.applied)
+    return pack_ast(self.ast, self._axis(opt.axis), opt.arg, new_id, PACK_SLOTS_START + panels)
 
   def _split(self, opt: Opt) -> UOp:
     k, target, top = opt.arg
@@ -162,7 +175,8 @@ class OptKernel:
     if padded > 4 * n: raise KernelOptError(f"PADTO {m} would more than quadruple axis {opt.axis}")
     new = UOp.range(padded, r.arg.id, r.arg.axis_type)
     ast = replace_range(self.ast, r, new, (new,))
-    return mask_padded(ast, new, new < n)
+    clamp = (new < n).where(new, n - 1) if stores_all_depend_on(ast, new) else None
+    return mask_padded(ast, new, new < n, clamp)
 
   def _swap(self, opt: Opt) -> UOp:
     a, b = self._axis(opt.axis), self._axis(opt.arg)
@@ -182,14 +196,30 @@ class OptKernel:
     return memo[self.ast]
 
 
-def mask_padded(ast: UOp, r: UOp, valid: UOp) -> UOp:
-  """Iterations of `r` outside `valid` touch no memory and add the identity to reductions."""
+def stores_all_depend_on(ast: UOp, r: UOp) -> bool:
+  """Whether every STORE's address depends on output range `r` (so an iteration of r stores
+  only its own elements), and no REDUCE runs over r."""
+  if r.arg.axis_type not in (AxisType.LOOP, AxisType.GLOBAL): return False
+  nodes = ast.toposort()
+  if any(u.op is Ops.REDUCE and r in u.src[1:] for u in nodes): return False
+  return all(r in u.src[0].src[1].toposort() for u in nodes if u.op is Ops.STORE)
+
+
+def mask_padded(ast: UOp, r: UOp, valid: UOp, clamp: UOp | None = None) -> UOp:
+  """Iterations of `r` outside `valid` touch no memory and add the identity to reductions. With
+  `clamp` (an index in bounds; only where every store depends on r, see stores_all_depend_on),
+  reads use it for r instead of a gate: a padded iteration reads real elements and stores
+  nothing, and the reads stay plain loads (a register tile's gated loads of A ran at half speed
+  in its inner loop)."""
+  stored = {u.src[0] for u in ast.toposort() if u.op is Ops.STORE}
   memo: dict[UOp, UOp] = {}
   for u in ast.toposort():
     new_src = tuple(memo[s] for s in u.src)
     x = u if all(a is b for a, b in zip(new_src, u.src)) else u.replace(src=new_src)
     if x.op is Ops.INDEX and x.src[0].op is Ops.PARAM and r in x.src[1].toposort():
-      x = x.replace(src=(x.src[0], valid.where(x.src[1], UOp.const(dtypes.index, Invalid))))
+      if clamp is not None and u not in stored:
+        x = x.replace(src=(x.src[0], x.src[1].substitute({r: clamp})))
+      else: x = x.replace(src=(x.src[0], valid.where(x.src[1], UOp.const(dtypes.index, Invalid))))
     elif x.op is Ops.REDUCE and r in x.src[1:]:
       ident = UOp.const(x.dtype, identity_element(x.arg.op, x.dtype))
       x = x.replace(src=(valid.where(x.src[0], ident), *x.src[1:]))
