@@ -70,9 +70,43 @@ def order_key(u: UOp) -> tuple:
   return u.__dict__["_okey"]
 
 
+def _order_head(x: UOp) -> tuple:
+  """order_key(x) without its last item (the sources' keys); cached per node."""
+  if (h := x.__dict__.get("_ohead")) is not None: return h
+  arg = x.arg if isinstance(x.arg, (int, float, str, bool)) else repr(x.arg)
+  h = (x.op is Ops.CONST, x.op.value, str(type(arg)), arg, x.dtype.priority)
+  x.__dict__["_ohead"] = h
+  return h
+
+
+def order_cmp(a: UOp, b: UOp) -> int:
+  """-1 when order_key(a) < order_key(b), 0 when the keys are equal, else 1, without building
+  the keys: both graphs are walked in step to their first difference. Comparing the nested key
+  tuples re-tests equality at every level, O(depth^2) (most of the simplifier's time on the
+  deep float sums of an unrolled kernel); this is O(depth) and needs no recursion."""
+  stack: list[list] = []  # per open level: [a's sources, b's sources, next position]
+  while True:
+    if a is not b:
+      ha, hb = _order_head(a), _order_head(b)
+      if ha != hb: return -1 if ha < hb else 1
+      stack.append([a.src, b.src, 0])
+    while True:  # the next pair of sources that are not the same node
+      if not stack: return 0
+      top = stack[-1]
+      sa, sb, i = top
+      n = min(len(sa), len(sb))
+      while i < n and sa[i] is sb[i]: i += 1
+      if i < n:
+        top[2] = i + 1
+        a, b = sa[i], sb[i]
+        break
+      stack.pop()
+      if len(sa) != len(sb): return -1 if len(sa) < len(sb) else 1
+
+
 def sort_commutative(x: UOp) -> UOp | None:
   a, b = x.src
-  if order_key(b) < order_key(a): return x.replace(src=(b, a))
+  if order_cmp(b, a) < 0: return x.replace(src=(b, a))
   return None
 
 
