@@ -9,8 +9,9 @@ from hypothesis import strategies as st
 
 from unigrad.uop import Invalid, Ops, UOp, dtypes, sym_infer
 from unigrad.uop.alu import exec_alu
-from unigrad.uop.symbolic import (linear_terms, order_cmp, order_key, pm_canonical, pm_compare, pm_divmod,
-                                  pm_fold_constants, pm_identities, pm_invalid, pm_min_max)
+from unigrad.uop.symbolic import (linear_terms, order_cmp, order_key, pm_canonical, pm_compare,
+                                  pm_divmod, pm_fold_constants, pm_identities, pm_invalid,
+                                  pm_min_max)
 from unigrad.uop.validity import (pm_simplify_valid, simplify_valid, uop_given_valid,
                                   valid_bounds)
 
