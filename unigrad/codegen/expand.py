@@ -194,9 +194,10 @@ def split_to_registers(ast: UOp, r: UOp, vector_bytes: int) -> tuple[UOp, UOp]:
 def expand(ast: UOp, vector_bytes: int = 0) -> UOp:
   """The expand stage: keep the range that pays most as vector lanes (targets with vectors of
   `vector_bytes`), unroll the other UPCAST/UNROLL ranges, lower reductions, bind THREAD ranges."""
+  ast = thread_to_core_id(ast)
   keep = pick_vector_range(ast, vector_bytes)
   if keep is not None: ast, keep = split_to_registers(ast, keep, vector_bytes)
   ast = unroll_ranges(ast, keep)
   if keep is not None: ast = keep_vector_range(ast, keep)
   ast = graph_rewrite(ast, pm_expand_reduce, ctx=ExpandCtx(), name="expand reduce")
-  return thread_to_core_id(merge_ends(ast))
+  return merge_ends(ast)
