@@ -7,9 +7,11 @@ produce UOps; only the last one (linearize) changes the form, to a LINEAR.
 """
 from __future__ import annotations
 
+import gc
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
@@ -145,7 +147,8 @@ def make_timer(ast: UOp, ren: Renderer) -> KernelTimer:
 def lower(ast: UOp, ren: Renderer) -> UOp:
   """The stages after optimize: an optimized kernel to its LINEAR."""
   kernel = ast
-  for stage in CODEGEN_STAGES[2:]: ast = stage.run(ast, ren)
+  with gc_paused():
+    for stage in CODEGEN_STAGES[2:]: ast = stage.run(ast, ren)
   return keep_all_params(ast, kernel)
 
 
@@ -178,8 +181,25 @@ def keep_all_params(linear: UOp, ast: UOp) -> UOp:
   return linear.replace(src=(*lost, *linear.src)) if lost else linear
 
 
+@contextmanager
+def gc_paused() -> Iterator[None]:
+  """The cyclic garbage collector off while one kernel is lowered. The stages build and drop
+  tens of thousands of acyclic nodes (reference counting frees them), and every collection that
+  this churn triggers walks the live nodes again: a tenth of the codegen time of a transformer's
+  kernels. Nested or concurrent uses leave the collector as the outermost one found it."""
+  was_enabled = gc.isenabled()
+  gc.disable()
+  try: yield
+  finally:
+    if was_enabled: gc.enable()
+
+
 def full_rewrite(ast: UOp, renderer: Renderer) -> UOp:
   """Run every codegen stage on a kernel AST; returns its LINEAR."""
+  with gc_paused(): return _run_stages(ast, renderer)
+
+
+def _run_stages(ast: UOp, renderer: Renderer) -> UOp:
   if SPEC >= 1: spec_kernel.verify(ast)
   kernel = ast
   for stage in CODEGEN_STAGES:
