@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from unigrad.dtype import AddrSpace, DType, dtypes
 from unigrad.uop import AxisType, GroupOp, Ops, ParamArg, UOp
+from unigrad.uop.rewrite import rebuild
 from unigrad.uop.symbolic import linear_terms
 
 VECTOR_AXES = (AxisType.UPCAST, AxisType.UNROLL, AxisType.GROUP_REDUCE)
@@ -33,7 +34,7 @@ def depends_on(root: UOp, r: UOp) -> set[UOp]:
   nothing above it depends on r through it)."""
   dep: set[UOp] = set()
   for u in root.toposort():
-    if u is r or (u.op is not Ops.GEP and any(s in dep for s in u.src)): dep.add(u)
+    if u is r or (u.op is not Ops.GEP and not dep.isdisjoint(u.src)): dep.add(u)
   return dep
 
 
@@ -194,12 +195,13 @@ def vectorize(ast: UOp) -> UOp:
   if len(rs) > 1: raise RuntimeError(f"vectorize: expected one vector range, got {len(rs)}")
   r = rs[0]
   ctx = VectorizeCtx(r, r.src[0].arg, depends_on(ast, r))
+  memo, dep = ctx.memo, ctx.dep
   for u in ast.toposort():
-    if u in ctx.dep: ctx.memo[u] = _vec_node(ctx, u)
-    elif u.op is Ops.GEP and u.src[0] in ctx.dep:  # GEP(x, r): lane of x's vector
-      ctx.memo[u] = u.replace(src=(ctx.memo[u.src[0]],))
+    if u in dep: memo[u] = _vec_node(ctx, u)
+    elif u.op is Ops.GEP and u.src[0] in dep:  # GEP(x, r): lane of x's vector
+      memo[u] = u.replace(src=(memo[u.src[0]],))
     elif u.op is Ops.GEP and u.src[1:] == (r,):  # x does not vary with r: every lane is x
-      ctx.memo[u] = ctx.memo.get(u.src[0], u.src[0])
-    elif any(s in ctx.memo for s in u.src):
-      ctx.memo[u] = u.replace(src=tuple(ctx.memo.get(s, s) for s in u.src))
-  return ctx.memo.get(ast, ast)
+      memo[u] = memo.get(u.src[0], u.src[0])
+    elif (new_src := tuple([memo.get(s, s) for s in u.src])) != u.src:
+      memo[u] = rebuild(u, new_src)
+  return memo.get(ast, ast)

@@ -122,6 +122,12 @@ def _graph_rewrite(sink: UOp, pm: PatternMatcher | None, ctx: Any, bottom_up: bo
   return memo.get(sink, sink)
 
 
+def rebuild(u: UOp, src: tuple[UOp, ...]) -> UOp:
+  """`u` with the sources `src`, or `u` itself when they are its own: the step of the memo loops
+  that rebuild a graph, without `replace`'s keyword handling (a tenth of a stage's time)."""
+  return u if src == u.src else type(u)(u.op, u.dtype, src, u.arg, u.tag)
+
+
 def substitute(root: UOp, dvars: dict[UOp, UOp], extra_pm: PatternMatcher | None = None) -> UOp:
   """Replace every key of `dvars` below `root` by its value. Values are not looked into, so
   `{x: x + 1}` replaces x once. `extra_pm` then rewrites the result to a fixed point."""
