@@ -33,7 +33,14 @@ INT_LIKE = (*[dt for dt in (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int6
                             dtypes.uint16, dtypes.uint32, dtypes.uint64)], dtypes.index)
 
 
+# dtypes.is_float's tuple takes an __eq__ call per member it is not; a set takes one hash
+_FLOAT_SET = frozenset(FLOATS)
+
+
 def is_int(u: UOp) -> bool: return dtypes.is_int(u.dtype) and u.dtype.count == 1
+
+
+def is_float_dtype(u: UOp) -> bool: return u.dtype.scalar() in _FLOAT_SET
 
 
 def is_invalid(u: UOp) -> bool: return u.op is Ops.CONST and isinstance(u.arg, InvalidType)
@@ -372,7 +379,7 @@ def fold_bitcast(c: UOp, x: UOp) -> UOp | None:
 
 def fold_to_const(x: UOp) -> UOp | None:
   """An integer or bool node whose min_max is one value is that value."""
-  if x.op is Ops.CONST or x.dtype.count > 1 or dtypes.is_float(x.dtype): return None
+  if x.op is Ops.CONST or x.dtype.count > 1 or is_float_dtype(x): return None
   lo, hi = x.min_max
   return type(x).const(x.dtype, lo) if lo == hi else None
 
@@ -409,7 +416,7 @@ _not_x, _not_c = UPat(Ops.CMPNE, src=(_x, _true)), UPat(Ops.CMPNE, src=(_cond, _
 
 
 def false_like(x: UOp) -> UOp: return type(x).const(dtypes.bool, False)
-def add_zero(x: UOp) -> UOp | None: return None if dtypes.is_float(x.dtype) else x  # -0.0+0 is 0.0
+def add_zero(x: UOp) -> UOp | None: return None if is_float_dtype(x) else x  # -0.0+0 is 0.0
 
 
 def swap_not_where(c: UOp, x: UOp, y: UOp) -> UOp | None:
