@@ -15,6 +15,7 @@ Invariants: no node keeps the range; the result computes exactly what the loop o
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from unigrad.dtype import AddrSpace, DType, dtypes
@@ -103,6 +104,13 @@ def pick_vector_range(ast: UOp, vector_bytes: int) -> UOp | None:
 
 # ---- the rewrite ----
 
+@functools.cache
+def vec_dtype(dt: DType, k: int) -> DType:
+  """`dt.vec(k)`, made once: each call of `vec` builds and hashes a new DType (a tenth of the
+  stage on a kernel of wide vectors)."""
+  return dt.vec(k)
+
+
 @dataclass
 class VectorizeCtx:
   r: UOp
@@ -117,12 +125,12 @@ class VectorizeCtx:
   def broadcast(self, u: UOp) -> UOp:
     """u as a vector: its vector form if it depends on the range, else k copies."""
     v = self.memo.get(u, u)
-    return v if u in self.dep else UOp(Ops.STACK, u.dtype.vec(self.k), (v,) * self.k)
+    return v if u in self.dep else UOp(Ops.STACK, vec_dtype(u.dtype, self.k), (v,) * self.k)
 
 
 def _vec_buffer(ctx: VectorizeCtx, buf: UOp) -> UOp:
   """A register accumulator widened to hold a vector."""
-  dt = buf.dtype.vec(ctx.k)
+  dt = vec_dtype(buf.dtype, ctx.k)
   a = buf.arg
   return buf.replace(dtype=dt, arg=ParamArg(a.slot, dt, a.device, a.addrspace, a.name))
 
@@ -136,8 +144,8 @@ def _vec_load(ctx: VectorizeCtx, u: UOp) -> UOp:
     base = ctx.lane(ix, 0)
     alt = (ctx.broadcast(u.src[1]),) if len(u.src) == 3 else ()
     gate = (u.src[2],) if len(u.src) == 3 else ()
-    return UOp(Ops.LOAD, u.dtype.vec(ctx.k), (base, *alt, *gate))
-  return UOp(Ops.STACK, u.dtype.vec(ctx.k), tuple(ctx.lane(u, i) for i in range(ctx.k)))
+    return UOp(Ops.LOAD, vec_dtype(u.dtype, ctx.k), (base, *alt, *gate))
+  return UOp(Ops.STACK, vec_dtype(u.dtype, ctx.k), tuple(ctx.lane(u, i) for i in range(ctx.k)))
 
 
 def _vec_store(ctx: VectorizeCtx, u: UOp) -> UOp:
@@ -166,7 +174,8 @@ def _vec_node(ctx: VectorizeCtx, u: UOp) -> UOp:
   """The vector form of a node that depends on the range."""
   op = u.op
   if u is ctx.r:
-    return UOp(Ops.STACK, u.dtype.vec(ctx.k), tuple(UOp.const(u.dtype, i) for i in range(ctx.k)))
+    lanes = tuple(UOp.const(u.dtype, i) for i in range(ctx.k))
+    return UOp(Ops.STACK, vec_dtype(u.dtype, ctx.k), lanes)
   if op is Ops.END and u.src[1] is ctx.r: return ctx.memo[u.src[0]]
   if op is Ops.LOAD: return _vec_load(ctx, u)
   if op is Ops.STORE: return _vec_store(ctx, u)
@@ -180,8 +189,8 @@ def _vec_node(ctx: VectorizeCtx, u: UOp) -> UOp:
     rest = tuple(ctx.memo.get(s, s) for s in u.src[1:] if s is not ctx.r)
     return u.replace(dtype=vbuf.dtype, src=(vbuf, *rest))
   if op in GroupOp.Elementwise:
-    dt = u.dtype.vec(ctx.k)
-    arg = u.arg.vec(ctx.k) if isinstance(u.arg, DType) else u.arg
+    dt = vec_dtype(u.dtype, ctx.k)
+    arg = vec_dtype(u.arg, ctx.k) if isinstance(u.arg, DType) else u.arg
     return u.replace(dtype=dt, arg=arg, src=tuple(ctx.broadcast(s) for s in u.src))
   if op in (Ops.END, Ops.GROUP, Ops.SINK):
     return u.replace(src=tuple(ctx.memo.get(s, s) for s in u.src))
