@@ -43,6 +43,9 @@ def _load(ix: UOp) -> UOp:
 
 def add_loads(x: UOp) -> UOp | None:
   """Wrap every memory-reference source in value position in a LOAD."""
+  for s in x.src:  # most nodes read no memory: out before building anything
+    if s.op is Ops.INDEX: break
+  else: return None
   start = 1 if x.op is Ops.STORE else 0
   stop = 2 if x.op is Ops.STORE else len(x.src)
   new = tuple(_load(s) if start <= i < stop and is_memory_ref(s) else s
