@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from unigrad.dtype import AddrSpace, DType, dtypes
 from unigrad.codegen.vectorize import depends_on, lane_bytes, pick_vector_range
-from unigrad.uop.rewrite import rebuild
+from unigrad.uop.rewrite import rebuild, substitute_each
 from unigrad.uop import AxisType, Ops, ParamArg, PatternMatcher, UOp, UPat, graph_rewrite, shape_uop
 
 ACC_SLOTS_START = 1 << 20  # accumulator BUFFER slots, apart from the kernel's PARAM slots
@@ -77,12 +77,11 @@ def _unroll_one(ast: UOp, r: UOp) -> UOp:
   memo: dict[UOp, UOp] = {}
   for u in ast.toposort():
     if u.op is Ops.END and u.src[1] is r:
-      body = memo[u.src[0]]
-      memo[u] = UOp(Ops.GROUP, dtypes.void, tuple(body.substitute({r: c}) for c in lanes))
+      memo[u] = UOp(Ops.GROUP, dtypes.void, tuple(substitute_each(memo[u.src[0]], r, lanes)))
       continue
     if u.op is Ops.REDUCE and r in u.src[1:]:
       body, rest = memo[u.src[0]], tuple(s for s in u.src[1:] if s is not r)
-      vals = [body.substitute({r: c}) for c in lanes]
+      vals = substitute_each(body, r, lanes)
       is_group = r.arg.axis_type is AxisType.GROUP_REDUCE
       if is_group and rest:  # k partial accumulators, combined after
         vals = [u.replace(src=(v, *rest)) for v in vals]

@@ -135,6 +135,25 @@ def substitute(root: UOp, dvars: dict[UOp, UOp], extra_pm: PatternMatcher | None
   return graph_rewrite(out, extra_pm) if extra_pm is not None else out
 
 
+def substitute_each(root: UOp, key: UOp, values: list[UOp]) -> list[UOp]:
+  """`[root.substitute({key: v}) for v in values]`, walking the graph once: the nodes that
+  depend on `key` are found first and only they are rebuilt for each value (unrolling a loop
+  `k` times walked its whole body `k` times)."""
+  order: list[UOp] = []
+  dep: set[UOp] = {key}
+  for u in root.toposort():
+    if u is not key and not dep.isdisjoint(u.src):
+      dep.add(u)
+      order.append(u)
+  if root not in dep: return [root] * len(values)
+  out = []
+  for v in values:
+    memo = {key: v}
+    for u in order: memo[u] = rebuild(u, tuple([memo.get(s, s) for s in u.src]))
+    out.append(memo[root])
+  return out
+
+
 def _substitute(root: UOp, dvars: dict[UOp, UOp]) -> UOp:
   """The substitution itself: nodes are rebuilt only where a source changed."""
   memo: dict[UOp, UOp] = {}
