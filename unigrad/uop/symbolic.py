@@ -81,7 +81,7 @@ def _order_head(x: UOp) -> tuple:
   """order_key(x) without its last item (the sources' keys); cached per node."""
   if (h := x.__dict__.get("_ohead")) is not None: return h
   arg = x.arg if isinstance(x.arg, (int, float, str, bool)) else repr(x.arg)
-  h = (x.op is Ops.CONST, x.op.value, str(type(arg)), arg, x.dtype.priority)
+  h = (x.op is Ops.CONST, x.op._value_, str(type(arg)), arg, x.dtype.priority)  # value, unwrapped
   x.__dict__["_ohead"] = h
   return h
 
@@ -94,7 +94,8 @@ def order_cmp(a: UOp, b: UOp) -> int:
   stack: list[list] = []  # per open level: [a's sources, b's sources, next position]
   while True:
     if a is not b:
-      ha, hb = _order_head(a), _order_head(b)
+      ha = a.__dict__.get("_ohead") or _order_head(a)
+      hb = b.__dict__.get("_ohead") or _order_head(b)
       if ha != hb: return -1 if ha < hb else 1
       stack.append([a.src, b.src, 0])
     while True:  # the next pair of sources that are not the same node
