@@ -16,6 +16,7 @@ Invariants: no node keeps the range; the result computes exactly what the loop o
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from unigrad.dtype import AddrSpace, DType, dtypes
@@ -30,11 +31,11 @@ VECTOR_DTYPES = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.
                            dtypes.int64, dtypes.uint64, dtypes.bool, dtypes.index})
 
 
-def depends_on(root: UOp, r: UOp) -> set[UOp]:
-  """The nodes below `root` whose value changes with range `r` (a GEP reads fixed lanes, so
-  nothing above it depends on r through it)."""
+def depends_on(root: UOp, r: UOp, nodes: Iterable[UOp] | None = None) -> set[UOp]:
+  """The nodes below `root` (its toposort `nodes`, when the caller has it) whose value changes
+  with range `r` (a GEP reads fixed lanes, so nothing above it depends on r through it)."""
   dep: set[UOp] = set()
-  for u in root.toposort():
+  for u in root.toposort() if nodes is None else nodes:
     if u is r or (u.op is not Ops.GEP and not dep.isdisjoint(u.src)): dep.add(u)
   return dep
 
@@ -199,13 +200,14 @@ def _vec_node(ctx: VectorizeCtx, u: UOp) -> UOp:
 
 def vectorize(ast: UOp) -> UOp:
   """Turn the kernel's remaining vector range (if any) into vector values."""
-  rs = [u for u in ast.toposort() if u.op is Ops.RANGE and u.arg.axis_type in VECTOR_AXES]
+  nodes = ast.toposort()
+  rs = [u for u in nodes if u.op is Ops.RANGE and u.arg.axis_type in VECTOR_AXES]
   if not rs: return ast
   if len(rs) > 1: raise RuntimeError(f"vectorize: expected one vector range, got {len(rs)}")
   r = rs[0]
-  ctx = VectorizeCtx(r, r.src[0].arg, depends_on(ast, r))
+  ctx = VectorizeCtx(r, r.src[0].arg, depends_on(ast, r, nodes))
   memo, dep = ctx.memo, ctx.dep
-  for u in ast.toposort():
+  for u in nodes:
     if u in dep: memo[u] = _vec_node(ctx, u)
     elif u.op is Ops.GEP and u.src[0] in dep:  # GEP(x, r): lane of x's vector
       memo[u] = u.replace(src=(memo[u.src[0]],))
