@@ -195,7 +195,7 @@ def split_to_registers(ast: UOp, r: UOp, vector_bytes: int) -> tuple[UOp, UOp]:
 def expand(ast: UOp, vector_bytes: int = 0) -> UOp:
   """The expand stage: keep the range that pays most as vector lanes (targets with vectors of
   `vector_bytes`), unroll the other UPCAST/UNROLL ranges, lower reductions, bind THREAD ranges."""
-  ast = thread_to_core_id(ast)
+  ast = thread_to_core_id(ast)  # first: the graph is smallest before unrolling
   keep = pick_vector_range(ast, vector_bytes)
   if keep is not None: ast, keep = split_to_registers(ast, keep, vector_bytes)
   ast = unroll_ranges(ast, keep)
