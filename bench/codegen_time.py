@@ -20,7 +20,7 @@ import time
 from common import CLOCK, make_transformer, transformer_loss
 
 from unigrad import Tensor
-from unigrad.codegen.pipeline import CODEGEN_STAGES, keep_all_params
+from unigrad.codegen.pipeline import CODEGEN_STAGES, gc_paused, keep_all_params
 from unigrad.engine.realize import renderer_for
 from unigrad.uop import Ops, UOp
 
@@ -30,10 +30,11 @@ def codegen_stages(kernel: UOp) -> tuple[dict[str, float], UOp]:
   ren = renderer_for("CPU")
   times: dict[str, float] = {}
   ast = kernel
-  for stage in CODEGEN_STAGES:
-    t0 = CLOCK[0]()
-    ast = stage.run(ast, ren)
-    times[stage.name] = CLOCK[0]() - t0
+  with gc_paused():  # as the driver (full_rewrite) runs the stages
+    for stage in CODEGEN_STAGES:
+      t0 = CLOCK[0]()
+      ast = stage.run(ast, ren)
+      times[stage.name] = CLOCK[0]() - t0
   linear = keep_all_params(ast, kernel)
   t0 = CLOCK[0]()
   ren.render("k", linear)

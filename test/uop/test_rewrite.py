@@ -7,7 +7,7 @@ from unigrad.knobs import Context
 from unigrad.uop import (CallInfo, Ops, PatternMatcher, RewriteError, TrackedPatternMatcher, UOp,
                          UPat, dtypes, graph_rewrite, match_stats, track_rewrites, traces)
 from unigrad.uop import upat as upat_module
-from unigrad.uop.rewrite import BPM_LOOP_LIMIT
+from unigrad.uop.rewrite import BPM_LOOP_LIMIT, rebuild, substitute_each
 
 idx = dtypes.index
 a, b, z = UOp.variable("a", 0, 10), UOp.variable("b", 0, 10), UOp.variable("z", 0, 10)
@@ -204,6 +204,22 @@ def test_substitute_with_extra_pm() -> None:
   pm = PatternMatcher([(UPat(Ops.ADD, src=(UPat.var("x"), UPat.var("x"))), lambda x: x * 2)])
   assert (a + b).substitute({b: a}, extra_pm=pm) is a * 2
   assert (a + b).substitute({b: z}, extra_pm=pm) is a + z
+
+
+def test_rebuild_keeps_the_node_when_its_sources_are_its_own() -> None:
+  e = (a + b).replace(tag="t")
+  assert rebuild(e, (a, b)) is e
+  assert rebuild(e, (a, z)) is (a + z).replace(tag="t")  # op, dtype, arg and tag kept
+  assert rebuild(e, tuple([a, b])) is e  # equal sources, another tuple
+
+
+def test_substitute_each_is_substitute_for_each_value() -> None:
+  shared = (a * 4 + b) // 2
+  roots = [shared * shared + a, (shared + z).maximum(a), b + z, a, UOp.sink(shared, b + 1)]
+  values = [c(0), c(3), z + 1, b]
+  for root in roots:
+    assert substitute_each(root, a, values) == [root.substitute({a: v}) for v in values]
+  assert substitute_each(b + z, a, values) == [b + z] * 4  # no node depends on the key
 
 
 # ---- tracking ----

@@ -9,8 +9,9 @@ from hypothesis import strategies as st
 
 from unigrad.uop import Invalid, Ops, UOp, dtypes, sym_infer
 from unigrad.uop.alu import exec_alu
-from unigrad.uop.symbolic import (linear_terms, order_key, pm_canonical, pm_compare, pm_divmod,
-                                  pm_fold_constants, pm_identities, pm_invalid, pm_min_max)
+from unigrad.uop.symbolic import (linear_terms, order_cmp, order_key, pm_canonical, pm_compare,
+                                  pm_divmod, pm_fold_constants, pm_identities, pm_invalid,
+                                  pm_min_max)
 from unigrad.uop.validity import (pm_simplify_valid, simplify_valid, uop_given_valid,
                                   valid_bounds)
 
@@ -195,6 +196,31 @@ def test_canonical_order() -> None:
   assert (x + y + x).simplify() is (x * 2 + y).simplify()
   assert (x - x).simplify() is c(0) and (x + y - y).simplify() is x
   assert order_key(x) < order_key(c(1))  # constants sort last
+
+
+def _key_cmp(a: UOp, b: UOp) -> int:
+  ka, kb = order_key(a), order_key(b)
+  return -1 if ka < kb else 0 if ka == kb else 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(bounds, st.sampled_from([idx, i32, f32]), st.lists(exprs, min_size=2, max_size=4))
+def test_order_cmp_is_the_order_of_order_key(bs: list, dt, trees: list) -> None:
+  # the walk in step agrees with comparing the nested key tuples, on unsimplified (deep, shared)
+  # expressions, their sums (shared prefixes), floats and nodes that differ only in their tag
+  vs = make_vars(bs, idx if dt == f32 else dt)
+  es = [build(t, vs, idx if dt == f32 else dt) for t in trees]
+  if dt == f32: es = [e.cast(f32) * 2.0 for e in es]
+  es += [es[0] + es[1], es[1] + es[0], es[0].replace(tag="t"), (es[0] + es[1]).replace(tag="t")]
+  for a, b in itertools.product(es, repeat=2):
+    assert order_cmp(a, b) == _key_cmp(a, b), (a.render(simplify=False), b.render(simplify=False))
+
+
+def test_order_cmp_handles_chains_deeper_than_the_recursion_limit() -> None:
+  a, b = x, y  # the first difference is at the bottom of 3000 equal levels
+  for i in range(3000): a, b = a + i, b + i
+  want = _key_cmp(x, y)
+  assert order_cmp(a, b) == want and order_cmp(b, a) == -want and order_cmp(a, a) == 0
 
 
 def test_wrapping_integer_sums_keep_their_shared_partial_sums() -> None:

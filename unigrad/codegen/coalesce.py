@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 from unigrad.dtype import AddrSpace, DType, dtypes
 from unigrad.renderer import Renderer
+from unigrad.uop.rewrite import rebuild
 from unigrad.uop import Ops, UOp
 from unigrad.uop.symbolic import linear_terms
 
@@ -106,7 +107,7 @@ def coalesce(ast: UOp, ren: Renderer) -> UOp:
   ast = _fold_loads(ast, ren)
   memo: dict[UOp, UOp] = {}
   for u in ast.toposort():  # bottom up: a GROUP sees its sources already folded
-    new_src = tuple(memo[s] for s in u.src)
-    x = u if all(a is b for a, b in zip(new_src, u.src)) else u.replace(src=new_src)
+    new_src = tuple([memo[s] for s in u.src])
+    x = rebuild(u, new_src)
     memo[u] = _fold_group(x, ren) if x.op is Ops.GROUP else x
   return memo[ast]

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from unigrad.dtype import AddrSpace, DType, dtypes
 from unigrad.codegen.vectorize import depends_on, lane_bytes, pick_vector_range
+from unigrad.uop.rewrite import rebuild, substitute_each
 from unigrad.uop import AxisType, Ops, ParamArg, PatternMatcher, UOp, UPat, graph_rewrite, shape_uop
 
 ACC_SLOTS_START = 1 << 20  # accumulator BUFFER slots, apart from the kernel's PARAM slots
@@ -33,6 +34,7 @@ def identity_element(op: Ops, dt: DType) -> float | int | bool:
 
 @dataclass
 class ExpandCtx:
+  keep: UOp | None = None  # the range left for the vectorize stage
   slots: itertools.count = field(default_factory=lambda: itertools.count(ACC_SLOTS_START))
 
 
@@ -53,7 +55,14 @@ def lower_reduce(ctx: ExpandCtx, red: UOp) -> UOp:
   return _index0(UOp(Ops.AFTER, dt, (acc, upd)))
 
 
+def split_vector_reduce(ctx: ExpandCtx, red: UOp) -> UOp | None:
+  """A REDUCE over the kept vector range: per-lane accumulators, their lanes combined after."""
+  if ctx.keep is None or ctx.keep not in red.src[1:]: return None
+  return split_lane_reduce(red, ctx.keep)
+
+
 pm_expand_reduce = PatternMatcher([
+  (UPat(Ops.REDUCE, name="red"), split_vector_reduce),  # REDUCE over lanes -> per-lane REDUCE
   (UPat(Ops.REDUCE, name="red"), lower_reduce),  # REDUCE -> accumulator loop
 ])
 
@@ -68,12 +77,11 @@ def _unroll_one(ast: UOp, r: UOp) -> UOp:
   memo: dict[UOp, UOp] = {}
   for u in ast.toposort():
     if u.op is Ops.END and u.src[1] is r:
-      body = memo[u.src[0]]
-      memo[u] = UOp(Ops.GROUP, dtypes.void, tuple(body.substitute({r: c}) for c in lanes))
+      memo[u] = UOp(Ops.GROUP, dtypes.void, tuple(substitute_each(memo[u.src[0]], r, lanes)))
       continue
     if u.op is Ops.REDUCE and r in u.src[1:]:
       body, rest = memo[u.src[0]], tuple(s for s in u.src[1:] if s is not r)
-      vals = [body.substitute({r: c}) for c in lanes]
+      vals = substitute_each(body, r, lanes)
       is_group = r.arg.axis_type is AxisType.GROUP_REDUCE
       if is_group and rest:  # k partial accumulators, combined after
         vals = [u.replace(src=(v, *rest)) for v in vals]
@@ -81,8 +89,8 @@ def _unroll_one(ast: UOp, r: UOp) -> UOp:
       for v in vals[1:]: acc = acc.alu(u.arg.op, v)
       memo[u] = u.replace(src=(acc, *rest)) if rest and not is_group else acc
       continue
-    new_src = tuple(memo[s] for s in u.src)
-    memo[u] = u if all(a is b for a, b in zip(new_src, u.src)) else u.replace(src=new_src)
+    new_src = tuple([memo[s] for s in u.src])
+    memo[u] = rebuild(u, new_src)
   return memo[ast]
 
 
@@ -107,13 +115,6 @@ def split_lane_reduce(red: UOp, r: UOp) -> UOp:
   return lanes[0]
 
 
-def keep_vector_range(ast: UOp, r: UOp) -> UOp:
-  """Leave range r for the vectorize stage: reductions over it become per-lane accumulators."""
-  reds = {u: split_lane_reduce(u, r) for u in ast.toposort()
-          if u.op is Ops.REDUCE and r in u.src[1:]}
-  return ast.substitute(reds) if reds else ast
-
-
 def thread_to_core_id(ast: UOp) -> UOp:
   """A THREAD range is the launch's chunk index: SPECIAL("core_id"), with no loop."""
   threads = [u for u in ast.toposort() if u.op is Ops.RANGE and u.arg.axis_type is AxisType.THREAD]
@@ -124,8 +125,8 @@ def thread_to_core_id(ast: UOp) -> UOp:
       if u is r: memo[u] = special
       elif u.op is Ops.END and u.src[1] is r: memo[u] = memo[u.src[0]]
       else:
-        new_src = tuple(memo[s] for s in u.src)
-        memo[u] = u if all(a is b for a, b in zip(new_src, u.src)) else u.replace(src=new_src)
+        new_src = tuple([memo[s] for s in u.src])
+        memo[u] = rebuild(u, new_src)
     ast = memo[ast]
   return ast
 
@@ -151,8 +152,8 @@ def merge_ends(ast: UOp) -> UOp:
           merged[r] = UOp(Ops.END, dtypes.void, (UOp(Ops.GROUP, dtypes.void, body), r))
         memo[x] = merged[r]
         continue
-      new_src = tuple(memo[s] for s in x.src)
-      memo[x] = x if all(a is b for a, b in zip(new_src, x.src)) else x.replace(src=new_src)
+      new_src = tuple([memo[s] for s in x.src])
+      memo[x] = rebuild(x, new_src)
     return memo[root]
   return build(ast)
 
@@ -174,8 +175,8 @@ def split_range(ast: UOp, r: UOp, inner_size: int) -> tuple[UOp, UOp]:
       rs = tuple(p for s in u.src[1:] for p in ((outer, inner) if s is r else (s,)))
       memo[u] = u.replace(src=(memo[u.src[0]], *rs))
     else:
-      new_src = tuple(memo[s] for s in u.src)
-      memo[u] = u if all(a is b for a, b in zip(new_src, u.src)) else u.replace(src=new_src)
+      new_src = tuple([memo[s] for s in u.src])
+      memo[u] = rebuild(u, new_src)
   return memo[ast], inner
 
 
@@ -194,9 +195,10 @@ def split_to_registers(ast: UOp, r: UOp, vector_bytes: int) -> tuple[UOp, UOp]:
 def expand(ast: UOp, vector_bytes: int = 0) -> UOp:
   """The expand stage: keep the range that pays most as vector lanes (targets with vectors of
   `vector_bytes`), unroll the other UPCAST/UNROLL ranges, lower reductions, bind THREAD ranges."""
+  ast = thread_to_core_id(ast)  # first: the graph is smallest before unrolling
   keep = pick_vector_range(ast, vector_bytes)
   if keep is not None: ast, keep = split_to_registers(ast, keep, vector_bytes)
   ast = unroll_ranges(ast, keep)
-  if keep is not None: ast = keep_vector_range(ast, keep)
-  ast = graph_rewrite(ast, pm_expand_reduce, ctx=ExpandCtx(), name="expand reduce")
-  return thread_to_core_id(merge_ends(ast))
+  # reductions over the kept range become per-lane ones as they are lowered (one rebuild)
+  ast = graph_rewrite(ast, pm_expand_reduce, ctx=ExpandCtx(keep), name="expand reduce")
+  return merge_ends(ast)

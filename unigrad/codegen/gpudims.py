@@ -20,6 +20,7 @@ import math
 from unigrad.codegen.opt import KernelOptError
 from unigrad.codegen.opt.kernel import axis_key
 from unigrad.renderer import Renderer
+from unigrad.uop.rewrite import rebuild
 from unigrad.uop import AxisType, KernelInfo, Ops, UOp
 
 __all__ = ["gpudims", "launch_dims", "GLOBAL_PREFIX", "LOCAL_PREFIX"]
@@ -91,8 +92,8 @@ def gpudims(ast: UOp, ren: Renderer) -> UOp:
     if u in sub: memo[u] = sub[u]
     elif u.op is Ops.END and u.src[1] in sub: memo[u] = memo[u.src[0]]
     else:
-      new_src = tuple(memo[s] for s in u.src)
-      memo[u] = u if all(a is b for a, b in zip(new_src, u.src)) else u.replace(src=new_src)
+      new_src = tuple([memo[s] for s in u.src])
+      memo[u] = rebuild(u, new_src)
   return memo[ast]
 
 

@@ -10,9 +10,11 @@ Invariants: no Invalid constant and no index dtype remain; LOAD/STORE addresses 
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 
 from unigrad.dtype import LOW_FLOATS, AddrSpace, DType, dtypes
+from unigrad.uop.rewrite import rebuild
 from unigrad.uop import GroupOp, Ops, PatternMatcher, UOp, UPat
 from unigrad.uop.ops import InvalidType
 
@@ -41,6 +43,9 @@ def _load(ix: UOp) -> UOp:
 
 def add_loads(x: UOp) -> UOp | None:
   """Wrap every memory-reference source in value position in a LOAD."""
+  for s in x.src:  # most nodes read no memory: out before building anything
+    if s.op is Ops.INDEX: break
+  else: return None
   start = 1 if x.op is Ops.STORE else 0
   stop = 2 if x.op is Ops.STORE else len(x.src)
   new = tuple(_load(s) if start <= i < stop and is_memory_ref(s) else s
@@ -103,24 +108,25 @@ pm_fma_accumulate = PatternMatcher([
 ])
 
 
-def index_dtype_for(sink: UOp) -> DType:
-  """int32 when every index value of the kernel fits, else int64."""
+def index_dtype_for(nodes: Iterable[UOp]) -> DType:
+  """int32 when every index value of the kernel (its `nodes`) fits, else int64."""
   lo, hi = -(2 ** 31), 2 ** 31 - 1
-  for u in sink.toposort():
+  for u in nodes:
     if u.dtype == dtypes.index and not (lo <= u.vmin and u.vmax <= hi): return dtypes.int64
   return dtypes.int32
 
 
 def lower_index_dtype(sink: UOp) -> UOp:
   """Commit every `index` node to one concrete integer dtype."""
-  dt = index_dtype_for(sink)
+  nodes = sink.toposort()
+  dt = index_dtype_for(nodes)
   memo: dict[UOp, UOp] = {}
-  for u in sink.toposort():
-    new_src = tuple(memo[s] for s in u.src)
+  for u in nodes:
+    new_src = tuple([memo[s] for s in u.src])
     if u.op is Ops.VCONST: memo[u] = u  # shapes stay index-typed
-    elif u.dtype == dtypes.index and u.op is Ops.CONST: memo[u] = UOp.const(dt, u.arg)
-    elif u.dtype == dtypes.index and u.op is Ops.PARAM:  # a variable: its arg names the dtype
+    elif u.dtype != dtypes.index: memo[u] = rebuild(u, new_src)
+    elif u.op is Ops.CONST: memo[u] = UOp.const(dt, u.arg)
+    elif u.op is Ops.PARAM:  # a variable: its arg names the dtype
       memo[u] = u.replace(dtype=dt, src=new_src, arg=replace(u.arg, dtype=dt))
-    elif u.dtype == dtypes.index: memo[u] = u.replace(dtype=dt, src=new_src)
-    else: memo[u] = u if all(a is b for a, b in zip(new_src, u.src)) else u.replace(src=new_src)
+    else: memo[u] = u.replace(dtype=dt, src=new_src)
   return memo[sink]

@@ -86,12 +86,13 @@ def _emit(block: UOp | None, members: dict[UOp | None, list[UOp]], tree: LoopTre
   for r in children:
     for u in _loop_nodes(r, members, tree): item_of[u] = r
   all_items = items + children
-  deps = {it: set() for it in all_items}
+  deps: dict[UOp, set[UOp]] = {}
+  owner_of = item_of.get
   for it in all_items:
+    deps[it] = dep = set()
     for u in ([it] if it in item_set else _loop_nodes(it, members, tree)):
       for s in u.src:
-        owner = item_of.get(s)
-        if owner is not None and owner is not it: deps[it].add(owner)
+        if (owner := owner_of(s)) is not None and owner is not it: dep.add(owner)
   users: dict[UOp, list[UOp]] = {it: [] for it in all_items}
   for it, ds in deps.items():
     for d in ds: users[d].append(it)

@@ -15,10 +15,13 @@ Invariants: no node keeps the range; the result computes exactly what the loop o
 """
 from __future__ import annotations
 
+import functools
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from unigrad.dtype import AddrSpace, DType, dtypes
 from unigrad.uop import AxisType, GroupOp, Ops, ParamArg, UOp
+from unigrad.uop.rewrite import rebuild
 from unigrad.uop.symbolic import linear_terms
 
 VECTOR_AXES = (AxisType.UPCAST, AxisType.UNROLL, AxisType.GROUP_REDUCE)
@@ -28,12 +31,12 @@ VECTOR_DTYPES = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.
                            dtypes.int64, dtypes.uint64, dtypes.bool, dtypes.index})
 
 
-def depends_on(root: UOp, r: UOp) -> set[UOp]:
-  """The nodes below `root` whose value changes with range `r` (a GEP reads fixed lanes, so
-  nothing above it depends on r through it)."""
+def depends_on(root: UOp, r: UOp, nodes: Iterable[UOp] | None = None) -> set[UOp]:
+  """The nodes below `root` (its toposort `nodes`, when the caller has it) whose value changes
+  with range `r` (a GEP reads fixed lanes, so nothing above it depends on r through it)."""
   dep: set[UOp] = set()
-  for u in root.toposort():
-    if u is r or (u.op is not Ops.GEP and any(s in dep for s in u.src)): dep.add(u)
+  for u in root.toposort() if nodes is None else nodes:
+    if u is r or (u.op is not Ops.GEP and not dep.isdisjoint(u.src)): dep.add(u)
   return dep
 
 
@@ -102,6 +105,13 @@ def pick_vector_range(ast: UOp, vector_bytes: int) -> UOp | None:
 
 # ---- the rewrite ----
 
+@functools.cache
+def vec_dtype(dt: DType, k: int) -> DType:
+  """`dt.vec(k)`, made once: each call of `vec` builds and hashes a new DType (a tenth of the
+  stage on a kernel of wide vectors)."""
+  return dt.vec(k)
+
+
 @dataclass
 class VectorizeCtx:
   r: UOp
@@ -116,12 +126,12 @@ class VectorizeCtx:
   def broadcast(self, u: UOp) -> UOp:
     """u as a vector: its vector form if it depends on the range, else k copies."""
     v = self.memo.get(u, u)
-    return v if u in self.dep else UOp(Ops.STACK, u.dtype.vec(self.k), (v,) * self.k)
+    return v if u in self.dep else UOp(Ops.STACK, vec_dtype(u.dtype, self.k), (v,) * self.k)
 
 
 def _vec_buffer(ctx: VectorizeCtx, buf: UOp) -> UOp:
   """A register accumulator widened to hold a vector."""
-  dt = buf.dtype.vec(ctx.k)
+  dt = vec_dtype(buf.dtype, ctx.k)
   a = buf.arg
   return buf.replace(dtype=dt, arg=ParamArg(a.slot, dt, a.device, a.addrspace, a.name))
 
@@ -135,8 +145,8 @@ def _vec_load(ctx: VectorizeCtx, u: UOp) -> UOp:
     base = ctx.lane(ix, 0)
     alt = (ctx.broadcast(u.src[1]),) if len(u.src) == 3 else ()
     gate = (u.src[2],) if len(u.src) == 3 else ()
-    return UOp(Ops.LOAD, u.dtype.vec(ctx.k), (base, *alt, *gate))
-  return UOp(Ops.STACK, u.dtype.vec(ctx.k), tuple(ctx.lane(u, i) for i in range(ctx.k)))
+    return UOp(Ops.LOAD, vec_dtype(u.dtype, ctx.k), (base, *alt, *gate))
+  return UOp(Ops.STACK, vec_dtype(u.dtype, ctx.k), tuple(ctx.lane(u, i) for i in range(ctx.k)))
 
 
 def _vec_store(ctx: VectorizeCtx, u: UOp) -> UOp:
@@ -165,7 +175,8 @@ def _vec_node(ctx: VectorizeCtx, u: UOp) -> UOp:
   """The vector form of a node that depends on the range."""
   op = u.op
   if u is ctx.r:
-    return UOp(Ops.STACK, u.dtype.vec(ctx.k), tuple(UOp.const(u.dtype, i) for i in range(ctx.k)))
+    lanes = tuple(UOp.const(u.dtype, i) for i in range(ctx.k))
+    return UOp(Ops.STACK, vec_dtype(u.dtype, ctx.k), lanes)
   if op is Ops.END and u.src[1] is ctx.r: return ctx.memo[u.src[0]]
   if op is Ops.LOAD: return _vec_load(ctx, u)
   if op is Ops.STORE: return _vec_store(ctx, u)
@@ -179,8 +190,8 @@ def _vec_node(ctx: VectorizeCtx, u: UOp) -> UOp:
     rest = tuple(ctx.memo.get(s, s) for s in u.src[1:] if s is not ctx.r)
     return u.replace(dtype=vbuf.dtype, src=(vbuf, *rest))
   if op in GroupOp.Elementwise:
-    dt = u.dtype.vec(ctx.k)
-    arg = u.arg.vec(ctx.k) if isinstance(u.arg, DType) else u.arg
+    dt = vec_dtype(u.dtype, ctx.k)
+    arg = vec_dtype(u.arg, ctx.k) if isinstance(u.arg, DType) else u.arg
     return u.replace(dtype=dt, arg=arg, src=tuple(ctx.broadcast(s) for s in u.src))
   if op in (Ops.END, Ops.GROUP, Ops.SINK):
     return u.replace(src=tuple(ctx.memo.get(s, s) for s in u.src))
@@ -189,17 +200,19 @@ def _vec_node(ctx: VectorizeCtx, u: UOp) -> UOp:
 
 def vectorize(ast: UOp) -> UOp:
   """Turn the kernel's remaining vector range (if any) into vector values."""
-  rs = [u for u in ast.toposort() if u.op is Ops.RANGE and u.arg.axis_type in VECTOR_AXES]
+  nodes = ast.toposort()
+  rs = [u for u in nodes if u.op is Ops.RANGE and u.arg.axis_type in VECTOR_AXES]
   if not rs: return ast
   if len(rs) > 1: raise RuntimeError(f"vectorize: expected one vector range, got {len(rs)}")
   r = rs[0]
-  ctx = VectorizeCtx(r, r.src[0].arg, depends_on(ast, r))
-  for u in ast.toposort():
-    if u in ctx.dep: ctx.memo[u] = _vec_node(ctx, u)
-    elif u.op is Ops.GEP and u.src[0] in ctx.dep:  # GEP(x, r): lane of x's vector
-      ctx.memo[u] = u.replace(src=(ctx.memo[u.src[0]],))
+  ctx = VectorizeCtx(r, r.src[0].arg, depends_on(ast, r, nodes))
+  memo, dep = ctx.memo, ctx.dep
+  for u in nodes:
+    if u in dep: memo[u] = _vec_node(ctx, u)
+    elif u.op is Ops.GEP and u.src[0] in dep:  # GEP(x, r): lane of x's vector
+      memo[u] = u.replace(src=(memo[u.src[0]],))
     elif u.op is Ops.GEP and u.src[1:] == (r,):  # x does not vary with r: every lane is x
-      ctx.memo[u] = ctx.memo.get(u.src[0], u.src[0])
-    elif any(s in ctx.memo for s in u.src):
-      ctx.memo[u] = u.replace(src=tuple(ctx.memo.get(s, s) for s in u.src))
-  return ctx.memo.get(ast, ast)
+      memo[u] = memo.get(u.src[0], u.src[0])
+    elif (new_src := tuple([memo.get(s, s) for s in u.src])) != u.src:
+      memo[u] = rebuild(u, new_src)
+  return memo.get(ast, ast)

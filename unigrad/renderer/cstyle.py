@@ -109,8 +109,9 @@ WIDENS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG, Ops.SHL})
 
 
 def is_narrow(dt: DType) -> bool:
-  """Integer types C promotes to int before any arithmetic."""
-  return dt == dtypes.bool or (dtypes.is_int(dt) and dt != dtypes.index and dt.itemsize < 4)
+  """Integer types C promotes to int before any arithmetic (the size first: it is one attribute
+  read, the int test compares against every integer type)."""
+  return dt.itemsize < 4 and (dt == dtypes.bool or (dtypes.is_int(dt) and dt != dtypes.index))
 
 
 def _fits(u: UOp) -> bool:

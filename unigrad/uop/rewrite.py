@@ -122,11 +122,36 @@ def _graph_rewrite(sink: UOp, pm: PatternMatcher | None, ctx: Any, bottom_up: bo
   return memo.get(sink, sink)
 
 
+def rebuild(u: UOp, src: tuple[UOp, ...]) -> UOp:
+  """`u` with the sources `src`, or `u` itself when they are its own: the step of the memo loops
+  that rebuild a graph, without `replace`'s keyword handling (a tenth of a stage's time)."""
+  return u if src == u.src else type(u)(u.op, u.dtype, src, u.arg, u.tag)
+
+
 def substitute(root: UOp, dvars: dict[UOp, UOp], extra_pm: PatternMatcher | None = None) -> UOp:
   """Replace every key of `dvars` below `root` by its value. Values are not looked into, so
   `{x: x + 1}` replaces x once. `extra_pm` then rewrites the result to a fixed point."""
   out = _substitute(root, dvars) if dvars else root
   return graph_rewrite(out, extra_pm) if extra_pm is not None else out
+
+
+def substitute_each(root: UOp, key: UOp, values: list[UOp]) -> list[UOp]:
+  """`[root.substitute({key: v}) for v in values]`, walking the graph once: the nodes that
+  depend on `key` are found first and only they are rebuilt for each value (unrolling a loop
+  `k` times walked its whole body `k` times)."""
+  order: list[UOp] = []
+  dep: set[UOp] = {key}
+  for u in root.toposort():
+    if u is not key and not dep.isdisjoint(u.src):
+      dep.add(u)
+      order.append(u)
+  if root not in dep: return [root] * len(values)
+  out = []
+  for v in values:
+    memo = {key: v}
+    for u in order: memo[u] = rebuild(u, tuple([memo.get(s, s) for s in u.src]))
+    out.append(memo[root])
+  return out
 
 
 def _substitute(root: UOp, dvars: dict[UOp, UOp]) -> UOp:

@@ -33,7 +33,14 @@ INT_LIKE = (*[dt for dt in (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int6
                             dtypes.uint16, dtypes.uint32, dtypes.uint64)], dtypes.index)
 
 
+# dtypes.is_float's tuple takes an __eq__ call per member it is not; a set takes one hash
+_FLOAT_SET = frozenset(FLOATS)
+
+
 def is_int(u: UOp) -> bool: return dtypes.is_int(u.dtype) and u.dtype.count == 1
+
+
+def is_float_dtype(u: UOp) -> bool: return u.dtype.scalar() in _FLOAT_SET
 
 
 def is_invalid(u: UOp) -> bool: return u.op is Ops.CONST and isinstance(u.arg, InvalidType)
@@ -70,9 +77,44 @@ def order_key(u: UOp) -> tuple:
   return u.__dict__["_okey"]
 
 
+def _order_head(x: UOp) -> tuple:
+  """order_key(x) without its last item (the sources' keys); cached per node."""
+  if (h := x.__dict__.get("_ohead")) is not None: return h
+  arg = x.arg if isinstance(x.arg, (int, float, str, bool)) else repr(x.arg)
+  h = (x.op is Ops.CONST, x.op._value_, str(type(arg)), arg, x.dtype.priority)  # value, unwrapped
+  x.__dict__["_ohead"] = h
+  return h
+
+
+def order_cmp(a: UOp, b: UOp) -> int:
+  """-1 when order_key(a) < order_key(b), 0 when the keys are equal, else 1, without building
+  the keys: both graphs are walked in step to their first difference. Comparing the nested key
+  tuples re-tests equality at every level, O(depth^2) (most of the simplifier's time on the
+  deep float sums of an unrolled kernel); this is O(depth) and needs no recursion."""
+  stack: list[list] = []  # per open level: [a's sources, b's sources, next position]
+  while True:
+    if a is not b:
+      ha = a.__dict__.get("_ohead") or _order_head(a)
+      hb = b.__dict__.get("_ohead") or _order_head(b)
+      if ha != hb: return -1 if ha < hb else 1
+      stack.append([a.src, b.src, 0])
+    while True:  # the next pair of sources that are not the same node
+      if not stack: return 0
+      top = stack[-1]
+      sa, sb, i = top
+      n = min(len(sa), len(sb))
+      while i < n and sa[i] is sb[i]: i += 1
+      if i < n:
+        top[2] = i + 1
+        a, b = sa[i], sb[i]
+        break
+      stack.pop()
+      if len(sa) != len(sb): return -1 if len(sa) < len(sb) else 1
+
+
 def sort_commutative(x: UOp) -> UOp | None:
   a, b = x.src
-  if order_key(b) < order_key(a): return x.replace(src=(b, a))
+  if order_cmp(b, a) < 0: return x.replace(src=(b, a))
   return None
 
 
@@ -338,7 +380,7 @@ def fold_bitcast(c: UOp, x: UOp) -> UOp | None:
 
 def fold_to_const(x: UOp) -> UOp | None:
   """An integer or bool node whose min_max is one value is that value."""
-  if x.op is Ops.CONST or x.dtype.count > 1 or dtypes.is_float(x.dtype): return None
+  if x.op is Ops.CONST or x.dtype.count > 1 or is_float_dtype(x): return None
   lo, hi = x.min_max
   return type(x).const(x.dtype, lo) if lo == hi else None
 
@@ -375,7 +417,7 @@ _not_x, _not_c = UPat(Ops.CMPNE, src=(_x, _true)), UPat(Ops.CMPNE, src=(_cond, _
 
 
 def false_like(x: UOp) -> UOp: return type(x).const(dtypes.bool, False)
-def add_zero(x: UOp) -> UOp | None: return None if dtypes.is_float(x.dtype) else x  # -0.0+0 is 0.0
+def add_zero(x: UOp) -> UOp | None: return None if is_float_dtype(x) else x  # -0.0+0 is 0.0
 
 
 def swap_not_where(c: UOp, x: UOp, y: UOp) -> UOp | None:

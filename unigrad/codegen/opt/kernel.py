@@ -16,6 +16,7 @@ from unigrad.codegen.opt.pack import PACK_SLOTS_START, pack_ast
 from unigrad.codegen.opt.tc import tensor_core_ast
 from unigrad.renderer.tensor_core import TensorCore
 from unigrad.dtype import dtypes
+from unigrad.uop.rewrite import rebuild
 from unigrad.uop import AxisType, KernelInfo, Ops, RangeArg, UOp
 from unigrad.uop.ops import AXIS_ORDER, Invalid
 
@@ -43,8 +44,8 @@ def replace_range(ast: UOp, r: UOp, expr: UOp, parts: tuple[UOp, ...]) -> UOp:
       rs = tuple(p for s in u.src[1:] for p in (parts if s is r else (s,)))
       memo[u] = u.replace(src=(memo[u.src[0]], *rs))
       continue
-    new_src = tuple(memo[s] for s in u.src)
-    memo[u] = u if all(a is b for a, b in zip(new_src, u.src)) else u.replace(src=new_src)
+    new_src = tuple([memo[s] for s in u.src])
+    memo[u] = rebuild(u, new_src)
   return normalize_ends(memo[ast])
 
 
@@ -60,8 +61,8 @@ def normalize_ends(ast: UOp) -> UOp:
         base = base.src[0]
       memo[u] = _rebuild_ends(memo[base], tuple(rs))
       continue
-    new_src = tuple(memo[s] for s in u.src)
-    memo[u] = u if all(a is b for a, b in zip(new_src, u.src)) else u.replace(src=new_src)
+    new_src = tuple([memo[s] for s in u.src])
+    memo[u] = rebuild(u, new_src)
   return memo[ast]
 
 
@@ -190,9 +191,9 @@ class OptKernel:
       if u is a or u is b:
         memo[u] = a2 if u is a else b2
         continue
-      new_src = tuple(memo[s] for s in u.src)
+      new_src = tuple([memo[s] for s in u.src])
       if u.op is Ops.END and u.src[1] in (a, b): new_src = (new_src[0], b2 if u.src[1] is a else a2)
-      memo[u] = u if all(x is y for x, y in zip(new_src, u.src)) else u.replace(src=new_src)
+      memo[u] = rebuild(u, new_src)
     return memo[self.ast]
 
 
@@ -214,8 +215,8 @@ def mask_padded(ast: UOp, r: UOp, valid: UOp, clamp: UOp | None = None) -> UOp:
   stored = {u.src[0] for u in ast.toposort() if u.op is Ops.STORE}
   memo: dict[UOp, UOp] = {}
   for u in ast.toposort():
-    new_src = tuple(memo[s] for s in u.src)
-    x = u if all(a is b for a, b in zip(new_src, u.src)) else u.replace(src=new_src)
+    new_src = tuple([memo[s] for s in u.src])
+    x = rebuild(u, new_src)
     if x.op is Ops.INDEX and x.src[0].op is Ops.PARAM and r in x.src[1].toposort():
       if clamp is not None and u not in stored:
         x = x.replace(src=(x.src[0], x.src[1].substitute({r: clamp})))
