@@ -213,3 +213,12 @@ def test_float16_conversions_use_the_opencl_builtins_and_round_like_numpy():
   assert got.view(np.uint16).tolist() == want.view(np.uint16).tolist()
   back = Tensor(want, device="CL").cast(dtypes.float32).numpy()
   np.testing.assert_array_equal(back, want.astype(np.float32))
+
+
+def test_pocl_program_binaries_are_not_kept_on_disk():
+  """Regression: a PoCL binary from the on-disk cache, loaded by a later process after PoCL's own
+  kernel cache changed, aborted the process (pocl_binary.c assertion) in the middle of the
+  suite; PoCL binaries are compiled per process, other drivers' are cached."""
+  dev = Device["CL"]
+  if not dev.is_pocl: pytest.skip("the OpenCL device is not PoCL")
+  assert dev.compiler.cache_key is None

@@ -215,6 +215,10 @@ class CLCompiler(Compiler):
 
   @property
   def cache_key(self) -> str | None:
+    # a PoCL program binary is not self-contained: it names entries of PoCL's own kernel cache
+    # (~/.cache/pocl), and one loaded in a later process after that cache changed aborted the
+    # process in clBuildProgram (pocl_binary.c: "len > 0"); PoCL keeps its own compile cache
+    if self.dev.is_pocl: return None
     return f"opencl|{self.dev.device_name}|{self.dev.driver}"
 
   def compile(self, src: str) -> bytes:
@@ -311,6 +315,7 @@ class CLDevice(Compiled):
     self.device = devices[index % len(devices)]
     self.device_name = _info(self.device, "name", str)
     self.driver = _info(self.device, "driver", str)
+    self.is_pocl = "PoCL" in _info(self.device, "version", str)
     self.max_group = _info(self.device, "max_group", c_size_t).value
     self.max_alloc = _info(self.device, "max_alloc", c_ulong).value
     local_mem = _info(self.device, "local_mem", c_ulong).value
