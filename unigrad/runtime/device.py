@@ -340,6 +340,7 @@ class Buffer:
     self._handle: Any = None
     self._owner: Any = None  # what keeps wrapped memory alive (see `wrap`)
     self._wrapped = False
+    self._address: int | None = None  # the raw address, once asked for (a launch's hot path)
 
   @classmethod
   def wrap(cls, device: str, size: int, dtype: DType, address: int, owner: Any = None) -> Buffer:
@@ -378,8 +379,11 @@ class Buffer:
   def handle(self) -> Any: return self.ensure_allocated()._handle
 
   def address(self) -> int:
-    """The raw address of the first element (devices with a flat address space)."""
-    return self.allocator.address(self.handle)
+    """The raw address of the first element (devices with a flat address space); memory is
+    never moved once allocated, so it is asked of the allocator once."""
+    if (a := self._address) is not None: return a
+    a = self._address = self.allocator.address(self.handle)
+    return a
 
   def view(self, offset: int, size: int, dtype: DType) -> Buffer:
     """A Buffer of `size` `dtype` elements sharing this buffer's memory, starting `offset`
