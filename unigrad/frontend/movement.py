@@ -20,6 +20,9 @@ if TYPE_CHECKING:
   from unigrad.frontend.tensor import Tensor
 
 
+_INT = frozenset({int})
+
+
 def _shape_arg(args: tuple) -> tuple:
   """Accept f(2, 3) and f((2, 3))."""
   if len(args) == 1 and isinstance(args[0], (tuple, list)): return tuple(args[0])
@@ -51,20 +54,24 @@ class MovementMixin:
 
   def reshape(self, *shape: Any) -> Tensor:
     """A view with a new shape of the same size; one dim may be -1. `x.reshape(2, -1)`"""
-    new = [simplify_size(s) if isinstance(s, UOp) else s for s in _shape_arg(shape)]
+    new = list(_shape_arg(shape))
+    if not (set(map(type, new)) <= _INT and set(map(type, self.shape)) <= _INT):
+      new = [simplify_size(s) if isinstance(s, UOp) else s for s in new]
     if sum(1 for s in new if _is_minus_one(s)) > 1:
       raise ValueError(f"only one dimension can be inferred, got {tuple(new)}")
     if any(isinstance(s, UOp) for s in (*new, *self.shape)): return self._reshape_symbolic(new)
     numel = math.prod(self.shape)
-    bad = ValueError(f"shape '{tuple(new)}' is invalid for input of size {numel} {self.shape}")
     if -1 in new:
       rest = math.prod(s for s in new if s != -1)
-      if rest == 0 or numel % rest: raise bad
+      if rest == 0 or numel % rest: raise self._bad_size(new, numel)
       new[new.index(-1)] = numel // rest
     if any(not isinstance(s, int) or isinstance(s, bool) or s < 0 for s in new):
       raise ValueError(f"invalid shape {tuple(new)}: sizes must be ints >= 0 (or one -1)")
-    if math.prod(new) != numel: raise bad
+    if math.prod(new) != numel: raise self._bad_size(new, numel)
     return self._reshape_to(new)
+
+  def _bad_size(self, new: list, numel: int) -> ValueError:
+    return ValueError(f"shape '{tuple(new)}' is invalid for input of size {numel} {self.shape}")
 
   def _reshape_to(self, new: Sequence[sint]) -> Tensor:
     if tuple(new) == self.shape: return self._wrap(self.uop)

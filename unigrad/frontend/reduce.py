@@ -15,7 +15,7 @@ if TYPE_CHECKING:
   from unigrad.frontend.tensor import Tensor
 
 Axis = int | Sequence[int] | None
-HALF_LIKE = LOW_FLOATS  # floats that accumulate in float32
+HALF_LIKE = frozenset(LOW_FLOATS)  # floats that accumulate in float32
 # A float sum over more than LONG_FLOAT_SUM elements is summed in chunks of FLOAT_SUM_CHUNK (then
 # the chunk sums, again in chunks): one accumulator over 2**31 float32 ones stops at 2**24.
 LONG_FLOAT_SUM = 2 ** 22
@@ -63,6 +63,7 @@ class ReduceMixin:
 
   def _wrap(self, u: UOp) -> Tensor: raise NotImplementedError
   def _const(self, value: Any, dtype: DType) -> Tensor: raise NotImplementedError
+  def _cast(self, dtype: DType) -> Tensor: raise NotImplementedError
 
   def _reduce(self, op: Ops, axis: Axis, keepdim: bool) -> Tensor:
     axes = _axes(axis, self.ndim)
@@ -75,9 +76,9 @@ class ReduceMixin:
 
   def _accumulate(self, op: Ops, dtype: Any, axis: Axis, keepdim: bool) -> Tensor:
     dt = to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
-    x = self.cast(_acc_dtype(dt))
+    x = self._cast(_acc_dtype(dt))
     s = x._chunked_sum(axis, keepdim) if op is Ops.ADD and dtypes.is_float(x.dtype) else None
-    return (s if s is not None else x._reduce(op, axis, keepdim)).cast(dt)
+    return (s if s is not None else x._reduce(op, axis, keepdim))._cast(dt)
 
   def _chunked_sum(self, axis: Axis, keepdim: bool) -> Tensor | None:
     """A sum over more than LONG_FLOAT_SUM elements as sums of chunks (None for shorter ones):
@@ -130,8 +131,8 @@ class ReduceMixin:
     if not dtypes.is_float(dt):
       raise RuntimeError(f"mean(): input dtype should be floating point, got {dt!r}")
     n = math.prod(self.shape[a] for a in _axes(axis, self.ndim)) if self.ndim else 1
-    s = self.cast(_acc_dtype(dt)).sum(axis, keepdim)
-    return (s.div(n) if n else s.mul(math.nan)).cast(dt)
+    s = self._cast(_acc_dtype(dt)).sum(axis, keepdim)
+    return (s.div(n) if n else s.mul(math.nan))._cast(dt)
 
   # ---- matmul ----
   def matmul(self, w: Tensor, dtype: DType | None = None) -> Tensor:
@@ -147,11 +148,11 @@ class ReduceMixin:
       raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({sx} and {sy})")
     dt = result_type(x, y) if dtype is None else dtype
     if dt == dtypes.bool: raise TypeError("matmul of bool tensors is not supported: cast first")
-    x, y = x.cast(_acc_dtype(dt)), y.cast(_acc_dtype(dt))
+    x, y = x._cast(_acc_dtype(dt)), y._cast(_acc_dtype(dt))
     xv, yv = x.ndim == 1, y.ndim == 1
     if xv: x = x.reshape(1, x.shape[0])
     if yv: y = y.reshape(y.shape[0], 1)
-    out = (x.unsqueeze(-1) * y.unsqueeze(-3)).sum(-2, dtype=_acc_dtype(dt)).cast(dt)
+    out = (x.unsqueeze(-1) * y.unsqueeze(-3)).sum(-2, dtype=_acc_dtype(dt))._cast(dt)
     if xv: out = out.squeeze(-2)
     if yv: out = out.squeeze(-1)
     return out

@@ -83,16 +83,24 @@ class Tensor(MultiMixin, ActivationsMixin, LinalgMixin, SelectMixin, IndexingMix
     """A Tensor holding `u` (the hot path of every op: the fields are set directly)."""
     t = _new_tensor(Tensor)
     d = t.__dict__
-    d["uop"], d["_device"], d["grad"], d["_requires_grad"] = u, device, None, None
+    d["uop"], d["_device"] = u, device
+    d["grad"] = d["_requires_grad"] = None
     if requires_grad is not None: t.requires_grad = requires_grad
     all_tensors.add(t)
     return t
 
-  def _wrap(self, u: UOp) -> Tensor: return Tensor._from_uop(detach_if_no_grad(u), self._device)
+  def _wrap(self, u: UOp) -> Tensor:
+    """A Tensor on this one's device holding `u` (detached under no_grad): `_from_uop` inlined,
+    as every op ends here."""
+    t = _new_tensor(Tensor)
+    d = t.__dict__
+    d["uop"], d["_device"] = detach_if_no_grad(u), self._device
+    d["grad"] = d["_requires_grad"] = None
+    all_tensors.add(t)
+    return t
 
-  def _node(self, u: UOp) -> UOp:
-    """`u` as `_wrap` would hold it (detached under no_grad), without making a Tensor."""
-    return detach_if_no_grad(u)
+  # `u` as `_wrap` would hold it (detached under no_grad), without making a Tensor
+  _node = staticmethod(detach_if_no_grad)
 
   def _const(self, value: Any, dtype: DType) -> Tensor:
     return Tensor._from_uop(UOp.const(dtype, value), self._device)

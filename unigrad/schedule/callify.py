@@ -168,20 +168,22 @@ def _rewrite(ctx: CallifyCtx, nodes: dict[UOp, None], skip: UOp | None) -> dict[
   `_rewrite_marker`, anything else rebuilt on its rewritten sources (itself if none changed)."""
   out: dict[UOp, UOp] = {}
   get = out.__getitem__
+  # `Ops.X` is a slow lookup on Python 3.11 (EnumType.__getattr__): once per walk, not per node
+  buffer, param, markers = Ops.BUFFER, Ops.PARAM, (Ops.AFTER, Ops.CONTIGUOUS)
   for u in nodes:
     if u is skip: continue
     op = u.op
-    if op is Ops.BUFFER:
+    if op is buffer:
       out[u] = ctx.param(u)
       continue
-    if op is Ops.PARAM:
+    if op is param:
       if u.arg.name is None: raise CallifyError(u)
       out[u] = ctx.unbind(u)
       continue
     src = u.src
     new_src = tuple(map(get, src))
-    v = u if new_src == src else UOp(op, u.dtype, new_src, u.arg, u.tag)
-    out[u] = _rewrite_marker(ctx, u, v) if op is Ops.AFTER or op is Ops.CONTIGUOUS else v
+    v = u if new_src == src else u.with_src(new_src)
+    out[u] = _rewrite_marker(ctx, u, v) if op in markers else v
   return out
 
 
