@@ -11,6 +11,7 @@ import pytest
 from unigrad import Tensor, dtypes
 from unigrad.uop import Ops
 from unigrad.frontend import elementwise
+from unigrad.frontend.dtypes import result_type
 from unigrad.frontend import tensor as tensor_module
 
 DTYPES = [dtypes.float32, dtypes.float16, dtypes.bfloat16, dtypes.float64, dtypes.int32,
@@ -89,3 +90,18 @@ def test_dead_tensors_leave_the_live_set():
   assert any(x is t for x in tensor_module.all_tensors)
   del t
   assert len(tensor_module.all_tensors) == before  # the weak reference's callback removed it
+
+
+@pytest.mark.parametrize("grad", [True, False])
+def test_sub_and_div_build_their_composition(grad):
+  """sub and div build their nodes directly: the graph of a.add(b.neg()) and a.mul(b.recip())."""
+  x = Tensor.ones(2, 3, requires_grad=grad)
+  for y in (Tensor.ones(2, 3), Tensor.ones(3), Tensor.ones(()), 2, 1.5, Tensor.ones(2, 3).int()):
+    with Tensor.no_grad() if not grad else contextlib.nullcontext():
+      a, b = x._broadcasted(x, y)
+      assert (x - y).uop is a.add(b.neg()).uop
+      b, a = x._broadcasted(x, y, reverse=True)
+      assert (y - x).uop is b.add(a.neg()).uop
+      dt = dtypes.float32 if isinstance(y, (int, float)) else result_type(x, y)
+      a, b = x._broadcasted(x, y, dt)
+      assert (x / y).uop is a.mul(b.reciprocal()).uop

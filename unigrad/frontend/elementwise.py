@@ -126,6 +126,7 @@ def compose_cos(x: UOp) -> UOp:
 # Python number types whose promotion with a tensor of these dtypes keeps the tensor's dtype
 _KEEPS_DTYPE: dict[type, frozenset[DType]] = {float: frozenset(FLOATS),
                                               int: frozenset((*FLOATS, *SINTS, *UINTS))}
+NUMBERS = (int, float, bool)  # the Python number types an op takes (exactly these types)
 _scalar_operands: dict[tuple, UOp] = {}
 SCALAR_OPERAND_CACHE = 1024
 
@@ -223,9 +224,15 @@ class ElementwiseMixin:
     if dtype is None:  # two tensors of one dtype keep it: result_type's answer, without its work
       same = hasattr(x, "uop") and hasattr(y, "uop") and x.uop.dtype == y.uop.dtype
       dtype = x.uop.dtype if same else result_type(x, y)
-    ux, uy = self._to_node(x, dtype), self._to_node(y, dtype)
-    shape = broadcast_shapes(ux.shape, uy.shape)
-    return expand_node(ux, shape, self._node), expand_node(uy, shape, self._node)
+    # a Python number waits for the shape: its broadcast constant comes from scalar_operand
+    ux, uy = (None if type(v) in NUMBERS else self._to_node(v, dtype) for v in (x, y))
+    shape = broadcast_shapes(*(() if u is None else u.shape for u in (ux, uy)))
+    return self._operand_node(ux, x, dtype, shape), self._operand_node(uy, y, dtype, shape)
+
+  def _operand_node(self, u: UOp | None, v: Operand, dtype: DType, shape: tuple) -> UOp:
+    """Node `u` broadcast to `shape`, or for a Python number `v` (u None) its constant."""
+    if u is None: return self._node(scalar_operand(dtype, v, shape))
+    return expand_node(u, shape, self._node)
 
   def _check_devices(self, *xs: Operand) -> None:
     for t in xs:
@@ -269,8 +276,11 @@ class ElementwiseMixin:
     """a - b, as the spec's ADD(a, NEG(b)). Like PyTorch, no operand may be bool."""
     if dtypes.bool in (self.dtype, _operand_dtype(x)):
       raise TypeError("subtraction with a bool operand is not supported: use logical_xor or ^")
-    a, b = self._broadcasted(self, x, reverse=reverse)
-    return a.add(b.neg())
+    ua, ub = self._broadcast_nodes(self, x, reverse=reverse)
+    # a.add(b.neg()) on the nodes its tensors would hold; neg is b * -1 (a constant tensor)
+    n = self._node
+    minus_one = expand_node(n(UOp.const(ub.dtype, -1)), ub.shape, n)
+    return self._wrap(UOp(Ops.ADD, ua.dtype, (ua, n(UOp(Ops.MUL, ub.dtype, (ub, minus_one))))))
 
   def neg(self) -> Tensor:
     """-x, as the spec's MUL(x, -1)."""
@@ -288,9 +298,13 @@ class ElementwiseMixin:
       a, b = self._broadcasted(self, x, reverse=reverse)
       if _is_float(a): return a.div(b).trunc()
       return a.floordiv(b)._trunc_fix(a, b)
-    # operands go straight to the float type: a scalar never wraps in an integer type first
-    a, b = self._broadcasted(self, x, least_upper_float(result_type(self, x)), reverse)
-    return a.mul(b.reciprocal())
+    # operands go straight to the float type: a scalar never wraps in an integer type first (a
+    # float tensor keeps its dtype beside a Python number: result_type's answer, without its work)
+    keeps = type(x) in (int, float) and dtypes.is_float(self.uop.dtype)
+    dt = self.uop.dtype if keeps else least_upper_float(result_type(self, x))
+    ua, ub = self._broadcast_nodes(self, x, dt, reverse)
+    # a.mul(b.reciprocal()) on the nodes its tensors would hold
+    return self._wrap(UOp(Ops.MUL, dt, (ua, self._node(UOp(Ops.RECIP, dt, (ub,))))))
 
   def _trunc_fix(self, a: Tensor, b: Tensor) -> Tensor:
     """Floor division -> truncating division: add 1 where the signs differ and b does not
@@ -476,9 +490,11 @@ class ElementwiseMixin:
     self._check_devices(x, y)
     dt = result_type(x, y)
     cond = (self if self.dtype == dtypes.bool else self.ne(0)).uop
-    ux, uy = self._to_node(x, dt), self._to_node(y, dt)
-    shape = broadcast_shapes(cond.shape, ux.shape, uy.shape)
-    c, a, b = (expand_node(v, shape, self._node) for v in (cond, ux, uy))
+    # a Python number waits for the shape: its broadcast constant comes from scalar_operand
+    ux, uy = (None if type(v) in NUMBERS else self._to_node(v, dt) for v in (x, y))
+    shape = broadcast_shapes(cond.shape, *(() if u is None else u.shape for u in (ux, uy)))
+    c = expand_node(cond, shape, self._node)
+    a, b = self._operand_node(ux, x, dt, shape), self._operand_node(uy, y, dt, shape)
     return self._wrap(UOp(Ops.WHERE, dt, (c, a, b)))
 
   def cast(self, dtype: Any) -> Tensor:

@@ -55,8 +55,10 @@ class MovementMixin:
   def reshape(self, *shape: Any) -> Tensor:
     """A view with a new shape of the same size; one dim may be -1. `x.reshape(2, -1)`"""
     new = list(_shape_arg(shape))
-    if not (set(map(type, new)) <= _INT and set(map(type, self.shape)) <= _INT):
-      new = [simplify_size(s) if isinstance(s, UOp) else s for s in new]
+    if set(map(type, new)) <= _INT and set(map(type, self.shape)) <= _INT:
+      if -1 not in new and min(new, default=0) >= 0 and math.prod(new) == math.prod(self.shape):
+        return self._reshape_to(new)  # the usual case: static sizes, nothing to infer or report
+    else: new = [simplify_size(s) if isinstance(s, UOp) else s for s in new]
     if sum(1 for s in new if _is_minus_one(s)) > 1:
       raise ValueError(f"only one dimension can be inferred, got {tuple(new)}")
     if any(isinstance(s, UOp) for s in (*new, *self.shape)): return self._reshape_symbolic(new)
@@ -225,8 +227,11 @@ class MovementMixin:
     return self.reshape(*self.shape[:s], math.prod(self.shape[s:e + 1]), *self.shape[e + 1:])
 
   def unsqueeze(self, dim: int) -> Tensor:
-    d = canonical_axis(dim, self.ndim + 1)
-    return self.reshape(*self.shape[:d], 1, *self.shape[d:])
+    shape = self.shape
+    d = canonical_axis(dim, len(shape) + 1)
+    new = (*shape[:d], 1, *shape[d:])
+    if set(map(type, shape)) <= _INT: return self._reshape_to(new)  # nothing to check
+    return self.reshape(*new)
 
   def squeeze(self, dim: int | None = None) -> Tensor:
     if dim is None: return self.reshape(*[s for s in self.shape if s != 1])

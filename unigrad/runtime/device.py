@@ -230,6 +230,9 @@ class Compiled:
   def __repr__(self) -> str: return f"<{type(self).__name__} {self.name}>"
 
 
+_canonical_names: dict[str, str] = {}  # a device name as given -> canonicalize's answer
+
+
 class DeviceRegistry:
   """`Device[name]` opens a device once and caches it; `Device.DEFAULT` is the default name."""
   default_priority: tuple[str, ...] = ("CPU", "PYTHON")  # first available wins; the last is taken
@@ -241,10 +244,13 @@ class DeviceRegistry:
   @staticmethod
   def canonicalize(name: str) -> str:
     """Upper case, device number 0 dropped: "cpu:0" -> "CPU", "cl:1" -> "CL:1"."""
+    if type(name) is str and (known := _canonical_names.get(name)) is not None: return known
     if not isinstance(name, str) or not name.strip():
       raise ValueError(f"a device name must be a non-empty string, got {name!r}")
-    name = name.strip().upper()
-    return name[:-2] if name.endswith(":0") else name
+    canonical = name.strip().upper()
+    canonical = canonical[:-2] if canonical.endswith(":0") else canonical
+    if len(_canonical_names) < 1024: _canonical_names[name] = canonical  # every launch asks
+    return canonical
 
   @staticmethod
   @functools.cache
