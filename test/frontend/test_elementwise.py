@@ -105,3 +105,4 @@ def test_sub_and_div_build_their_composition(grad):
       dt = dtypes.float32 if isinstance(y, (int, float)) else result_type(x, y)
       a, b = x._broadcasted(x, y, dt)
       assert (x / y).uop is a.mul(b.reciprocal()).uop
+      assert (-x).uop is x.mul(x._const(-1, x.dtype)).uop

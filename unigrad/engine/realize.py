@@ -33,7 +33,7 @@ from unigrad.runtime.device import Buffer, Compiled, Device
 from unigrad.runtime.ops_cpu import cpu_threads
 from unigrad.schedule import multi
 from unigrad.schedule.function import has_function, inline_functions
-from unigrad.schedule.callify import buffer_base, callify, is_plain_buffer
+from unigrad.schedule.callify import buffer_base, callify, is_plain_buffer, recallify, remember
 from unigrad.schedule.callify import new_buffer as new_single_buffer
 from unigrad.schedule.memory import Lifetime, plan_memory
 from unigrad.schedule.schedule import create_schedule
@@ -190,6 +190,9 @@ def realize(uops: list[UOp], devices: list[str]) -> dict[UOp, UOp]:
 
 
 def _realize(uops: list[UOp], devices: list[str]) -> dict[UOp, UOp]:
+  if len(uops) == 1 and (res := recallify(uops[0], devices[0])) is not None:  # the same graph
+    run_linear(_schedule_for(res.body, len(res.bufs), devices[0]), res.bufs, res.var_vals)
+    return res.becomes
   nodes = UOp(Ops.SINK, dtypes.void, tuple(uops)).toposort()
   if has_function(nodes):  # realize the calls' results, then map the callers' nodes to them
     inlined = inline_functions(uops)
@@ -198,6 +201,7 @@ def _realize(uops: list[UOp], devices: list[str]) -> dict[UOp, UOp]:
   if (plan := multi.lower_multi(uops, devices, nodes)) is not None:
     return plan.finish(_realize(plan.uops, plan.devices))
   res = callify(uops, devices, nodes)
+  if len(uops) == 1: remember(uops[0], devices[0], res)
   run_linear(_schedule_for(res.body, len(res.bufs), devices[0]), res.bufs, res.var_vals)
   return res.becomes
 

@@ -196,7 +196,7 @@ class ElementwiseMixin:
     """The node of `_to_tensor(x, dtype)`, without making the tensor."""
     if hasattr(x, "uop"):
       u = x.uop
-      return self._node(u if dtype == u.dtype else UOp(Ops.CAST, dtype, (u,)))
+      return self._node(u if dtype is u.dtype or dtype == u.dtype else UOp(Ops.CAST, dtype, (u,)))
     if isinstance(x, UOp) and x.dtype == dtypes.index and x.shape == ():  # a symbolic size
       return self._node(x.cast(dtype))
     if not isinstance(x, (int, float, bool)):
@@ -216,7 +216,8 @@ class ElementwiseMixin:
     if reverse: x, y = y, x
     if dtype is None and hasattr(x, "uop") and hasattr(y, "uop"):
       ux, uy = x.uop, y.uop  # two tensors alike: nothing to promote, broadcast or check
-      if ux.dtype == uy.dtype and ux.shape == uy.shape and x._device == y._device == self._device:
+      same_dtype = ux.dtype is uy.dtype or ux.dtype == uy.dtype
+      if same_dtype and ux.shape == uy.shape and x._device == y._device == self._device:
         return self._node(ux), self._node(uy)
     elif dtype is None and (fast := _scalar_uops(x, y)) is not None:
       return self._node(fast[0]), self._node(fast[1])
@@ -225,8 +226,9 @@ class ElementwiseMixin:
       same = hasattr(x, "uop") and hasattr(y, "uop") and x.uop.dtype == y.uop.dtype
       dtype = x.uop.dtype if same else result_type(x, y)
     # a Python number waits for the shape: its broadcast constant comes from scalar_operand
-    ux, uy = (None if type(v) in NUMBERS else self._to_node(v, dtype) for v in (x, y))
-    shape = broadcast_shapes(*(() if u is None else u.shape for u in (ux, uy)))
+    ux = None if type(x) in NUMBERS else self._to_node(x, dtype)
+    uy = None if type(y) in NUMBERS else self._to_node(y, dtype)
+    shape = broadcast_shapes(() if ux is None else ux.shape, () if uy is None else uy.shape)
     return self._operand_node(ux, x, dtype, shape), self._operand_node(uy, y, dtype, shape)
 
   def _operand_node(self, u: UOp | None, v: Operand, dtype: DType, shape: tuple) -> UOp:
@@ -256,7 +258,8 @@ class ElementwiseMixin:
     """`cast` for an operand inside an op: self itself when the cast would change nothing (the
     same node), so no Tensor is made for it. Never return its result to the caller as is."""
     u = self.uop
-    if dtype == u.dtype and self._node(u) is u: return self  # type: ignore[return-value]
+    if (dtype is u.dtype or dtype == u.dtype) and self._node(u) is u:
+      return self  # type: ignore[return-value]
     return self.cast(dtype)
 
   def _float(self) -> Tensor:
@@ -284,9 +287,12 @@ class ElementwiseMixin:
 
   def neg(self) -> Tensor:
     """-x, as the spec's MUL(x, -1)."""
-    if self.dtype == dtypes.bool:
+    u, n = self.uop, self._node
+    if u.dtype == dtypes.bool:
       raise TypeError("negation of a bool tensor is not supported: use logical_not or ~")
-    return self.mul(self._const(-1, self.dtype))
+    # self.mul(self._const(-1, dtype)) on the nodes its tensors would hold
+    return self._wrap(UOp(Ops.MUL, u.dtype, (n(u), expand_node(n(UOp.const(u.dtype, -1)),
+                                                                u.shape, n))))
 
   def div(self, x: Operand, reverse: bool = False, rounding_mode: str | None = None) -> Tensor:
     """True division (ints give a float), or rounded with rounding_mode 'trunc' / 'floor'.
@@ -491,8 +497,10 @@ class ElementwiseMixin:
     dt = result_type(x, y)
     cond = (self if self.dtype == dtypes.bool else self.ne(0)).uop
     # a Python number waits for the shape: its broadcast constant comes from scalar_operand
-    ux, uy = (None if type(v) in NUMBERS else self._to_node(v, dt) for v in (x, y))
-    shape = broadcast_shapes(cond.shape, *(() if u is None else u.shape for u in (ux, uy)))
+    ux = None if type(x) in NUMBERS else self._to_node(x, dt)
+    uy = None if type(y) in NUMBERS else self._to_node(y, dt)
+    shape = broadcast_shapes(cond.shape, () if ux is None else ux.shape,
+                             () if uy is None else uy.shape)
     c = expand_node(cond, shape, self._node)
     a, b = self._operand_node(ux, x, dt, shape), self._operand_node(uy, y, dt, shape)
     return self._wrap(UOp(Ops.WHERE, dt, (c, a, b)))
