@@ -19,7 +19,7 @@ import weakref
 from dataclasses import dataclass, field
 
 from unigrad.dtype import AddrSpace, DType, dtypes
-from unigrad.uop import Ops, ParamArg, UOp, shape_uop, sint
+from unigrad.uop import GroupOp, Ops, ParamArg, UOp, shape_uop, sint
 from unigrad.uop.properties import as_shape
 from unigrad.uop.variable import UnboundVariableError, VariableBindError
 
@@ -54,11 +54,13 @@ def buffer_view(buf: UOp, shape: tuple[sint, ...]) -> UOp:
   return buf if tuple(shape) == (numel,) else UOp(Ops.RESHAPE, buf.dtype, (buf, shape_uop(shape)))
 
 
+_MOVEMENT, _BUFFER = GroupOp.Movement, Ops.BUFFER  # looked up once: `Ops.X` is slow (3.11)
+
+
 def buffer_base(u: UOp) -> UOp | None:
   """The BUFFER under a chain of movement ops, or None."""
-  while u.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP):
-    u = u.src[0]
-  return u if u.op is Ops.BUFFER else None
+  while u.op in _MOVEMENT: u = u.src[0]
+  return u if u.op is _BUFFER else None
 
 
 def is_plain_buffer(u: UOp) -> bool:
@@ -251,14 +253,16 @@ _templates: weakref.WeakKeyDictionary[UOp, CallifyTemplate] = weakref.WeakKeyDic
 
 def remember(target: UOp, device: str, res: CallifyResult) -> None:
   """Keep `res` (callify's result for the one target `target` on `device`) for `recallify`."""
-  slots = {b: i for i, b in enumerate(res.bufs)}
-  fresh = tuple((weakref.ref(f.node), f.device, f.dtype, f.shape, slots[buffer_base(f.view)])
-                for f in res.fresh)
-  made = {slot for *_, slot in fresh}
-  news = {f.node for f in res.fresh}
-  aliases = tuple((weakref.ref(k), weakref.ref(v)) for k, v in res.becomes.items() if k not in news)
-  bufs = tuple(None if i in made else b for i, b in enumerate(res.bufs))
-  _templates[target] = CallifyTemplate(device, res.body, bufs, fresh, aliases,
+  fresh = tuple((weakref.ref(f.node), f.device, f.dtype, f.shape,
+                 res.bufs.index(_base(f.view))) for f in res.fresh)
+  bufs: list[UOp | None] = list(res.bufs)
+  for *_, slot in fresh: bufs[slot] = None
+  aliases: tuple[tuple[weakref.ref, weakref.ref], ...] = ()
+  if len(res.becomes) > len(fresh):  # assigns: becomes entries to nodes of the graph
+    news = {f.node for f in res.fresh}
+    aliases = tuple((weakref.ref(k), weakref.ref(v)) for k, v in res.becomes.items()
+                    if k not in news)
+  _templates[target] = CallifyTemplate(device, res.body, tuple(bufs), fresh, aliases,
                                        tuple(res.var_vals.items()))
 
 
@@ -270,9 +274,16 @@ def recallify(target: UOp, device: str) -> CallifyResult | None:
   bufs, becomes = list(t.bufs), {}
   for node, dev, dtype, shape, slot in t.fresh:
     view = becomes[node()] = new_buffer(dev, dtype, shape)
-    bufs[slot] = buffer_base(view)
+    bufs[slot] = _base(view)
   for k, v in t.aliases: becomes[k()] = v()
-  return CallifyResult(t.body, tuple(bufs), becomes, dict(t.var_vals))  # type: ignore[arg-type]
+  return CallifyResult(t.body, tuple(b for b in bufs if b is not None), becomes, dict(t.var_vals))
+
+
+def _base(view: UOp) -> UOp:
+  """The BUFFER of a new buffer's view."""
+  base = buffer_base(view)
+  assert base is not None, "new_buffer gives a view of a BUFFER"
+  return base
 
 
 def _static_shape(shape: tuple) -> tuple:
