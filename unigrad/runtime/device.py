@@ -239,6 +239,7 @@ class DeviceRegistry:
 
   def __init__(self) -> None:
     self._opened: dict[str, Compiled] = {}
+    self._classes: dict[str, type[Compiled]] = {}  # base name -> its device class
     self._lock = threading.RLock()
 
   @staticmethod
@@ -263,13 +264,16 @@ class DeviceRegistry:
   def device_class(self, name: str) -> type[Compiled]:
     """The class implementing device `name` (its module imported on first use)."""
     base = self.canonicalize(name).split(":")[0]
+    if (known := self._classes.get(base)) is not None: return known
     if base not in self.known():
       raise RuntimeError(f"unknown device {base!r}; known devices: {', '.join(self.known())}")
     try: module = importlib.import_module(f"unigrad.runtime.ops_{base.lower()}")
     except (ImportError, OSError) as e:
       raise RuntimeError(f"device {base} cannot be loaded here: {e}") from e
     for attr, cls in vars(module).items():
-      if attr.lower() == f"{base.lower()}device" and isinstance(cls, type): return cls
+      if attr.lower() == f"{base.lower()}device" and isinstance(cls, type):
+        self._classes[base] = cls  # looked up once: creating a tensor on a named device asks
+        return cls
     raise RuntimeError(f"unigrad/runtime/ops_{base.lower()}.py defines no class {base}Device")
 
   def __getitem__(self, name: str) -> Compiled:
