@@ -74,6 +74,9 @@ def as_shape(u: UOp) -> Shape:
   raise ValueError(f"expected a shape (VCONST or STACK of index values), got {u.op!r}")
 
 
+_INT = frozenset({int})
+
+
 def broadcast_shapes(*shapes: Shape) -> Shape:
   """Right-align the shapes and take the element-wise max; each axis must be equal or 1."""
   if shapes and all(s == shapes[0] for s in shapes[1:]): return tuple(shapes[0])  # the usual case
@@ -82,6 +85,9 @@ def broadcast_shapes(*shapes: Shape) -> Shape:
     return tuple(arrays[0])
   n = max(len(s) for s in shapes)
   padded = [(1,) * (n - len(s)) + tuple(s) for s in shapes]
+  if all(set(map(type, s)) <= _INT for s in padded):  # static sizes: each axis's max, if it fits
+    out_static = tuple(map(max, *padded)) if len(padded) > 1 else padded[0]
+    if all(d == o or d == 1 for s in padded for d, o in zip(s, out_static)): return out_static
   out: list[sint] = []
   for axis, dims in enumerate(zip(*padded)):
     sizes = {d for d in dims if not (isinstance(d, int) and d == 1)}
