@@ -29,6 +29,7 @@ class AddrSpace(Enum):
   GLOBAL = 0
   LOCAL = 1
   REG = 2
+  __hash__ = object.__hash__  # members are singletons: identity hashing (Enum's hashes the name)
 
   def __repr__(self) -> str: return f"AddrSpace.{self.name}"
 
