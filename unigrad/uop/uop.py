@@ -203,6 +203,7 @@ class UOp(metaclass=UOpMetaClass):
   def toposort(self, gate: Callable[[UOp], bool] | None = None) -> dict[UOp, None]:
     """Every node reachable from self, sources before consumers. `gate(node)` False skips the
     node and whatever lies only below it."""
+    if gate is None: return _toposort(self)
     out: dict[UOp, None] = {}
     stack: list[tuple[UOp, bool]] = [(self, False)]
     push, pop = stack.append, stack.pop  # a hot loop: no generator, bound methods
@@ -517,6 +518,25 @@ def _sprod(shape: Iterable[sint]) -> sint:
   for d in shape:
     if isinstance(out, int) and out == 1: out = d
     else: out = out * d if isinstance(out, UOp) else d * out
+  return out
+
+
+def _toposort(root: UOp) -> dict[UOp, None]:
+  """`root.toposort()` without a gate, in the same order: the node on top of the stack goes to
+  the output once every source is there, else its first missing source goes on the stack (in a
+  DAG a node is never on the stack twice; no (node, flag) pairs are made)."""
+  out: dict[UOp, None] = {}
+  stack = [root]
+  push, pop = stack.append, stack.pop  # a hot loop: no generator, bound methods
+  while stack:
+    node = stack[-1]
+    for s in node.src:
+      if s not in out:
+        push(s)
+        break
+    else:
+      out[node] = None
+      pop()
   return out
 
 
