@@ -29,6 +29,7 @@ class AddrSpace(Enum):
   GLOBAL = 0
   LOCAL = 1
   REG = 2
+  __hash__ = object.__hash__  # members are singletons: identity hashing (Enum's hashes the name)
 
   def __repr__(self) -> str: return f"AddrSpace.{self.name}"
 
@@ -74,13 +75,14 @@ class DType:
   def _fields(self) -> tuple:
     return (self.priority, self.itemsize, self.fmt, self.count, self._scalar)
 
-  def __hash__(self) -> int:
-    # every UOp's hash-cons key hashes its dtype: the generated field hash took 1.3 us. Equal
-    # types have equal fields; the name's crc (not hash(str)) keeps it the same in every process
-    if (h := self.__dict__.get("_hash")) is not None: return h
+  def __post_init__(self) -> None:
+    # every UOp's hash-cons key hashes its dtype: the generated field hash took 1.3 us, so it is
+    # computed once. Equal types have equal fields; the name's crc (not hash(str)) keeps it the
+    # same in every process
     h = hash((self.priority, self.itemsize, self.count, zlib.crc32(self.name.encode())))
     object.__setattr__(self, "_hash", h)
-    return h
+
+  def __hash__(self) -> int: return self._hash  # type: ignore[attr-defined]
 
   def _key(self) -> tuple:
     return (self.priority, self.itemsize, self.name, self.count)
@@ -136,12 +138,19 @@ def _scalar(priority: int, itemsize: int, name: str, fmt: str | None) -> DType:
   return DType(priority, itemsize, name, fmt)
 
 
+_knob_dtypes: dict[tuple[str, Any], DType] = {}  # (knob, its value) -> the dtype it names
+
+
 def _knob_dtype(knob: Knob, is_kind: Any, kind: str) -> DType:
-  """The dtype a DEFAULT_FLOAT/DEFAULT_INT knob names (`float16`, `HALF`, `dtypes.half`)."""
+  """The dtype a DEFAULT_FLOAT/DEFAULT_INT knob names (`float16`, `HALF`, `dtypes.half`); read
+  once per value (every op with a Python float asks)."""
+  key = (knob.name, knob.value)
+  if (dt := _knob_dtypes.get(key)) is not None: return dt
   name = str(knob.value).strip().lower().removeprefix("dtypes.")
   dt = getattr(dtypes, name, None)
   if not isinstance(dt, DType) or not is_kind(dt) or dt.count != 1:
     raise ValueError(f"{knob.name}={knob.value!r} is not a{kind} dtype name")
+  _knob_dtypes[key] = dt
   return dt
 
 
@@ -209,13 +218,13 @@ class dtypes(metaclass=_DTypesMeta):  # noqa: N801 (the public name, as in tinyg
   float8_e5m2fnuz = fp8e5m2fnuz
 
   @staticmethod
-  def is_float(dt: DType) -> bool: return dt.scalar() in FLOATS
+  def is_float(dt: DType) -> bool: return dt.scalar() in FLOAT_SET
 
   @staticmethod
-  def is_int(dt: DType) -> bool: return dt.scalar() in INTS
+  def is_int(dt: DType) -> bool: return dt.scalar() in INT_SET
 
   @staticmethod
-  def is_unsigned(dt: DType) -> bool: return dt.scalar() in UINTS
+  def is_unsigned(dt: DType) -> bool: return dt.scalar() in UINT_SET
 
   @staticmethod
   def is_bool(dt: DType) -> bool: return dt.scalar() == dtypes.bool
@@ -255,6 +264,9 @@ INTS: Final = (*SINTS, *UINTS, dtypes.index)
 FP8S: Final = (dtypes.fp8e4m3, dtypes.fp8e5m2, dtypes.fp8e4m3fnuz, dtypes.fp8e5m2fnuz)
 FLOATS: Final = (*FP8S, dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
 ALL_SCALARS: Final = (dtypes.bool, *SINTS, *UINTS, *FLOATS)
+# the same as sets, for membership tests (a hash, not one __eq__ per element: a hot path)
+FLOAT_SET, INT_SET, UINT_SET = frozenset(FLOATS), frozenset(INTS), frozenset(UINTS)
+SINT_SET = frozenset(SINTS)
 # tinygrad's tuples on the namespace (dtypes.floats, ...) and its name -> dtype table
 dtypes.floats, dtypes.ints, dtypes.sints, dtypes.uints, dtypes.fp8s = (
   FLOATS, (*SINTS, *UINTS), SINTS, UINTS, FP8S)
@@ -420,7 +432,7 @@ def finfo(dt: DType) -> FInfo:
 # ---- promotion (PyTorch's rules) ----
 
 def _category(dt: DType) -> int:
-  return 0 if dt == dtypes.bool else 2 if dt in FLOATS else 1
+  return 0 if dt == dtypes.bool else 2 if dt in FLOAT_SET else 1
 
 
 # PyTorch's "barebones" unsigned types: promoting them with any other non-float type raises
@@ -479,7 +491,7 @@ def least_upper_float(dt: DType) -> DType:
 
 def sum_acc_dtype(dt: DType) -> DType:
   """The dtype PyTorch's `sum` returns: bool and every integer type (unsigned too) give int64."""
-  if dt == dtypes.bool or dt in SINTS or dt in UINTS: return dtypes.int64
+  if dt == dtypes.bool or dt in SINT_SET or dt in UINT_SET: return dtypes.int64
   return dt
 
 
@@ -489,12 +501,12 @@ def truncate(dt: DType, x: Any) -> Any:
   """`x` converted to what a `dt` register would hold (wraps ints, rounds floats)."""
   dt = dt.scalar()
   if dt == dtypes.bool: return bool(x)
-  if dt in FLOATS: return _round_float(dt, float(x))
+  if dt in FLOAT_SET: return _round_float(dt, float(x))
   if dt == dtypes.index: return int(x)
-  if dt in INTS:
+  if dt in INT_SET:
     bits = 8 * dt.itemsize
     v = int(x) & ((1 << bits) - 1)
-    return v - (1 << bits) if dt in SINTS and v >= 1 << (bits - 1) else v
+    return v - (1 << bits) if dt in SINT_SET and v >= 1 << (bits - 1) else v
   raise TypeError(f"cannot hold a value in {dt!r}")
 
 

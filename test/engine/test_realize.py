@@ -127,3 +127,21 @@ def test_new_kernels_of_a_schedule_compile_together_on_every_core(monkeypatch):
   assert len(threads) == 3 and not any(threads)  # a, the sum, the product: off the main thread
   ref = np.arange(16, dtype=np.float32) * 3.0625 + 1.1875
   np.testing.assert_allclose(out.numpy(), ref * (ref.sum() * 7.4375), rtol=1e-5)
+
+
+def test_realizing_the_same_graph_again_does_not_callify_it_again(monkeypatch):
+  x = Tensor([1.0, 2.0, 3.0], device="PYTHON").realize()
+  first = (x * 2 + 1).realize()  # its history holds the graph: x * 2 + 1 rebuilds the same nodes
+  calls = []
+  real = engine.callify
+  monkeypatch.setattr(engine, "callify", lambda *a: calls.append(a) or real(*a))
+  again = x * 2 + 1
+  assert again.uop is engine.history[first.uop]
+  again.realize()
+  assert not calls, "the template of the same graph was used"
+  assert again.uop.op is Ops.BUFFER and again.uop is not first.uop, "a new buffer each time"
+  assert again.tolist() == [3.0, 5.0, 7.0] and first.tolist() == [3.0, 5.0, 7.0]
+  x.assign(Tensor([0.0, 1.0, 2.0], device="PYTHON")).realize()
+  calls.clear()
+  assert (x * 2 + 1).tolist() == [1.0, 3.0, 5.0] and not calls, "the buffers' new contents"
+  assert (x * 3).tolist() == [0.0, 3.0, 6.0] and len(calls) == 1, "another graph: callified"

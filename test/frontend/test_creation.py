@@ -9,6 +9,7 @@ import torch
 
 from unigrad import Tensor
 from unigrad.dtype import dtypes
+from unigrad.frontend import creation
 
 NP_DTYPES = {dtypes.bool: "bool", dtypes.int8: "int8", dtypes.uint8: "uint8", dtypes.int16: "int16",
              dtypes.uint16: "uint16", dtypes.int32: "int32", dtypes.uint32: "uint32",
@@ -231,3 +232,17 @@ def test_numpy_tolist_item(device):
   with pytest.raises(RuntimeError): Tensor([1, 2], device=device).item()
   r = (Tensor([1, 2], device=device) + 1).realize()
   assert r.tolist() == [2, 3] and r.numpy().tolist() == [2, 3]
+
+
+def test_arange_graph_is_built_once_per_arguments(monkeypatch):
+  first = Tensor.arange(2, 11, 3)
+  with Tensor.no_grad(): detached = Tensor.arange(2, 11, 3)
+  monkeypatch.setattr(creation, "_prefix_sum", None)  # a rebuild would fail
+  assert Tensor.arange(2, 11, 3).uop is first.uop and Tensor.arange(2, 11, 3) is not first
+  with Tensor.no_grad(): assert Tensor.arange(2, 11, 3).uop is detached.uop
+  assert detached.uop is not first.uop
+  monkeypatch.undo()
+  assert Tensor.arange(2.0, 11, 3).uop is not first.uop  # a float bound: float64 arithmetic
+  assert Tensor.arange(2, 11, 3).tolist() == [2, 5, 8]
+  assert Tensor.arange(2.0, 11, 3).tolist() == [2.0, 5.0, 8.0]
+  assert len(creation._arange_graphs) <= creation.ARANGE_CACHE_SIZE

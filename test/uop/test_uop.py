@@ -41,6 +41,14 @@ def test_int_float_bool_args_distinct() -> None:
   t1 = UOp(Ops.VCONST, idx, arg=(1, 0))
   assert UOp(Ops.VCONST, idx, arg=(True, False)) is not t1  # also inside tuples
   assert UOp(Ops.VCONST, idx, arg=(1, 0)) is t1
+  # a tuple of plain ints is keyed as it is (the fast path for shapes): still apart from floats,
+  # bools and int subclasses, at any depth
+  assert UOp(Ops.VCONST, idx, arg=(1.0, 0.0)) is not t1 and shape_uop((1, 0)) is t1
+  nested = UOp(Ops.CUSTOM, idx, arg=((1, 2), 3))
+  assert UOp(Ops.CUSTOM, idx, arg=((1.0, 2), 3)) is not nested
+  assert UOp(Ops.CUSTOM, idx, arg=((1, 2), True)) is not nested
+  assert UOp(Ops.CUSTOM, idx, arg=((1, 2), 3)) is nested
+  assert UOp(Ops.CUSTOM, idx, arg=()) is UOp(Ops.CUSTOM, idx, arg=())
 
 
 def test_signed_zero_and_nan() -> None:

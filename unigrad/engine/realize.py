@@ -5,7 +5,9 @@
 kernel once per device (the program cache), allocates intermediates for the run, launches the
 kernels in order (slots and lifetimes derived once per schedule: its launch plan) and returns the
 map from each realized node to the buffer holding it. On a cache hit the work is one walk of the
-graph (tuple-device check and callify share it), the body rebuilt over PARAMs, and the launches.
+graph (tuple-device check and callify share it), the body rebuilt over PARAMs, and the launches;
+realizing the very same graph again (hash-consing rebuilds it while the previous result's history
+holds it) does not walk it: callify's result is reused (`recallify`) with new output buffers.
 Symbolic variables: callify returns the bound values (`var_vals`, name -> int) beside the body,
 which holds only the variables; each launch passes its kernel's variables' values as arguments.
 Python threads realize one at a time: `realize`, `schedule`, `copyout` and `buffer_with_data`
@@ -33,7 +35,7 @@ from unigrad.runtime.device import Buffer, Compiled, Device
 from unigrad.runtime.ops_cpu import cpu_threads
 from unigrad.schedule import multi
 from unigrad.schedule.function import has_function, inline_functions
-from unigrad.schedule.callify import buffer_base, callify, is_plain_buffer
+from unigrad.schedule.callify import buffer_base, callify, is_plain_buffer, recallify, remember
 from unigrad.schedule.callify import new_buffer as new_single_buffer
 from unigrad.schedule.memory import Lifetime, plan_memory
 from unigrad.schedule.schedule import create_schedule
@@ -190,6 +192,9 @@ def realize(uops: list[UOp], devices: list[str]) -> dict[UOp, UOp]:
 
 
 def _realize(uops: list[UOp], devices: list[str]) -> dict[UOp, UOp]:
+  if len(uops) == 1 and (res := recallify(uops[0], devices[0])) is not None:  # the same graph
+    run_linear(_schedule_for(res.body, len(res.bufs), devices[0]), res.bufs, res.var_vals)
+    return res.becomes
   nodes = UOp(Ops.SINK, dtypes.void, tuple(uops)).toposort()
   if has_function(nodes):  # realize the calls' results, then map the callers' nodes to them
     inlined = inline_functions(uops)
@@ -198,6 +203,7 @@ def _realize(uops: list[UOp], devices: list[str]) -> dict[UOp, UOp]:
   if (plan := multi.lower_multi(uops, devices, nodes)) is not None:
     return plan.finish(_realize(plan.uops, plan.devices))
   res = callify(uops, devices, nodes)
+  if len(uops) == 1: remember(uops[0], devices[0], res)
   run_linear(_schedule_for(res.body, len(res.bufs), devices[0]), res.bufs, res.var_vals)
   return res.becomes
 
@@ -238,8 +244,13 @@ def _load(dev: Compiled, ks: compcache.KernelSource) -> object:
     return dev.runtime(ks.name, dev.compiler.compile_cached(ks.src, refresh=True))
 
 
+def _settings() -> tuple[int, bool, str, bool]:
+  """The knobs that choose a kernel's code (part of each runner's key)."""
+  return (int(BEAM), bool(NOOPT), str(MARCH), bool(CHECK_OOB))
+
+
 def _runner_key(kernel: UOp, device: str) -> tuple[UOp, str, int, bool, str, bool]:
-  return (kernel, device, int(BEAM), bool(NOOPT), str(MARCH), bool(CHECK_OOB))
+  return (kernel, device, *_settings())
 
 
 def _kernel_source(kernel: UOp, device: str) -> compcache.KernelSource:
@@ -312,7 +323,7 @@ def _count(runner: Runner, device: str, t: float | None) -> None:
   GlobalCounters.global_ops += est.flops
   GlobalCounters.global_mem += est.mem_bytes
   if t is not None: GlobalCounters.time_sum_s += t
-  if DEBUG >= 2 and t is not None:
+  if t is not None and DEBUG >= 2:
     rate = ""
     if t > 0: rate = f"{est.flops / t * 1e-9:8.2f} GFLOPS {est.mem_bytes / t * 1e-9:8.2f} GB/s"
     print(f"*** {device:8s} {GlobalCounters.kernel_count:4d} {runner.name:30s} "
@@ -430,29 +441,40 @@ def launch_values(variables: tuple[str, ...], var_vals: dict[str, int], name: st
                                f"run binds {sorted(var_vals)}") from None
 
 
+def _slot_buffers(plan: LaunchPlan, args: tuple[UOp, ...], fallback: str) -> list[Buffer]:
+  """The Buffer of every slot of a run, allocated: the arguments', then the intermediates'
+  (views of one fresh arena per device)."""
+  bufs = [buffer_of(a).ensure_allocated() for a in args]
+  if not plan.inter: return bufs
+  arenas = {d: Buffer(d or fallback, n, dtypes.uint8) for d, n in plan.arenas.items()}
+  bufs += [None] * (max(plan.inter) + 1 - len(bufs))  # type: ignore[list-item]
+  for s, p in plan.inter.items():
+    bufs[s] = arenas[p.device].view(p.offset, p.size, p.dtype).ensure_allocated()
+  return bufs
+
+
 def run_linear(linear: UOp, args: tuple[UOp, ...], var_vals: dict[str, int] | None = None) -> None:
   """Launch every CALL of a schedule; intermediates live in one arena per device. `var_vals`
   (name -> value) gives each kernel's symbolic variables their values for this run."""
   var_vals = var_vals or {}
-  nargs = len(args)
-  plan = launch_plan(linear, nargs)
-  arg_bufs = [buffer_of(a) for a in args]
+  plan = launch_plan(linear, len(args))
   fallback = Device.canonicalize(args[0].arg.device if args else Device.DEFAULT)
-  arenas = {d: Buffer(d or fallback, n, dtypes.uint8) for d, n in plan.arenas.items()}
-  inter = {s: arenas[p.device].view(p.offset, p.size, p.dtype) for s, p in plan.inter.items()}
-  if (ahead := _runner_key(linear, fallback)) not in _compiled_ahead:
+  settings = _settings()  # read once: a run's launches all use the same
+  slot_bufs = _slot_buffers(plan, args, fallback)
+  if (ahead := (linear, fallback, *settings)) not in _compiled_ahead:
     for dev in dict.fromkeys(launch.device or fallback for launch in plan.launches):
       compile_ahead([launch.kernel for launch in plan.launches if launch.kernel.op is not Ops.COPY
                      and (launch.device or fallback) == dev], dev)
     if len(_compiled_ahead) >= 4 * SCHEDULE_CACHE_SIZE: _compiled_ahead.clear()
     _compiled_ahead.add(ahead)
   capture = capturing[-1] if capturing else None
-  if capture is not None: capture.intermediates.update(dict.fromkeys(inter.values()))
+  if capture is not None:
+    capture.intermediates.update(dict.fromkeys(slot_bufs[s] for s in plan.inter))
   prof = bool(PROFILE)
   wait = DEBUG >= 2 or prof
   for launch in plan.launches:
     device = launch.device or fallback
-    bufs = [(arg_bufs[s] if s < nargs else inter[s]).ensure_allocated() for s in launch.slots]
+    bufs = [slot_bufs[s] for s in launch.slots]
     st = time.perf_counter() if prof else 0.0
     if launch.kernel.op is Ops.COPY:
       bufs[0].copyin(bufs[1].copyout())
@@ -460,7 +482,7 @@ def run_linear(linear: UOp, args: tuple[UOp, ...], var_vals: dict[str, int] | No
       if capture is not None: capture.launches.append(CapturedLaunch(None, bufs, device))
       if DEBUG >= 2: print(f"*** COPY {bufs[1].device} -> {bufs[0].device} {bufs[0].nbytes} bytes")
       continue
-    runner = get_runner(launch.kernel, device)
+    runner = _runners.get((launch.kernel, device, *settings)) or get_runner(launch.kernel, device)
     vals = launch_values(launch.variables, var_vals, runner.name) if launch.variables else ()
     if prof: st = time.perf_counter()
     t = runner.program(*bufs, global_size=runner.global_size, local_size=runner.local_size,

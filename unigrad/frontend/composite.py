@@ -390,9 +390,10 @@ class CompositeMixin:
   def softmax(self, axis: int = -1, dtype: Any = None) -> Tensor:
     """exp(x) / sum(exp(x)) along `axis`, max-shifted. `Tensor([0., 0.]).softmax()` is
     `[.5, .5]`."""
-    if self.ndim and self.shape[canonical_axis(axis, self.ndim)] == 0: return self._float()
+    if self.ndim and self.shape[canonical_axis(axis, self.ndim)] == 0:
+      return self.cast(least_upper_float(self.dtype))
     e = self._shifted(axis, dtype).exp()
-    return e.div(e.sum(axis, keepdim=True)).cast(self._out_float(dtype))
+    return e.div(e.sum(axis, keepdim=True))._cast(self._out_float(dtype))
 
   def softmin(self, axis: int = -1, dtype: Any = None) -> Tensor:
     """softmax(-x) along `axis` (PyTorch's F.softmin)."""
@@ -400,9 +401,10 @@ class CompositeMixin:
 
   def log_softmax(self, axis: int = -1, dtype: Any = None) -> Tensor:
     """x - logsumexp(x) along `axis`."""
-    if self.ndim and self.shape[canonical_axis(axis, self.ndim)] == 0: return self._float()
+    if self.ndim and self.shape[canonical_axis(axis, self.ndim)] == 0:
+      return self.cast(least_upper_float(self.dtype))
     m = self._shifted(axis, dtype)
-    return (m - m.exp().sum(axis, keepdim=True).log()).cast(self._out_float(dtype))
+    return (m - m.exp().sum(axis, keepdim=True).log())._cast(self._out_float(dtype))
 
   def logsumexp(self, axis: Axis = None, keepdim: bool = False) -> Tensor:
     """log(sum(exp(x))) over `axis`, shifted by the max (infinite maxima shift by 0)."""

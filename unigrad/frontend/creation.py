@@ -7,7 +7,7 @@ import math
 import operator
 from typing import TYPE_CHECKING, Any
 
-from unigrad.dtype import PtrDType, dtypes, to_dtype
+from unigrad.dtype import DType, PtrDType, dtypes, to_dtype
 from unigrad.engine import realize as engine
 from unigrad.runtime.device import Buffer, Device
 from unigrad.uop import UOp, sint
@@ -79,9 +79,19 @@ class CreationMixin:
     dt = dtypes.default_float if is_float else dtypes.default_int
     if dtype is not None: dt = to_dtype(dtype)
     if n == 0: return cls.full((0,), 0, dt, device)
-    index = _prefix_sum(cls.full((n,), 1, dtypes.int64, device)).sub(1)
-    if is_float: index = index.cast(dtypes.float64)
-    return index.mul(step).add(start).cast(dt)
+    if not isinstance(device, (str, type(None))):  # a tuple of devices (frontend/multi.py)
+      return _arange(cls, n, start, step, is_float, dt, device)
+    dev = _device(device)
+    probe = UOp.const(dtypes.int64, 0)
+    # the graph depends on the bounds (their types too), dtype, device and whether no_grad
+    # detaches each step; an eager model asks for the same few every call
+    key = (*((v.hex() if type(v) is float else v, type(v)) for v in (start, stop, step)), dt, dev,
+           cls._node(probe) is probe)
+    if (u := _arange_graphs.get(key)) is not None: return cls._from_uop(u, dev)
+    out = _arange(cls, n, start, step, is_float, dt, device)
+    if len(_arange_graphs) >= ARANGE_CACHE_SIZE: _arange_graphs.pop(next(iter(_arange_graphs)))
+    _arange_graphs[key] = out.uop
+    return out
 
   @classmethod
   def linspace(cls, start: float, stop: float, steps: int, dtype: Any = None,
@@ -145,6 +155,18 @@ class CreationMixin:
     return type(self).empty(*self.shape, dtype=dt, device=device or self.device)
 
   def ones_like(self, dtype: Any = None) -> Tensor: return self.full_like(1, dtype)
+
+
+def _arange(cls: Any, n: int, start: Any, step: Any, is_float: bool, dt: DType,
+            device: Any) -> Tensor:
+  """n values start + i*step as arange builds them: a prefix sum of ones."""
+  index = _prefix_sum(cls.full((n,), 1, dtypes.int64, device)).sub(1)
+  if is_float: index = index.cast(dtypes.float64)
+  return index.mul(step).add(start).cast(dt)
+
+
+ARANGE_CACHE_SIZE = 64
+_arange_graphs: dict[tuple, UOp] = {}  # arange's arguments -> the graph it built
 
 
 def _prefix_sum(t: Tensor) -> Tensor:

@@ -12,6 +12,7 @@ argument loses up to 2**-24*|x| (float32).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from unigrad.dtype import (FLOATS, LOW_FLOATS, SINTS, UINTS, DType, dtypes, least_upper_float,
@@ -125,6 +126,7 @@ def compose_cos(x: UOp) -> UOp:
 # Python number types whose promotion with a tensor of these dtypes keeps the tensor's dtype
 _KEEPS_DTYPE: dict[type, frozenset[DType]] = {float: frozenset(FLOATS),
                                               int: frozenset((*FLOATS, *SINTS, *UINTS))}
+NUMBERS = (int, float, bool)  # the Python number types an op takes (exactly these types)
 _scalar_operands: dict[tuple, UOp] = {}
 SCALAR_OPERAND_CACHE = 1024
 
@@ -146,19 +148,36 @@ def scalar_operand(dt: DType, v: int | float, shape: tuple) -> UOp:
 
 def _scalar_uops(x: Operand, y: Operand) -> tuple[UOp, UOp] | None:
   """The operands' nodes, in order, when one is a tensor and the other a Python number that
-  keeps the tensor's dtype (see `ElementwiseMixin._with_scalar`); None otherwise."""
+  keeps the tensor's dtype (the eager hot path: the broadcast constant comes from
+  `scalar_operand`'s cache instead of three new nodes); None otherwise."""
   tensor_first = hasattr(x, "uop")
   t, v = (x, y) if tensor_first else (y, x)
-  if not hasattr(t, "uop") or (keeps := _KEEPS_DTYPE.get(type(v))) is None: return None
-  u = t.uop
-  if u.dtype not in keeps: return None
-  c = scalar_operand(u.dtype, v, tuple(u.shape))
-  return (u, c) if tensor_first else (c, u)
+  if not hasattr(t, "uop") or (c := _scalar_beside(t.uop, v)) is None: return None
+  return (t.uop, c) if tensor_first else (c, t.uop)
+
+
+def _scalar_beside(u: UOp, v: Any) -> UOp | None:
+  """The broadcast constant for a Python number `v` beside a tensor's node `u` when `v` keeps
+  u's dtype (`scalar_operand`); None when promotion has a say (or `v` is no number)."""
+  if (keeps := _KEEPS_DTYPE.get(type(v))) is None or u.dtype not in keeps: return None
+  return scalar_operand(u.dtype, v, u.shape)
+
+
+def expand_node(u: UOp, shape: tuple, node: Callable[[UOp], UOp]) -> UOp:
+  """`u` broadcast to `shape` (as many or more dims, sizes equal or from 1: what
+  `broadcast_shapes` gives) as `Tensor.expand` builds it; `node` is the tensor's `_node`, which
+  each of the tensors it would make applies."""
+  old = u.shape
+  if shape == old: return node(u)
+  if len(shape) != len(old):
+    u = UOp(Ops.RESHAPE, u.dtype, (u, shape_uop((1,) * (len(shape) - len(old)) + tuple(old))))
+  return node(UOp(Ops.EXPAND, u.dtype, (u, shape_uop(shape))))
 
 
 class ElementwiseMixin:
   """Arithmetic, comparison, bitwise, transcendental and dtype ops."""
   uop: UOp
+  _device: Any
 
   # ---- plumbing ----
   def _const(self, value: Any, dtype: DType) -> Tensor: raise NotImplementedError
@@ -173,24 +192,49 @@ class ElementwiseMixin:
       raise TypeError(f"unsupported operand type {type(x).__name__} for a Tensor op")
     return self._const(x, dtype)
 
+  def _to_node(self, x: Operand, dtype: DType) -> UOp:
+    """The node of `_to_tensor(x, dtype)`, without making the tensor."""
+    if hasattr(x, "uop"):
+      u = x.uop
+      return self._node(u if dtype is u.dtype or dtype == u.dtype else UOp(Ops.CAST, dtype, (u,)))
+    if isinstance(x, UOp) and x.dtype == dtypes.index and x.shape == ():  # a symbolic size
+      return self._node(x.cast(dtype))
+    if not isinstance(x, (int, float, bool)):
+      raise TypeError(f"unsupported operand type {type(x).__name__} for a Tensor op")
+    return UOp.const(dtype, x)
+
   def _broadcasted(self, x: Operand, y: Operand, dtype: DType | None = None,
                    reverse: bool = False) -> tuple[Tensor, Tensor]:
     """Both operands as tensors of one dtype (promoted unless `dtype`) and one shape."""
-    if reverse: x, y = y, x
-    if dtype is None and (fast := self._with_scalar(x, y)) is not None: return fast
-    self._check_devices(x, y)
-    dt = result_type(x, y) if dtype is None else dtype
-    tx, ty = self._to_tensor(x, dt), self._to_tensor(y, dt)
-    shape = broadcast_shapes(tx.shape, ty.shape)
-    return tx.expand(shape), ty.expand(shape)
+    ux, uy = self._broadcast_nodes(x, y, dtype, reverse)
+    return self._wrap(ux), self._wrap(uy)
 
-  def _with_scalar(self, x: Operand, y: Operand) -> tuple[Tensor, Tensor] | None:
-    """`_broadcasted` for a tensor and a Python number that keeps the tensor's dtype (a float
-    tensor with a float or int, an int tensor with an int), the eager hot path: the broadcast
-    constant comes from `scalar_operand`'s cache instead of three new nodes. None otherwise."""
-    if (uops := _scalar_uops(x, y)) is None: return None
-    t = x if hasattr(x, "uop") else y
-    return t._wrap(uops[0]), t._wrap(uops[1])
+  def _broadcast_nodes(self, x: Operand, y: Operand, dtype: DType | None = None,
+                       reverse: bool = False) -> tuple[UOp, UOp]:
+    """The nodes of `_broadcasted`'s two tensors, without making them (or the tensors that the
+    casts and expands in between would make)."""
+    if reverse: x, y = y, x
+    if dtype is None and hasattr(x, "uop") and hasattr(y, "uop"):
+      ux, uy = x.uop, y.uop  # two tensors alike: nothing to promote, broadcast or check
+      same_dtype = ux.dtype is uy.dtype or ux.dtype == uy.dtype
+      if same_dtype and ux.shape == uy.shape and x._device == y._device == self._device:
+        return self._node(ux), self._node(uy)
+    elif dtype is None and (fast := _scalar_uops(x, y)) is not None:
+      return self._node(fast[0]), self._node(fast[1])
+    self._check_devices(x, y)
+    if dtype is None:  # two tensors of one dtype keep it: result_type's answer, without its work
+      same = hasattr(x, "uop") and hasattr(y, "uop") and x.uop.dtype == y.uop.dtype
+      dtype = x.uop.dtype if same else result_type(x, y)
+    # a Python number waits for the shape: its broadcast constant comes from scalar_operand
+    ux = None if type(x) in NUMBERS else self._to_node(x, dtype)
+    uy = None if type(y) in NUMBERS else self._to_node(y, dtype)
+    shape = broadcast_shapes(() if ux is None else ux.shape, () if uy is None else uy.shape)
+    return self._operand_node(ux, x, dtype, shape), self._operand_node(uy, y, dtype, shape)
+
+  def _operand_node(self, u: UOp | None, v: Operand, dtype: DType, shape: tuple) -> UOp:
+    """Node `u` broadcast to `shape`, or for a Python number `v` (u None) its constant."""
+    if u is None: return self._node(scalar_operand(dtype, v, shape))
+    return expand_node(u, shape, self._node)
 
   def _check_devices(self, *xs: Operand) -> None:
     for t in xs:
@@ -199,17 +243,28 @@ class ElementwiseMixin:
 
   def _binary(self, op: Ops, other: Operand, reverse: bool = False,
               dtype: DType | None = None) -> Tensor:
-    if dtype is None and (uops := _scalar_uops(other, self) if reverse else
-                          _scalar_uops(self, other)) is not None:
-      out = dtypes.bool if op in (Ops.CMPLT, Ops.CMPNE) else self.dtype
-      return self._wrap(UOp(op, out, (self._node(uops[0]), self._node(uops[1]))))
-    x, y = self._broadcasted(self, other, dtype, reverse)
-    out = dtypes.bool if op in (Ops.CMPLT, Ops.CMPNE) else x.dtype
-    return x._wrap(UOp(op, out, (x.uop, y.uop)))
+    u = self.uop
+    if dtype is None and (c := _scalar_beside(u, other)) is not None:  # the eager hot path
+      u, c = self._node(u), self._node(c)
+      out = dtypes.bool if op is Ops.CMPLT or op is Ops.CMPNE else u.dtype
+      return self._wrap(UOp(op, out, (c, u) if reverse else (u, c)))
+    x, y = self._broadcast_nodes(self, other, dtype, reverse)
+    out = dtypes.bool if op is Ops.CMPLT or op is Ops.CMPNE else x.dtype
+    return self._wrap(UOp(op, out, (x, y)))
 
   def _unary(self, op: Ops) -> Tensor: return self._wrap(UOp(op, self.uop.dtype, (self.uop,)))
 
-  def _float(self) -> Tensor: return self.cast(least_upper_float(self.dtype))
+  def _cast(self, dtype: DType) -> Tensor:
+    """`cast` for an operand inside an op: self itself when the cast would change nothing (the
+    same node), so no Tensor is made for it. Never return its result to the caller as is."""
+    u = self.uop
+    if (dtype is u.dtype or dtype == u.dtype) and self._node(u) is u:
+      return self  # type: ignore[return-value]
+    return self.cast(dtype)
+
+  def _float(self) -> Tensor:
+    """This tensor as a float (`_cast`: possibly self, for use as an operand)."""
+    return self._cast(least_upper_float(self.dtype))
 
   # ---- arithmetic ----
   def add(self, x: Operand, reverse: bool = False) -> Tensor:
@@ -224,14 +279,20 @@ class ElementwiseMixin:
     """a - b, as the spec's ADD(a, NEG(b)). Like PyTorch, no operand may be bool."""
     if dtypes.bool in (self.dtype, _operand_dtype(x)):
       raise TypeError("subtraction with a bool operand is not supported: use logical_xor or ^")
-    a, b = self._broadcasted(self, x, reverse=reverse)
-    return a.add(b.neg())
+    ua, ub = self._broadcast_nodes(self, x, reverse=reverse)
+    # a.add(b.neg()) on the nodes its tensors would hold; neg is b * -1 (a constant tensor)
+    n = self._node
+    minus_one = expand_node(n(UOp.const(ub.dtype, -1)), ub.shape, n)
+    return self._wrap(UOp(Ops.ADD, ua.dtype, (ua, n(UOp(Ops.MUL, ub.dtype, (ub, minus_one))))))
 
   def neg(self) -> Tensor:
     """-x, as the spec's MUL(x, -1)."""
-    if self.dtype == dtypes.bool:
+    u, n = self.uop, self._node
+    if u.dtype == dtypes.bool:
       raise TypeError("negation of a bool tensor is not supported: use logical_not or ~")
-    return self.mul(self._const(-1, self.dtype))
+    # self.mul(self._const(-1, dtype)) on the nodes its tensors would hold
+    return self._wrap(UOp(Ops.MUL, u.dtype, (n(u), expand_node(n(UOp.const(u.dtype, -1)),
+                                                                u.shape, n))))
 
   def div(self, x: Operand, reverse: bool = False, rounding_mode: str | None = None) -> Tensor:
     """True division (ints give a float), or rounded with rounding_mode 'trunc' / 'floor'.
@@ -243,9 +304,13 @@ class ElementwiseMixin:
       a, b = self._broadcasted(self, x, reverse=reverse)
       if _is_float(a): return a.div(b).trunc()
       return a.floordiv(b)._trunc_fix(a, b)
-    # operands go straight to the float type: a scalar never wraps in an integer type first
-    a, b = self._broadcasted(self, x, least_upper_float(result_type(self, x)), reverse)
-    return a.mul(b.reciprocal())
+    # operands go straight to the float type: a scalar never wraps in an integer type first (a
+    # float tensor keeps its dtype beside a Python number: result_type's answer, without its work)
+    keeps = type(x) in (int, float) and dtypes.is_float(self.uop.dtype)
+    dt = self.uop.dtype if keeps else least_upper_float(result_type(self, x))
+    ua, ub = self._broadcast_nodes(self, x, dt, reverse)
+    # a.mul(b.reciprocal()) on the nodes its tensors would hold
+    return self._wrap(UOp(Ops.MUL, dt, (ua, self._node(UOp(Ops.RECIP, dt, (ub,))))))
 
   def _trunc_fix(self, a: Tensor, b: Tensor) -> Tensor:
     """Floor division -> truncating division: add 1 where the signs differ and b does not
@@ -340,7 +405,7 @@ class ElementwiseMixin:
     as a whole (`codegen.transcendental.xexp`). `Tensor([0.0, 1.0]).exp()` is `[1.0, 2.7183]`."""
     x = self._float()
     dt = COMPUTE_DTYPE[x.dtype]
-    return x.cast(dt).mul(LOG2E).exp2().cast(x.dtype)
+    return x._cast(dt).mul(LOG2E).exp2()._cast(x.dtype)
 
   def cos(self) -> Tensor:
     """Cosine, within 2 ulp wherever 2x is finite (see `compose_cos`; sin(pi/2 - x) rounded
@@ -430,11 +495,15 @@ class ElementwiseMixin:
     """x where self is true, else y (broadcast, promoted). `cond.where(a, b)`"""
     self._check_devices(x, y)
     dt = result_type(x, y)
-    cond = self if self.dtype == dtypes.bool else self.ne(0)
-    cx, cy = self._to_tensor(x, dt), self._to_tensor(y, dt)
-    shape = broadcast_shapes(cond.shape, cx.shape, cy.shape)
-    c, a, b = cond.expand(shape), cx.expand(shape), cy.expand(shape)
-    return c._wrap(UOp(Ops.WHERE, dt, (c.uop, a.uop, b.uop)))
+    cond = (self if self.dtype == dtypes.bool else self.ne(0)).uop
+    # a Python number waits for the shape: its broadcast constant comes from scalar_operand
+    ux = None if type(x) in NUMBERS else self._to_node(x, dt)
+    uy = None if type(y) in NUMBERS else self._to_node(y, dt)
+    shape = broadcast_shapes(cond.shape, () if ux is None else ux.shape,
+                             () if uy is None else uy.shape)
+    c = expand_node(cond, shape, self._node)
+    a, b = self._operand_node(ux, x, dt, shape), self._operand_node(uy, y, dt, shape)
+    return self._wrap(UOp(Ops.WHERE, dt, (c, a, b)))
 
   def cast(self, dtype: Any) -> Tensor:
     """The values converted to `dtype` (float -> int truncates toward zero)."""

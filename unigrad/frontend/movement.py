@@ -20,6 +20,9 @@ if TYPE_CHECKING:
   from unigrad.frontend.tensor import Tensor
 
 
+_INT = frozenset({int})
+
+
 def _shape_arg(args: tuple) -> tuple:
   """Accept f(2, 3) and f((2, 3))."""
   if len(args) == 1 and isinstance(args[0], (tuple, list)): return tuple(args[0])
@@ -51,20 +54,26 @@ class MovementMixin:
 
   def reshape(self, *shape: Any) -> Tensor:
     """A view with a new shape of the same size; one dim may be -1. `x.reshape(2, -1)`"""
-    new = [simplify_size(s) if isinstance(s, UOp) else s for s in _shape_arg(shape)]
+    new = list(_shape_arg(shape))
+    if set(map(type, new)) <= _INT and set(map(type, self.shape)) <= _INT:
+      if -1 not in new and min(new, default=0) >= 0 and math.prod(new) == math.prod(self.shape):
+        return self._reshape_to(new)  # the usual case: static sizes, nothing to infer or report
+    else: new = [simplify_size(s) if isinstance(s, UOp) else s for s in new]
     if sum(1 for s in new if _is_minus_one(s)) > 1:
       raise ValueError(f"only one dimension can be inferred, got {tuple(new)}")
     if any(isinstance(s, UOp) for s in (*new, *self.shape)): return self._reshape_symbolic(new)
     numel = math.prod(self.shape)
-    bad = ValueError(f"shape '{tuple(new)}' is invalid for input of size {numel} {self.shape}")
     if -1 in new:
       rest = math.prod(s for s in new if s != -1)
-      if rest == 0 or numel % rest: raise bad
+      if rest == 0 or numel % rest: raise self._bad_size(new, numel)
       new[new.index(-1)] = numel // rest
     if any(not isinstance(s, int) or isinstance(s, bool) or s < 0 for s in new):
       raise ValueError(f"invalid shape {tuple(new)}: sizes must be ints >= 0 (or one -1)")
-    if math.prod(new) != numel: raise bad
+    if math.prod(new) != numel: raise self._bad_size(new, numel)
     return self._reshape_to(new)
+
+  def _bad_size(self, new: list, numel: int) -> ValueError:
+    return ValueError(f"shape '{tuple(new)}' is invalid for input of size {numel} {self.shape}")
 
   def _reshape_to(self, new: Sequence[sint]) -> Tensor:
     if tuple(new) == self.shape: return self._wrap(self.uop)
@@ -218,8 +227,11 @@ class MovementMixin:
     return self.reshape(*self.shape[:s], math.prod(self.shape[s:e + 1]), *self.shape[e + 1:])
 
   def unsqueeze(self, dim: int) -> Tensor:
-    d = canonical_axis(dim, self.ndim + 1)
-    return self.reshape(*self.shape[:d], 1, *self.shape[d:])
+    shape = self.shape
+    d = canonical_axis(dim, len(shape) + 1)
+    new = (*shape[:d], 1, *shape[d:])
+    if set(map(type, shape)) <= _INT: return self._reshape_to(new)  # nothing to check
+    return self.reshape(*new)
 
   def squeeze(self, dim: int | None = None) -> Tensor:
     if dim is None: return self.reshape(*[s for s in self.shape if s != 1])

@@ -490,7 +490,7 @@ class NNOpsMixin:
       qk = attn_mask.where(qk, -math.inf) if attn_mask.dtype == dtypes.bool else qk + attn_mask
     weights = qk.softmax(-1)
     if dropout_p > 0: weights = _attention_dropout(weights, dropout_p)
-    return weights.cast(least_upper_dtype(self.dtype, value.dtype)).matmul(value)
+    return weights._cast(least_upper_dtype(self.dtype, value.dtype)).matmul(value)
 
   # ---- losses ----
   def binary_crossentropy(self, Y: Tensor, reduction: str = "mean",  # noqa: N803

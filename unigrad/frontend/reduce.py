@@ -8,14 +8,16 @@ from typing import TYPE_CHECKING, Any
 from unigrad.dtype import LOW_FLOATS, DType, dtypes, sum_acc_dtype, to_dtype
 from unigrad.engine import realize as engine
 from unigrad.frontend.dtypes import result_type
+from unigrad.frontend.elementwise import expand_node
 from unigrad.frontend.movement import canonical_axis
-from unigrad.uop import Ops, ReduceArg, UOp
+from unigrad.uop import Ops, ReduceArg, UOp, shape_uop
 
 if TYPE_CHECKING:
   from unigrad.frontend.tensor import Tensor
 
 Axis = int | Sequence[int] | None
-HALF_LIKE = LOW_FLOATS  # floats that accumulate in float32
+HALF_LIKE = frozenset(LOW_FLOATS)  # floats that accumulate in float32
+PLAIN_FLOATS = frozenset((dtypes.float32, dtypes.float64))  # floats that accumulate in themselves
 # A float sum over more than LONG_FLOAT_SUM elements is summed in chunks of FLOAT_SUM_CHUNK (then
 # the chunk sums, again in chunks): one accumulator over 2**31 float32 ones stops at 2**24.
 LONG_FLOAT_SUM = 2 ** 22
@@ -57,12 +59,36 @@ def _acc_dtype(dt: DType) -> DType:
   return dtypes.float32 if dt in HALF_LIKE else dt
 
 
+def _matmul_node(x: Tensor, y: Tensor, dtype: DType | None) -> UOp | None:
+  """The node `matmul` builds for x (..., M, K) @ y (K, N) or (..., K, N) with the same batch
+  dims, both of one float32/float64 dtype and static shapes, K not chunked (a model's linear
+  layers and attention), made straight from nodes: the same graph, without its eight tensors and
+  their checks. None for anything else (the general path)."""
+  ux, uy, node = x.uop, y.uop, x._node
+  xs, ys, dt = ux.shape, uy.shape, ux.dtype
+  if uy.dtype != dt or dt not in PLAIN_FLOATS or (dtype is not None and dtype != dt): return None
+  if len(xs) < 2 or len(ys) < 2 or (len(ys) > 2 and ys[:-2] != xs[:-2]): return None
+  if x._device != y._device or not set(map(type, xs + ys)) <= {int}: return None
+  (m, k), (k2, n) = xs[-2:], ys[-2:]
+  if k != k2 or k > LONG_FLOAT_SUM: return None
+  # x.unsqueeze(-1) * y.unsqueeze(-3), each node as the tensor op wrapping it holds it
+  xu = node(UOp(Ops.RESHAPE, dt, (node(ux), shape_uop((*xs, 1)))))
+  yu = node(UOp(Ops.RESHAPE, dt, (node(uy), shape_uop((*ys[:-2], 1, k, n)))))
+  shape = (*xs[:-2], m, k, n)
+  prod = node(UOp(Ops.MUL, dt, (expand_node(xu, shape, node), expand_node(yu, shape, node))))
+  # .sum(-2): a REDUCE keeping the axis, then the reshape dropping it
+  total = node(UOp(Ops.REDUCE, dt, (prod,), ReduceArg(Ops.ADD, (len(shape) - 2,))))
+  return node(UOp(Ops.RESHAPE, dt, (total, shape_uop((*xs[:-2], m, n)))))
+
+
 class ReduceMixin:
   """sum, prod, max, min, mean over any axes with keepdim; matmul."""
   uop: UOp
 
   def _wrap(self, u: UOp) -> Tensor: raise NotImplementedError
   def _const(self, value: Any, dtype: DType) -> Tensor: raise NotImplementedError
+  def _cast(self, dtype: DType) -> Tensor: raise NotImplementedError
+  def _reshape_to(self, new: Sequence[Any]) -> Tensor: raise NotImplementedError
 
   def _reduce(self, op: Ops, axis: Axis, keepdim: bool) -> Tensor:
     axes = _axes(axis, self.ndim)
@@ -71,13 +97,14 @@ class ReduceMixin:
     # graph, so backward() gives x (and what made x) zero gradients like PyTorch
     ret = self._wrap(UOp(Ops.REDUCE, self.uop.dtype, (self.uop,), ReduceArg(op, axes)))
     if keepdim: return ret
-    return ret.reshape(*[s for i, s in enumerate(self.shape) if i not in axes])
+    kept = [s for i, s in enumerate(self.shape) if i not in axes]
+    return ret._reshape_to(kept) if all(type(s) is int for s in kept) else ret.reshape(*kept)
 
   def _accumulate(self, op: Ops, dtype: Any, axis: Axis, keepdim: bool) -> Tensor:
     dt = to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
-    x = self.cast(_acc_dtype(dt))
+    x = self._cast(_acc_dtype(dt))
     s = x._chunked_sum(axis, keepdim) if op is Ops.ADD and dtypes.is_float(x.dtype) else None
-    return (s if s is not None else x._reduce(op, axis, keepdim)).cast(dt)
+    return (s if s is not None else x._reduce(op, axis, keepdim))._cast(dt)
 
   def _chunked_sum(self, axis: Axis, keepdim: bool) -> Tensor | None:
     """A sum over more than LONG_FLOAT_SUM elements as sums of chunks (None for shorter ones):
@@ -130,8 +157,8 @@ class ReduceMixin:
     if not dtypes.is_float(dt):
       raise RuntimeError(f"mean(): input dtype should be floating point, got {dt!r}")
     n = math.prod(self.shape[a] for a in _axes(axis, self.ndim)) if self.ndim else 1
-    s = self.cast(_acc_dtype(dt)).sum(axis, keepdim)
-    return (s.div(n) if n else s.mul(math.nan)).cast(dt)
+    s = self._cast(_acc_dtype(dt)).sum(axis, keepdim)
+    return (s.div(n) if n else s.mul(math.nan))._cast(dt)
 
   # ---- matmul ----
   def matmul(self, w: Tensor, dtype: DType | None = None) -> Tensor:
@@ -145,13 +172,14 @@ class ReduceMixin:
     if x.shape[-1] != y.shape[-min(y.ndim, 2)]:
       sx, sy = "x".join(map(str, x.shape)), "x".join(map(str, y.shape))
       raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({sx} and {sy})")
+    if (fast := _matmul_node(x, y, dtype)) is not None: return self._wrap(fast)
     dt = result_type(x, y) if dtype is None else dtype
     if dt == dtypes.bool: raise TypeError("matmul of bool tensors is not supported: cast first")
-    x, y = x.cast(_acc_dtype(dt)), y.cast(_acc_dtype(dt))
+    x, y = x._cast(_acc_dtype(dt)), y._cast(_acc_dtype(dt))
     xv, yv = x.ndim == 1, y.ndim == 1
     if xv: x = x.reshape(1, x.shape[0])
     if yv: y = y.reshape(y.shape[0], 1)
-    out = (x.unsqueeze(-1) * y.unsqueeze(-3)).sum(-2, dtype=_acc_dtype(dt)).cast(dt)
+    out = (x.unsqueeze(-1) * y.unsqueeze(-3)).sum(-2, dtype=_acc_dtype(dt))._cast(dt)
     if xv: out = out.squeeze(-2)
     if yv: out = out.squeeze(-1)
     return out

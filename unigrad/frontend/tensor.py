@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import threading
 import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -36,9 +35,29 @@ from unigrad.runtime.device import Device
 from unigrad.uop import Ops, UOp, sint
 from unigrad.uop.variable import concrete_shape, shape_str
 
-all_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
-_all_tensors_lock = threading.Lock()  # a WeakSet cannot be added to while another thread lists it
+class LiveTensors:
+  """Every live Tensor, held weakly (realizing points them at the buffers now holding their
+  values). A dict of weak references whose callback is the dict's own `__delitem__`: adding a
+  tensor and dropping a dead one run no Python code (a WeakSet's did, for each of the thousands
+  of tensors an eager forward makes). Dict operations are atomic, so threads need no lock."""
+
+  def __init__(self) -> None:
+    self._refs: dict[weakref.ref, None] = {}
+    self._drop = self._refs.__delitem__
+
+  def add(self, t: Tensor) -> None: self._refs[weakref.ref(t, self._drop)] = None
+
+  def __iter__(self) -> Iterator[Tensor]:
+    return iter([t for r in list(self._refs) if (t := r()) is not None])
+
+  def __len__(self) -> int: return len(self._refs)
+
+
+all_tensors = LiveTensors()
 _storage_ids = itertools.count()  # tags that give CONTIGUOUS nodes their own storage
+
+
+_new_tensor = object.__new__
 
 
 class Tensor(MultiMixin, ActivationsMixin, LinalgMixin, SelectMixin, IndexingMixin, CompositeMixin,
@@ -57,20 +76,31 @@ class Tensor(MultiMixin, ActivationsMixin, LinalgMixin, SelectMixin, IndexingMix
       self.uop = _uop_from_data(data, dev, to_dtype(dtype) if dtype is not None else None)
     self.requires_grad = requires_grad
     self.grad: Tensor | None = None
-    with _all_tensors_lock: all_tensors.add(self)
+    all_tensors.add(self)
 
   @staticmethod
   def _from_uop(u: UOp, device: str, requires_grad: bool | None = None) -> Tensor:
-    t = Tensor.__new__(Tensor)
-    t.uop, t._device, t.requires_grad, t.grad = u, device, requires_grad, None
-    with _all_tensors_lock: all_tensors.add(t)
+    """A Tensor holding `u` (the hot path of every op: the fields are set directly)."""
+    t = _new_tensor(Tensor)
+    d = t.__dict__
+    d["uop"], d["_device"] = u, device
+    d["grad"] = d["_requires_grad"] = None
+    if requires_grad is not None: t.requires_grad = requires_grad
+    all_tensors.add(t)
     return t
 
-  def _wrap(self, u: UOp) -> Tensor: return Tensor._from_uop(detach_if_no_grad(u), self._device)
+  def _wrap(self, u: UOp) -> Tensor:
+    """A Tensor on this one's device holding `u` (detached under no_grad): `_from_uop` inlined,
+    as every op ends here."""
+    t = _new_tensor(Tensor)
+    d = t.__dict__
+    d["uop"], d["_device"] = detach_if_no_grad(u), self._device
+    d["grad"] = d["_requires_grad"] = None
+    all_tensors.add(t)
+    return t
 
-  def _node(self, u: UOp) -> UOp:
-    """`u` as `_wrap` would hold it (detached under no_grad), without making a Tensor."""
-    return detach_if_no_grad(u)
+  # `u` as `_wrap` would hold it (detached under no_grad), without making a Tensor
+  _node = staticmethod(detach_if_no_grad)
 
   def _const(self, value: Any, dtype: DType) -> Tensor:
     return Tensor._from_uop(UOp.const(dtype, value), self._device)
@@ -280,7 +310,7 @@ def _apply_map(mapping: dict[UOp, UOp]) -> None:
   """Point every live tensor that uses a realized node at the buffer now holding it, and remember
   what computed each buffer (not for writes, and never behind a requires_grad leaf)."""
   leaves: set[UOp] = set()
-  with _all_tensors_lock: live = list(all_tensors)
+  live = list(all_tensors)
   for t in live:
     u = t.uop
     new = mapping.get(u)

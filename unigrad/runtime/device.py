@@ -230,21 +230,28 @@ class Compiled:
   def __repr__(self) -> str: return f"<{type(self).__name__} {self.name}>"
 
 
+_canonical_names: dict[str, str] = {}  # a device name as given -> canonicalize's answer
+
+
 class DeviceRegistry:
   """`Device[name]` opens a device once and caches it; `Device.DEFAULT` is the default name."""
   default_priority: tuple[str, ...] = ("CPU", "PYTHON")  # first available wins; the last is taken
 
   def __init__(self) -> None:
     self._opened: dict[str, Compiled] = {}
+    self._classes: dict[str, type[Compiled]] = {}  # base name -> its device class
     self._lock = threading.RLock()
 
   @staticmethod
   def canonicalize(name: str) -> str:
     """Upper case, device number 0 dropped: "cpu:0" -> "CPU", "cl:1" -> "CL:1"."""
+    if type(name) is str and (known := _canonical_names.get(name)) is not None: return known
     if not isinstance(name, str) or not name.strip():
       raise ValueError(f"a device name must be a non-empty string, got {name!r}")
-    name = name.strip().upper()
-    return name[:-2] if name.endswith(":0") else name
+    canonical = name.strip().upper()
+    canonical = canonical[:-2] if canonical.endswith(":0") else canonical
+    if len(_canonical_names) < 1024: _canonical_names[name] = canonical  # every launch asks
+    return canonical
 
   @staticmethod
   @functools.cache
@@ -257,13 +264,16 @@ class DeviceRegistry:
   def device_class(self, name: str) -> type[Compiled]:
     """The class implementing device `name` (its module imported on first use)."""
     base = self.canonicalize(name).split(":")[0]
+    if (known := self._classes.get(base)) is not None: return known
     if base not in self.known():
       raise RuntimeError(f"unknown device {base!r}; known devices: {', '.join(self.known())}")
     try: module = importlib.import_module(f"unigrad.runtime.ops_{base.lower()}")
     except (ImportError, OSError) as e:
       raise RuntimeError(f"device {base} cannot be loaded here: {e}") from e
     for attr, cls in vars(module).items():
-      if attr.lower() == f"{base.lower()}device" and isinstance(cls, type): return cls
+      if attr.lower() == f"{base.lower()}device" and isinstance(cls, type):
+        self._classes[base] = cls  # looked up once: creating a tensor on a named device asks
+        return cls
     raise RuntimeError(f"unigrad/runtime/ops_{base.lower()}.py defines no class {base}Device")
 
   def __getitem__(self, name: str) -> Compiled:
@@ -340,6 +350,7 @@ class Buffer:
     self._handle: Any = None
     self._owner: Any = None  # what keeps wrapped memory alive (see `wrap`)
     self._wrapped = False
+    self._address: int | None = None  # the raw address, once asked for (a launch's hot path)
 
   @classmethod
   def wrap(cls, device: str, size: int, dtype: DType, address: int, owner: Any = None) -> Buffer:
@@ -378,8 +389,11 @@ class Buffer:
   def handle(self) -> Any: return self.ensure_allocated()._handle
 
   def address(self) -> int:
-    """The raw address of the first element (devices with a flat address space)."""
-    return self.allocator.address(self.handle)
+    """The raw address of the first element (devices with a flat address space); memory is
+    never moved once allocated, so it is asked of the allocator once."""
+    if (a := self._address) is not None: return a
+    a = self._address = self.allocator.address(self.handle)
+    return a
 
   def view(self, offset: int, size: int, dtype: DType) -> Buffer:
     """A Buffer of `size` `dtype` elements sharing this buffer's memory, starting `offset`

@@ -196,9 +196,20 @@ class ClangCompiler(Compiler):
 
 def cpu_threads() -> int:
   """How many OS threads run a kernel's chunks: the `THREADS` knob, 0 meaning every usable core."""
-  if THREADS.value > 0: return int(THREADS.value)
-  if hasattr(os, "sched_getaffinity"): return len(os.sched_getaffinity(0))
-  return os.cpu_count() or 1
+  if (n := THREADS.value) > 0: return int(n)
+  return usable_cores()
+
+
+_cores: list[int] = []  # [pid, count]: asked of the OS once per process (each launch reads it)
+
+
+def usable_cores() -> int:
+  """The cores this process may run on (its affinity mask), read once per process."""
+  pid = os.getpid()
+  if _cores and _cores[0] == pid: return _cores[1]
+  n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+  _cores[:] = [pid, n]
+  return n
 
 
 # The pool is C: a worker that finished a launch waits for the next one spinning (SPIN_NS) before
@@ -386,10 +397,12 @@ _pool: ChunkPool | None = None
 _pool_lock = threading.Lock()
 
 
-def chunk_pool() -> ChunkPool:
-  """The process's pool, (re)made when the `THREADS` knob changed or after a fork."""
+def chunk_pool(n: int | None = None) -> ChunkPool:
+  """The process's pool of `n` threads (default `cpu_threads()`), (re)made when the `THREADS` knob
+  changed or after a fork."""
   global _pool
-  n = cpu_threads()
+  if n is None: n = cpu_threads()
+  if (pool := _pool) is not None and pool.nthreads == n and pool.pid == os.getpid(): return pool
   with _pool_lock:
     if _pool is None or _pool.nthreads != n or _pool.pid != os.getpid():
       if _pool is not None and _pool.pid == os.getpid(): _pool.close()
@@ -480,10 +493,10 @@ class CPUProgram:
     addrs, ints = [_address(b) for b in bufs], [int(v) for v in vals]
     self._set_signature(len(bufs), len(vals))
     st = time.perf_counter()
-    if n == 1 or cpu_threads() == 1:
+    if n == 1 or (threads := cpu_threads()) == 1:
       for i in range(n): self.fxn(*addrs, *ints, i)
     else:
-      chunk_pool().run(self.address, addrs, ints, n)
+      chunk_pool(threads).run(self.address, addrs, ints, n)
     if self.oob is not None and self.oob[0]: self._raise_oob()
     return time.perf_counter() - st if wait else None
 

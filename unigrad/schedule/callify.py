@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import functools
 import itertools
+import weakref
 from dataclasses import dataclass, field
 
 from unigrad.dtype import AddrSpace, DType, dtypes
-from unigrad.uop import Ops, ParamArg, UOp, shape_uop, sint
+from unigrad.uop import GroupOp, Ops, ParamArg, UOp, shape_uop, sint
 from unigrad.uop.properties import as_shape
 from unigrad.uop.variable import UnboundVariableError, VariableBindError
 
@@ -53,11 +54,13 @@ def buffer_view(buf: UOp, shape: tuple[sint, ...]) -> UOp:
   return buf if tuple(shape) == (numel,) else UOp(Ops.RESHAPE, buf.dtype, (buf, shape_uop(shape)))
 
 
+_MOVEMENT, _BUFFER = GroupOp.Movement, Ops.BUFFER  # looked up once: `Ops.X` is slow (3.11)
+
+
 def buffer_base(u: UOp) -> UOp | None:
   """The BUFFER under a chain of movement ops, or None."""
-  while u.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP):
-    u = u.src[0]
-  return u if u.op is Ops.BUFFER else None
+  while u.op in _MOVEMENT: u = u.src[0]
+  return u if u.op is _BUFFER else None
 
 
 def is_plain_buffer(u: UOp) -> bool:
@@ -78,6 +81,17 @@ class CallifyError(RuntimeError):
                      "the value instead")
 
 
+@dataclass(frozen=True)
+class Fresh:
+  """A buffer callify made: for `node` (a target or a CONTIGUOUS), `view` = new_buffer(device,
+  dtype, shape)."""
+  node: UOp
+  view: UOp
+  device: str
+  dtype: DType
+  shape: tuple[sint, ...]
+
+
 @dataclass
 class CallifyResult:
   """The function body over PARAMs, the buffers for its slots and the realized-node map."""
@@ -85,6 +99,7 @@ class CallifyResult:
   bufs: tuple[UOp, ...]
   becomes: dict[UOp, UOp] = field(default_factory=dict)
   var_vals: dict[str, int] = field(default_factory=dict)  # bound variable name -> value
+  fresh: list[Fresh] = field(default_factory=list)  # the new buffers it made
 
   @property
   def call(self) -> UOp:
@@ -114,6 +129,13 @@ class CallifyCtx:
   becomes: dict[UOp, UOp] = field(default_factory=dict)
   var_vals: dict[str, int] = field(default_factory=dict)
   variables: dict[str, UOp] = field(default_factory=dict)  # name -> the unbound variable
+  fresh: list[Fresh] = field(default_factory=list)
+
+  def new_buffer(self, node: UOp, device: str, dtype: DType, shape: tuple[sint, ...]) -> UOp:
+    """A new buffer's view that `node` becomes (recorded)."""
+    view = self.becomes[node] = new_buffer(device, dtype, shape)
+    self.fresh.append(Fresh(node, view, device, dtype, shape))
+    return view
 
   def unbind(self, v: UOp) -> UOp:
     """The unbound variable of a bound one, its value recorded (one value, one variable a name)."""
@@ -157,8 +179,7 @@ def _rewrite_marker(ctx: CallifyCtx, u: UOp, v: UOp) -> UOp:
     if u.src[0].op in (Ops.BUFFER, Ops.RESHAPE): ctx.becomes.setdefault(u, u.src[0])
     return v
   if ctx.is_plain(v.src[0]): return v.src[0]
-  buf = new_buffer(u.src[0].device or ctx.device, u.dtype, tuple(u.shape))
-  ctx.becomes[u] = buf
+  buf = ctx.new_buffer(u, u.src[0].device or ctx.device, u.dtype, tuple(u.shape))
   p = ctx.param_view(buf)
   return UOp(Ops.AFTER, u.dtype, (p, UOp(Ops.STORE, dtypes.void, (p, v.src[0]))))
 
@@ -168,20 +189,22 @@ def _rewrite(ctx: CallifyCtx, nodes: dict[UOp, None], skip: UOp | None) -> dict[
   `_rewrite_marker`, anything else rebuilt on its rewritten sources (itself if none changed)."""
   out: dict[UOp, UOp] = {}
   get = out.__getitem__
+  # `Ops.X` is a slow lookup on Python 3.11 (EnumType.__getattr__): once per walk, not per node
+  buffer, param, markers = Ops.BUFFER, Ops.PARAM, (Ops.AFTER, Ops.CONTIGUOUS)
   for u in nodes:
     if u is skip: continue
     op = u.op
-    if op is Ops.BUFFER:
+    if op is buffer:
       out[u] = ctx.param(u)
       continue
-    if op is Ops.PARAM:
+    if op is param:
       if u.arg.name is None: raise CallifyError(u)
       out[u] = ctx.unbind(u)
       continue
     src = u.src
     new_src = tuple(map(get, src))
-    v = u if new_src == src else UOp(op, u.dtype, new_src, u.arg, u.tag)
-    out[u] = _rewrite_marker(ctx, u, v) if op is Ops.AFTER or op is Ops.CONTIGUOUS else v
+    v = u if new_src == src else u.with_src(new_src)
+    out[u] = _rewrite_marker(ctx, u, v) if op in markers else v
   return out
 
 
@@ -196,8 +219,7 @@ def callify(targets: list[UOp], devices: list[str],
       ctx.becomes[u] = u.src[0]
       stored += [(None, s) for s in u.src[1:]]
       continue
-    buf = new_buffer(dev, u.dtype, _static_shape(u.shape))
-    ctx.becomes[u] = buf
+    buf = ctx.new_buffer(u, dev, u.dtype, _static_shape(u.shape))
     value = u.src[0] if u.op is Ops.CONTIGUOUS else u  # the output buffer is the contiguous copy
     stored.append((ctx.param_view(buf), value))
   roots = tuple(v for _, v in stored)
@@ -206,7 +228,62 @@ def callify(targets: list[UOp], devices: list[str],
   out = _rewrite(ctx, nodes, next(reversed(nodes)))  # the roots' SINK (last) is not in the body
   stores = (out[v] if p is None else UOp(Ops.STORE, dtypes.void, (p, out[v])) for p, v in stored)
   body = UOp(Ops.SINK, dtypes.void, tuple(stores))
-  return CallifyResult(body, tuple(ctx.bufs), ctx.becomes, ctx.var_vals)
+  return CallifyResult(body, tuple(ctx.bufs), ctx.becomes, ctx.var_vals, ctx.fresh)
+
+
+# ---- the same graph again ----
+
+@dataclass(frozen=True)
+class CallifyTemplate:
+  """What callify gave for one target graph, less its new buffers: a realize of the very same
+  graph (an eager loop realizing the same expression of the same buffers: the graph is rebuilt
+  from the hash-cons cache while the previous result's history holds it) makes new buffers of
+  the same kinds and reuses the rest without walking the graph. Holds the graph's nodes weakly
+  (its key is the graph's root) and its buffers, which the graph holds anyway."""
+  device: str
+  body: UOp
+  bufs: tuple[UOp | None, ...]  # None at the slots of new buffers
+  fresh: tuple[tuple[weakref.ref, str, DType, tuple, int], ...]  # node, kind, slot
+  aliases: tuple[tuple[weakref.ref, weakref.ref], ...]  # becomes entries to existing nodes
+  var_vals: tuple[tuple[str, int], ...]
+
+
+_templates: weakref.WeakKeyDictionary[UOp, CallifyTemplate] = weakref.WeakKeyDictionary()
+
+
+def remember(target: UOp, device: str, res: CallifyResult) -> None:
+  """Keep `res` (callify's result for the one target `target` on `device`) for `recallify`."""
+  fresh = tuple((weakref.ref(f.node), f.device, f.dtype, f.shape,
+                 res.bufs.index(_base(f.view))) for f in res.fresh)
+  bufs: list[UOp | None] = list(res.bufs)
+  for *_, slot in fresh: bufs[slot] = None
+  aliases: tuple[tuple[weakref.ref, weakref.ref], ...] = ()
+  if len(res.becomes) > len(fresh):  # assigns: becomes entries to nodes of the graph
+    news = {f.node for f in res.fresh}
+    aliases = tuple((weakref.ref(k), weakref.ref(v)) for k, v in res.becomes.items()
+                    if k not in news)
+  _templates[target] = CallifyTemplate(device, res.body, tuple(bufs), fresh, aliases,
+                                       tuple(res.var_vals.items()))
+
+
+def recallify(target: UOp, device: str) -> CallifyResult | None:
+  """callify([target], [device]) when that graph was callified before (`remember`): the same
+  body and buffers, new buffers made for what becomes new ones; None when it was not."""
+  t = _templates.get(target)
+  if t is None or t.device != device: return None
+  bufs, becomes = list(t.bufs), {}
+  for node, dev, dtype, shape, slot in t.fresh:
+    view = becomes[node()] = new_buffer(dev, dtype, shape)
+    bufs[slot] = _base(view)
+  for k, v in t.aliases: becomes[k()] = v()
+  return CallifyResult(t.body, tuple(b for b in bufs if b is not None), becomes, dict(t.var_vals))
+
+
+def _base(view: UOp) -> UOp:
+  """The BUFFER of a new buffer's view."""
+  base = buffer_base(view)
+  assert base is not None, "new_buffer gives a view of a BUFFER"
+  return base
 
 
 def _static_shape(shape: tuple) -> tuple:

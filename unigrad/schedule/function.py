@@ -23,7 +23,8 @@ def param_like(slot: int, u: UOp) -> UOp:
 
 def has_function(nodes: dict[UOp, None]) -> bool:
   """Whether a toposort holds a FUNCTION call."""
-  return any(u.op is Ops.FUNCTION for u in nodes)
+  function = Ops.FUNCTION  # looked up once: `Ops.X` is slow on Python 3.11
+  return any(u.op is function for u in nodes)
 
 
 def _result(f: UOp, i: int) -> UOp:

@@ -448,9 +448,11 @@ def uses_tuple_devices(uops: Sequence[UOp], devices: Sequence[Device],
   when the caller has it."""
   if any(isinstance(d, tuple) for d in devices): return True
   if nodes is None: nodes = UOp(Ops.SINK, dtypes.void, tuple(uops)).toposort()
+  copy, buffer = Ops.COPY, Ops.BUFFER  # looked up once: `Ops.X` is slow on Python 3.11
   for u in nodes:
-    if u.op is Ops.COPY and isinstance(u.arg, tuple): return True
-    if u.op is Ops.BUFFER and isinstance(u.arg.device, tuple): return True
+    op = u.op
+    if op is copy and isinstance(u.arg, tuple): return True
+    if op is buffer and isinstance(u.arg.device, tuple): return True
   return False
 
 

@@ -12,6 +12,7 @@ integer interval that leaves its dtype (the value may wrap) becomes the dtype ra
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from unigrad.dtype import AddrSpace, DType, PtrDType, dtypes, truncate
@@ -73,10 +74,20 @@ def as_shape(u: UOp) -> Shape:
   raise ValueError(f"expected a shape (VCONST or STACK of index values), got {u.op!r}")
 
 
+_INT = frozenset({int})
+
+
 def broadcast_shapes(*shapes: Shape) -> Shape:
   """Right-align the shapes and take the element-wise max; each axis must be equal or 1."""
+  if shapes and all(s == shapes[0] for s in shapes[1:]): return tuple(shapes[0])  # the usual case
+  arrays = [s for s in shapes if len(s)]  # the others are scalars: they broadcast to anything
+  if arrays and len(arrays) < len(shapes) and all(s == arrays[0] for s in arrays[1:]):
+    return tuple(arrays[0])
   n = max(len(s) for s in shapes)
   padded = [(1,) * (n - len(s)) + tuple(s) for s in shapes]
+  if all(set(map(type, s)) <= _INT for s in padded):  # static sizes: each axis's max, if it fits
+    out_static = tuple(map(max, *padded)) if len(padded) > 1 else padded[0]
+    if all(d == o or d == 1 for s in padded for d, o in zip(s, out_static)): return out_static
   out: list[sint] = []
   for axis, dims in enumerate(zip(*padded)):
     sizes = {d for d in dims if not (isinstance(d, int) and d == 1)}
@@ -124,40 +135,66 @@ def _index_shape(u: UOp) -> Shape | None:
   return (*out, *base[len(idx_shapes):]) if base else ()
 
 
-def derive_shape(u: UOp) -> Shape | None:
-  """The shape of a node, or None for nodes that are not values (SINK, TUPLE, ...)."""
-  op, src = u.op, u.src
-  if op in (Ops.BUFFER, Ops.PARAM): return as_shape(src[0]) if src else ()
-  if op is Ops.BUFFER_VIEW: return (u.arg[0],)
-  if op in (Ops.CONST, Ops.RANGE, Ops.SPECIAL, Ops.GETADDR): return ()
-  if op is Ops.VCONST: return (len(u.arg),)
-  if op is Ops.BINARY: return (len(u.arg),)
-  if op is Ops.PERMUTE: return tuple(src[0].shape[i] for i in u.arg)
-  if op is Ops.FLIP: return src[0].shape
-  if op in (Ops.RESHAPE, Ops.EXPAND): return as_shape(src[1])
-  if op in (Ops.PAD, Ops.SHRINK): return as_shape(src[2])
-  if op is Ops.INDEX: return _index_shape(u)
-  if op is Ops.STACK: return (len(src), *src[0].shape) if src[0].shape is not None else None
-  if op is Ops.REPLICATED: return tuple(1 if i in u.arg else d for i, d in enumerate(src[0].shape))
-  if op is Ops.REDUCE: return _reduce_shape(u)
-  if op is Ops.BITCAST: return _bitcast_shape(u)
-  if op in (Ops.CAST, Ops.COPY, Ops.AFTER, Ops.LOAD, Ops.DETACH, Ops.CONTIGUOUS,
-            Ops.CONTIGUOUSBACKWARD, Ops.GEP): return src[0].shape if op is not Ops.GEP else ()
-  if op in GroupOp.ALU: return _alu_shape(u)
-  if op is Ops.GETTUPLE:
-    shape = tuple_element(src[0], u.arg).shape
-    return _call_shape(src[0], shape) if src[0].op in GroupOp.Call else shape
-  if op in GroupOp.Call: return _call_shape(u, src[0].shape)
-  if op is Ops.STORE: return ()
-  if op is Ops.WMMA: return src[2].shape
-  return None
-
-
 def _alu_shape(u: UOp) -> Shape | None:
+  first = u.src[0].shape
+  if first is not None and all(s.shape == first for s in u.src[1:]): return first
   shapes = [s.shape for s in u.src]
   if any(s is None for s in shapes): return None
-  if all(s == shapes[0] for s in shapes[1:]): return shapes[0]
   return broadcast_shapes(*shapes)
+
+
+def _source_shape(u: UOp) -> Shape | None: return u.src[0].shape
+
+
+def _no_axes(u: UOp) -> Shape: return ()
+
+
+def _stack_shape(u: UOp) -> Shape | None:
+  inner = u.src[0].shape
+  return (len(u.src), *inner) if inner is not None else None
+
+
+def _gettuple_shape(u: UOp) -> Shape | None:
+  t = u.src[0]
+  shape = tuple_element(t, u.arg).shape
+  return _call_shape(t, shape) if t.op in GroupOp.Call else shape
+
+
+# op -> its shape rule, the rows of the spec table in its order (a table: one dict lookup per node,
+# where a chain of `op is Ops.X` tests paid a slow enum attribute lookup per row on Python 3.11)
+SHAPE_RULES: dict[Ops, Callable[[UOp], Shape | None]] = {
+  Ops.BUFFER: lambda u: as_shape(u.src[0]) if u.src else (),
+  Ops.PARAM: lambda u: as_shape(u.src[0]) if u.src else (),
+  Ops.BUFFER_VIEW: lambda u: (u.arg[0],),
+  **dict.fromkeys((Ops.CONST, Ops.RANGE, Ops.SPECIAL, Ops.GETADDR), _no_axes),
+  Ops.VCONST: lambda u: (len(u.arg),),
+  Ops.BINARY: lambda u: (len(u.arg),),
+  Ops.PERMUTE: lambda u: tuple(u.src[0].shape[i] for i in u.arg),
+  Ops.FLIP: _source_shape,
+  Ops.RESHAPE: lambda u: as_shape(u.src[1]),
+  Ops.EXPAND: lambda u: as_shape(u.src[1]),
+  Ops.PAD: lambda u: as_shape(u.src[2]),
+  Ops.SHRINK: lambda u: as_shape(u.src[2]),
+  Ops.INDEX: _index_shape,
+  Ops.STACK: _stack_shape,
+  Ops.REPLICATED: lambda u: tuple(1 if i in u.arg else d for i, d in enumerate(u.src[0].shape)),
+  Ops.REDUCE: _reduce_shape,
+  Ops.BITCAST: _bitcast_shape,
+  **dict.fromkeys((Ops.CAST, Ops.COPY, Ops.AFTER, Ops.LOAD, Ops.DETACH, Ops.CONTIGUOUS,
+                   Ops.CONTIGUOUSBACKWARD), _source_shape),
+  Ops.GEP: _no_axes,
+  **dict.fromkeys(GroupOp.ALU, _alu_shape),
+  Ops.GETTUPLE: _gettuple_shape,
+  **dict.fromkeys(GroupOp.Call, lambda u: _call_shape(u, u.src[0].shape)),
+  Ops.STORE: _no_axes,
+  Ops.WMMA: lambda u: u.src[2].shape,
+}
+
+
+def derive_shape(u: UOp) -> Shape | None:
+  """The shape of a node, or None for nodes that are not values (SINK, TUPLE, ...)."""
+  rule = SHAPE_RULES.get(u.op)
+  return None if rule is None else rule(u)
 
 
 # ---- device ----

@@ -32,13 +32,20 @@ _ucache: dict[tuple, weakref.ref] = {}
 _ucache_lock = threading.RLock()
 
 
+_INT = frozenset({int})
+_INT_TUPLE = object()  # marks a key made of a tuple of plain ints (shapes, axes: the usual args)
+
+
 def _arg_key(arg: Any) -> Any:
   """Part of the hash-cons key: keeps 1, 1.0 and True apart, -0.0 apart from 0.0, and makes
   every nan equal, also inside tuples (VCONST values, PERMUTE axes, FLIP flags)."""
+  if arg is None: return None
   t = type(arg)
   if t is float: return (t, float_bits(arg))
   if t is int or t is bool: return (t, arg)
-  if t is tuple: return (t, tuple(_arg_key(a) for a in arg))
+  if t is tuple:
+    if set(map(type, arg)) <= _INT: return (_INT_TUPLE, arg)  # no element needs a key of its own
+    return (t, tuple(_arg_key(a) for a in arg))
   return arg
 
 
@@ -65,7 +72,8 @@ class UOpMetaClass(type):
     if dtype is None:
       _check_new(op, dtypes.void, src, arg)
       dtype = props.derive_dtype(op, src, arg)
-    key = (op, dtype, src, _arg_key(arg), _arg_key(tag))
+    key = (op, dtype, src, arg if arg is None else _arg_key(arg),
+           tag if tag is None else _arg_key(tag))
     try:
       ref = _ucache.get(key)
     except TypeError:
@@ -77,6 +85,7 @@ class UOpMetaClass(type):
       ref = _ucache.get(key)
       if ref is not None and (node := ref()) is not None: return node
       node = super().__call__(op, dtype, src, arg, tag)
+      _set_key(node, key)
       _ucache[key] = weakref.ref(node)
       return node
 
@@ -88,6 +97,11 @@ def _derived(compute: Callable[[UOp], Any]) -> property:
   def get(self: UOp) -> Any:
     d = self.__dict__
     if name in d: return d[name]
+    for s in self.src:
+      if s.src and name not in s.__dict__: break
+    else:  # the usual case: every source has it, or is a leaf that needs no other node for it
+      v = d[name] = compute(self)
+      return v
     stack: list[tuple[UOp, bool]] = [(self, False)]
     while stack:
       u, ready = stack.pop()
@@ -101,7 +115,7 @@ def _derived(compute: Callable[[UOp], Any]) -> property:
   return property(get, doc=compute.__doc__)
 
 
-_FIELDS = frozenset({"op", "dtype", "src", "arg", "tag"})
+_FIELDS = frozenset({"op", "dtype", "src", "arg", "tag", "_key"})
 
 
 _NO_VALUE: Any = object()
@@ -122,7 +136,7 @@ class UOp(metaclass=UOpMetaClass):
   With `dtype=None` the dtype is derived from the op and sources. Bad input raises at once: a
   non-Ops op or non-UOp source TypeError, an unhashable arg or tag TypeError, the wrong number of
   sources for a fixed-arity elementwise op ValueError."""
-  __slots__ = ("op", "dtype", "src", "arg", "tag", "__weakref__", "__dict__")
+  __slots__ = ("op", "dtype", "src", "arg", "tag", "_key", "__weakref__", "__dict__")
   op: Ops
   dtype: DType
   src: tuple[UOp, ...]
@@ -144,7 +158,7 @@ class UOp(metaclass=UOpMetaClass):
 
   def __del__(self) -> None:
     try:
-      key = (self.op, self.dtype, self.src, _arg_key(self.arg), _arg_key(self.tag))
+      key = self._key  # the hash-cons key it was made under
       with _ucache_lock:
         ref = _ucache.get(key)
         # during __del__ the weakref still answers self: the entry is ours unless rebuilt since
@@ -189,6 +203,7 @@ class UOp(metaclass=UOpMetaClass):
   def toposort(self, gate: Callable[[UOp], bool] | None = None) -> dict[UOp, None]:
     """Every node reachable from self, sources before consumers. `gate(node)` False skips the
     node and whatever lies only below it."""
+    if gate is None: return _toposort(self)
     out: dict[UOp, None] = {}
     stack: list[tuple[UOp, bool]] = [(self, False)]
     push, pop = stack.append, stack.pop  # a hot loop: no generator, bound methods
@@ -247,6 +262,14 @@ class UOp(metaclass=UOpMetaClass):
     if all(a is b for a, b in zip(new, (self.op, self.dtype, self.src, self.arg, self.tag))):
       return self
     return UOp(*new)
+
+  def with_src(self, src: tuple[UOp, ...]) -> UOp:
+    """`replace(src=src)` for a tuple of UOps, the step of every rewriting walk: the key of a
+    live node is looked up with this node's key parts, before any checks."""
+    k = self._key
+    ref = _ucache.get((k[0], k[1], src, k[3], k[4]))
+    if ref is not None and (node := ref()) is not None: return node
+    return UOp(self.op, self.dtype, src, self.arg, self.tag)
 
   def f(self, op: Ops, **kwargs: Any) -> UOp:
     """`UOp(op, ..., src=(self,))`: a new node with self as its only source."""
@@ -448,8 +471,8 @@ class UOp(metaclass=UOpMetaClass):
 
 
 # the slot setters, which bypass the immutability guard (only __init__ uses them)
-_set_op, _set_dtype, _set_src, _set_arg, _set_tag = (vars(UOp)[f].__set__ for f in
-                                                     ("op", "dtype", "src", "arg", "tag"))
+_set_op, _set_dtype, _set_src, _set_arg, _set_tag, _set_key = (
+  vars(UOp)[f].__set__ for f in ("op", "dtype", "src", "arg", "tag", "_key"))
 
 
 def _check_float_div(u: UOp) -> UOp:
@@ -471,10 +494,20 @@ def as_uop(x: sint) -> UOp:
   return UOp.const(dtypes.index, x)
 
 
+# static shape -> its VCONST: every movement op asks for one (held, so a hit makes no node)
+_static_shapes: dict[tuple[int, ...], UOp] = {}
+STATIC_SHAPE_CACHE = 4096
+
+
 def shape_uop(shape: Iterable[sint]) -> UOp:
   """A (k,)-shaped index UOp holding a shape: VCONST when static, else STACK of index values."""
-  shape = tuple(shape)
-  if all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
+  if type(shape) is not tuple: shape = tuple(shape)
+  if set(map(type, shape)) <= _INT:  # plain ints only: no key here equals another type's
+    if (u := _static_shapes.get(shape)) is not None: return u
+    if len(_static_shapes) >= STATIC_SHAPE_CACHE: _static_shapes.pop(next(iter(_static_shapes)))
+    u = _static_shapes[shape] = UOp(Ops.VCONST, dtypes.index, (), shape)
+    return u
+  if all(isinstance(d, int) and not isinstance(d, bool) for d in shape):  # int subclasses
     return UOp(Ops.VCONST, dtypes.index, arg=shape)
   return UOp(Ops.STACK, dtypes.index, tuple(as_uop(d) for d in shape))
 
@@ -485,6 +518,25 @@ def _sprod(shape: Iterable[sint]) -> sint:
   for d in shape:
     if isinstance(out, int) and out == 1: out = d
     else: out = out * d if isinstance(out, UOp) else d * out
+  return out
+
+
+def _toposort(root: UOp) -> dict[UOp, None]:
+  """`root.toposort()` without a gate, in the same order: the node on top of the stack goes to
+  the output once every source is there, else its first missing source goes on the stack (in a
+  DAG a node is never on the stack twice; no (node, flag) pairs are made)."""
+  out: dict[UOp, None] = {}
+  stack = [root]
+  push, pop = stack.append, stack.pop  # a hot loop: no generator, bound methods
+  while stack:
+    node = stack[-1]
+    for s in node.src:
+      if s not in out:
+        push(s)
+        break
+    else:
+      out[node] = None
+      pop()
   return out
 
 
