@@ -11,8 +11,7 @@ import numpy as np
 import torch
 
 from unigrad import Tensor, dtypes, nn
-from unigrad.schedule.rangeify import transposed_operand
-from unigrad.uop import Ops, UOp
+from unigrad.uop import Ops
 
 D, HEADS, FF, B, S = 32, 2, 64, 2, 8
 RNG = np.random.default_rng(0)
@@ -136,35 +135,6 @@ def test_attention_output_projection_runs_in_place():
   assert [len(c.src) - 1 for c in y.schedule().src] == [3]
   ref = att.numpy().transpose(0, 2, 1, 3).reshape(b, t, h * d) @ w.numpy().T
   np.testing.assert_allclose(y.numpy(), ref, rtol=1e-4, atol=1e-4)
-
-
-def test_attention_scores_over_a_short_head_read_the_keys_transposed():
-  # q @ k^T over a head size of 32 (< MIN_DOT_REDUCE): the key projection writes k^T in its own
-  # kernel (no extra pass) and the scores are the contiguous matmul, not the DotPlan's 4 steps
-  # of partial sums per transposed sum (MiniLM 1x128: 180 -> 132 us); odd sequence length 33
-  b, t, h, d = 2, 33, 3, 32
-  x, wq, wk = Tensor(rnd(b, t, h * d)).realize(), Tensor(rnd(h * d, h * d)).realize(), \
-    Tensor(rnd(h * d, h * d)).realize()
-  q, k = ((x @ w.T).reshape(b, t, h, d).transpose(1, 2) for w in (wq, wk))
-  s = q @ k.transpose(-2, -1)
-  assert transposed_operand(scores_reduce(s)) is not None
-  assert len(s.schedule().src) == 3  # q, k^T (the key projection, transposed), scores
-  tq, tk = (torch.from_numpy(x.numpy()) @ torch.from_numpy(w.numpy()).T for w in (wq, wk))
-  ref = tq.reshape(b, t, h, d).transpose(1, 2) @ tk.reshape(b, t, h, d).transpose(1, 2).mT
-  np.testing.assert_allclose(s.numpy(), ref.numpy(), rtol=1e-4, atol=1e-4)
-
-
-def test_attention_scores_over_a_long_head_run_in_place():
-  # a head size of 64 keeps the in-place DotPlan: no k^T
-  b, t, h, d = 2, 32, 2, 64
-  q, k = Tensor(rnd(b, h, t, d)).realize() * 2, Tensor(rnd(b, h, t, d)).realize() * 2
-  s = q @ k.transpose(-2, -1)
-  assert transposed_operand(scores_reduce(s)) is None
-  assert len(s.schedule().src) == 1
-
-
-def scores_reduce(s: Tensor) -> UOp:
-  return [u for u in s.uop.toposort() if u.op is Ops.REDUCE and u.src[0].op is Ops.MUL][-1]
 
 
 def test_gelu_after_an_in_place_matmul_gets_its_own_kernel():

@@ -23,10 +23,8 @@ its kernel (a GELU), the matmul is realized on its own, so that the epilogue run
 elementwise kernel of many independent chains, not once per small tile (is_dot_in_place). A
 matmul that would read no operand contiguously along an output axis nor run in place gets a
 transposing copy of its buffer-view operand first (transposed_operand), when the copy is read
-32+ times per element; so does one whose reduce is shorter than MIN_DOT_REDUCE over a view of a
-value its own kernel computes (attention's k^T over a head size of 32: the key projection
-writes the transposed layout). An expensive value that a realized REDUCE sums and another
-kernel reads too (softmax's exp(x - max)) is realized once.
+32+ times per element. An expensive value that a realized REDUCE sums and another kernel reads
+too (softmax's exp(x - max)) is realized once.
 A scatter (a one-hot REDUCE over one of its output
 positions, schedule/scatter.py) is always realized, and its kernel becomes a fill and a
 sequential loop of direct stores, O(N) instead of O(N*K); a gather that reads one (the position
@@ -269,7 +267,7 @@ def _shared_reduces(roots: list[UOp]) -> set[UOp]:
 def _summed_and_read(roots: list[UOp], realized: set[UOp]) -> set[UOp]:
   """Expensive elementwise values that a realized REDUCE sums and something else reads too
   (softmax's exp(x - max): summed, then divided by the sum): realized once, not computed in both
-  kernels (MiniLM 8x32 softmax: the sum's and the normalization's exp, ~100 -> ~60 us)."""
+  kernels (MiniLM softmax sum + normalization, 8x32: 104 -> 66 us, 1x128: 215 -> 116 us)."""
   gate = lambda n: n.op not in (Ops.PARAM, Ops.AFTER)  # noqa: E731
   consumers = consumer_map_from_toposort(u for r in roots for u in r.toposort(gate))
   return {e for red in realized if red.op is Ops.REDUCE and (e := red.src[0]).op in GroupOp.ALU
@@ -286,7 +284,6 @@ def _stored_directly(root: UOp) -> UOp | None:
 # ---- transposing copies for matmuls that would read no operand along an output axis ----
 
 MIN_COPY_REUSE = 32  # a copied operand is read this many times per element, or it is not copied
-MIN_DOT_REDUCE = 64  # a shorter reduce over computed values is copied, not run in place
 
 
 def _unit_loads(value: UOp, r: UOp) -> int:
@@ -304,31 +301,18 @@ def _reads_contiguous_output(red: UOp, loaded: list[UOp]) -> tuple[bool, bool] |
   return any(_unit_loads(value, r) for r in loops), _unit_loads(value, value.src[-1]) > 0
 
 
-def _view_operands(red: UOp, nested: tuple[UOp, ...] = ()) -> list[UOp]:
+def _view_operands(red: UOp) -> list[UOp]:
   """The operands of a multiply-accumulate REDUCE that are views of a buffer under their
-  broadcast (a transposed weight): copying one costs one pass over it; or views of a value in
-  `nested` that its own kernel computes (attention's keys, per head): that kernel writes the
-  copy's layout, no extra pass."""
+  broadcast (a transposed weight): copying one costs one pass over it."""
   if red.arg.op is not Ops.ADD or red.src[0].op is not Ops.MUL: return []
-  leaves = (Ops.PARAM, Ops.AFTER, Ops.VCONST, Ops.CONST)
   out = []
   for x in red.src[0].src:
     while x.op in (Ops.EXPAND, Ops.RESHAPE): x = x.src[0]
-    chain = x.toposort(lambda n: n.op not in (Ops.PARAM, Ops.AFTER) and n not in nested)
-    if x.op in VIEW_OPS and all(n.op in VIEW_OPS or n.op in leaves or n in nested for n in chain):
+    chain = x.toposort(lambda n: n.op not in (Ops.PARAM, Ops.AFTER))
+    if x.op in VIEW_OPS and all(n.op in VIEW_OPS or n.op in (Ops.PARAM, Ops.AFTER, Ops.VCONST,
+                                                                Ops.CONST) for n in chain):
       out.append(x)
   return out
-
-
-def _is_short_dot_of_values(red: UOp, views: list[UOp], nested: list[UOp]) -> bool:
-  """Whether `red` reduces fewer than MIN_DOT_REDUCE elements and one of its operand `views`
-  is a view of a value its own kernel computes: attention's q @ k^T over a head size of 32,
-  where the in-place DotPlan's 4 steps of partial sums do not pay each output's transposed sum
-  (MiniLM 1x128: 180 -> 132 us, the key projection writing k^T)."""
-  n = math.prod(red.src[0].shape[a] for a in red.arg.axes)
-  if n >= MIN_DOT_REDUCE: return False
-  gate = lambda u: u.op not in (Ops.PARAM, Ops.AFTER)  # noqa: E731
-  return any(u in nested for v in views for u in v.toposort(gate))
 
 
 def transposed_operand(red: UOp) -> UOp | None:
@@ -337,14 +321,14 @@ def transposed_operand(red: UOp) -> UOp | None:
   stored (out, in)): the copy makes it the contiguous matmul (a @ b.T 1024: 0.68 -> 0.95 of
   a @ b's speed, where the heuristics' tile of partial sums reaches 0.68)."""
   if not all(isinstance(d, int) for d in red.src[0].shape) or _has_closed_form(red): return None
+  views = [v for v in _view_operands(red)
+           if math.prod(red.src[0].shape) >= MIN_COPY_REUSE * math.prod(v.shape)]
   # what the kernel reads from buffers is probed as loads: the question is how this kernel's own
   # loads walk, and a probe of everything upstream would grow with the model's depth
   nested = _read_from_buffers(red)
-  views = [v for v in _view_operands(red, tuple(nested))
-           if math.prod(red.src[0].shape) >= MIN_COPY_REUSE * math.prod(v.shape)]
   if not views or (now := _reads_contiguous_output(red, nested)) is None or now != (False, True):
     return None
-  if is_dot_in_place(red) and not _is_short_dot_of_values(red, views, nested): return None
+  if is_dot_in_place(red): return None
   for v in views:
     after = _reads_contiguous_output(red, [*nested, v])
     if after is not None and after[0]: return v
