@@ -33,10 +33,19 @@ def test_nested_reduce_at_most_two_kernels(abc):
   assert kernels(abc[0].sum(1).sum(0)) <= 2
 
 
-def test_softmax_at_most_three_kernels(abc):
+def test_softmax_computes_its_exp_once(abc):
+  # exp(x - max) is summed and divided by the sum: realized once (max, exp, sum, normalize),
+  # not computed in both the sum's and the normalization's kernel
   x = abc[0]
   e = (x - x.max(-1, keepdim=True)).exp()
-  assert kernels(e / e.sum(-1, keepdim=True)) <= 3
+  calls = (e / e.sum(-1, keepdim=True)).schedule().src
+  assert len(calls) <= 4
+  assert sum(1 for c in calls for u in c.src[0].toposort() if u.op is Ops.EXP2) == 1
+
+
+def test_log_softmax_keeps_exp_in_its_sum(abc):
+  # exp(x - max) read only by its sum: nothing to share, no extra kernel
+  assert kernels(abc[0].log_softmax(-1)) <= 3
 
 
 def test_broadcast_expensive_value_realized_once(abc):

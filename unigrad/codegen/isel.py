@@ -108,6 +108,40 @@ pm_fma_accumulate = PatternMatcher([
 ])
 
 
+def is_const_like(u: UOp) -> bool:
+  """A constant: CONST, VCONST, or a STACK of CONSTs (a broadcast constant after expand)."""
+  if u.op in (Ops.CONST, Ops.VCONST): return True
+  return u.op is Ops.STACK and all(s.op is Ops.CONST for s in u.src)
+
+
+def _horner_step(u: UOp) -> UOp | None:
+  """u = a*b + c with c a constant, as MULACC(a, b, c); a MULACC as is; else None."""
+  if u.op is Ops.MULACC: return u
+  if u.op is not Ops.ADD: return None
+  for m, c in (u.src, u.src[::-1]):
+    if m.op is Ops.MUL and is_const_like(c): return UOp(Ops.MULACC, u.dtype, (*m.src, c))
+  return None
+
+
+def fuse_horner(h: UOp, m: UOp, c: UOp) -> UOp | None:
+  """(p*x + c) with p itself a step p = a*b + c' (c, c' constants): both become MULACC. A chain
+  of such steps is a polynomial by Horner's rule (the series of erf, expm1, log1p, atan): one
+  rounding per step, like the decompositions of exp2/log2, half the instructions and the
+  latency. A lone a*b + c is left to PyTorch's two roundings."""
+  if not is_const_like(c) or not dtypes.is_float(h.dtype.scalar()): return None
+  if h.dtype.scalar() in LOW_FLOATS: return None
+  for p, x in (m.src, m.src[::-1]):
+    if (step := _horner_step(p)) is not None: return UOp(Ops.MULACC, h.dtype, (step, x, c))
+  return None
+
+
+# for targets with MULACC: polynomial steps by Horner's rule (a chain of at least two steps)
+pm_fma_horner = PatternMatcher([
+  # (a*b + c1)*x + c2 -> MULACC(MULACC(a, b, c1), x, c2)
+  (UPat(Ops.ADD, name="h", src=[UPat(Ops.MUL, name="m"), UPat.var("c")]), fuse_horner),
+])
+
+
 def index_dtype_for(nodes: Iterable[UOp]) -> DType:
   """int32 when every index value of the kernel (its `nodes`) fits, else int64."""
   lo, hi = -(2 ** 31), 2 ** 31 - 1

@@ -22,7 +22,7 @@ from unigrad.codegen.opt.gpu_heuristic import gpu_optimizations
 from unigrad.codegen.opt.heuristic import hand_coded_optimizations
 from unigrad.codegen.opt.kernel import OptKernel
 from unigrad.codegen.isel import (lower_index_dtype, pm_add_loads, pm_divmod_nonneg,
-                                  pm_fma_accumulate, pm_mul_recip)
+                                  pm_fma_accumulate, pm_fma_horner, pm_mul_recip)
 from unigrad.codegen.linearize import linearize
 from unigrad.codegen.transpose_sums import transpose_sums
 from unigrad.codegen.local_reduce import local_reduce
@@ -59,7 +59,7 @@ def _isel(ast: UOp, ren: Renderer) -> UOp:
   the transformer and MiniLM benches), and the graph above the loads is rebuilt once, not twice."""
   pm: PatternMatcher = pm_add_loads + pm_divmod_nonneg
   if Ops.DIV in ren.supported_ops: pm = pm + pm_mul_recip
-  if Ops.MULACC in ren.supported_ops: pm = pm + pm_fma_accumulate
+  if Ops.MULACC in ren.supported_ops: pm = pm + pm_fma_accumulate + pm_fma_horner
   if pm_decompose is not None: pm = pm + pm_decompose(ren.supported_ops)
   return graph_rewrite(ast, pm, name="isel")
 

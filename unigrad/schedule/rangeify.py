@@ -23,7 +23,8 @@ its kernel (a GELU), the matmul is realized on its own, so that the epilogue run
 elementwise kernel of many independent chains, not once per small tile (is_dot_in_place). A
 matmul that would read no operand contiguously along an output axis nor run in place gets a
 transposing copy of its buffer-view operand first (transposed_operand), when the copy is read
-32+ times per element.
+32+ times per element. An expensive value that a realized REDUCE sums and another kernel reads
+too (softmax's exp(x - max)) is realized once.
 A scatter (a one-hot REDUCE over one of its output
 positions, schedule/scatter.py) is always realized, and its kernel becomes a fill and a
 sequential loop of direct stores, O(N) instead of O(N*K); a gather that reads one (the position
@@ -40,7 +41,7 @@ from dataclasses import dataclass, field
 
 from unigrad.dtype import dtypes
 from unigrad.uop import AxisType, GroupOp, Invalid, Ops, ParamArg, PatternMatcher, ReduceArg, UOp
-from unigrad.uop import UPat, graph_rewrite, shape_uop
+from unigrad.uop import UPat, consumer_map_from_toposort, graph_rewrite, shape_uop
 from unigrad.codegen.expand import identity_element
 from unigrad.codegen.simplify import pm_kernel_simplify
 from unigrad.schedule.callify import buffer_view, max_numel
@@ -263,6 +264,16 @@ def _shared_reduces(roots: list[UOp]) -> set[UOp]:
   return {u for u, owner in seen_by.items() if owner == -1}
 
 
+def _summed_and_read(roots: list[UOp], realized: set[UOp]) -> set[UOp]:
+  """Expensive elementwise values that a realized REDUCE sums and something else reads too
+  (softmax's exp(x - max): summed, then divided by the sum): realized once, not computed in both
+  kernels (MiniLM softmax sum + normalization, 8x32: 104 -> 66 us, 1x128: 215 -> 116 us)."""
+  gate = lambda n: n.op not in (Ops.PARAM, Ops.AFTER)  # noqa: E731
+  consumers = consumer_map_from_toposort(u for r in roots for u in r.toposort(gate))
+  return {e for red in realized if red.op is Ops.REDUCE and (e := red.src[0]).op in GroupOp.ALU
+          and len(consumers.get(e, ())) > 1 and _is_expensive(e, realized)}
+
+
 def _stored_directly(root: UOp) -> UOp | None:
   """The REDUCE a stored value is a view of, when the value's kernel is a scatter itself."""
   u = root
@@ -406,6 +417,7 @@ def find_realizes(body: UOp) -> set[UOp]:
     if u.op in (Ops.PARAM, Ops.AFTER): continue
     exp_child = expanded or (u.op is Ops.EXPAND and _grows(u))
     stack.extend((s, exp_child, reduced or u.op is Ops.REDUCE) for s in u.src)
+  realize |= _summed_and_read(roots, realize)
   return realize | {u for v in (*roots, *realize) for u in _dot_epilogues(v, realize)}
 
 

@@ -295,3 +295,24 @@ def test_few_register_tile_equals_the_four_row_tile_on_the_cpu(shape):
   np.testing.assert_array_equal(got, run_cpu(k.ast, four.applied, inputs))
   x, y = (v.reshape(s) for v, s in zip(inputs[1:], shape))
   np.testing.assert_allclose(got.reshape((x @ y).shape), x @ y, rtol=1e-4, atol=1e-4)
+
+
+def test_batched_row_sums_get_partial_sums_not_a_scalar_tile():
+  # softmax's sum of its realized exp over (heads, rows, keys): no load is reused across the two
+  # innermost output axes, so a 4x4 scalar register tile only lost the vectors (33 -> 13 us)
+  k = only_kernel(Tensor.empty(12, 128, 128).sum(-1))
+  assert plan_tiles(k, 64) == []
+  for ren, lanes in ((AVX512, [16]), (AVX2, [8])):
+    out = hand_coded_optimizations(k, ren, threads=1)
+    assert group_lanes(out) == lanes and upcasts(out) == []
+
+
+def test_masked_max_and_sum_of_exp_take_full_registers_of_partial_sums():
+  # softmax's max over a key mask: the ReducePlan's partial sums are 32 bytes for a sum of
+  # products (FMA throughput) but a whole register for a max or a transcendental's body
+  x, keep = Tensor.empty(12, 128, 128), Tensor.empty(1, 1, 128, dtype="int32").cast("bool")
+  masked = keep.where(x, -math.inf)
+  for t in (masked.max(-1), (masked - 1).exp().sum(-1)):
+    assert group_lanes(hand_coded_optimizations(only_kernel(t), AVX512, threads=1)) == [16]
+  w = conv_weight_gradient()
+  assert group_lanes(hand_coded_optimizations(w, AVX512, threads=1)) == [4]
