@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
 
 from minilm import BertConfig, MiniLM, SentenceEncoder  # noqa: E402
-from train_step import cnn_case, mlp_case, unigrad_step  # noqa: E402
+from train_step import both_steps, cnn_case, mlp_case  # noqa: E402
 
 from unigrad import Tensor, TinyJit, dtypes  # noqa: E402
 from unigrad.nn.state import get_state_dict  # noqa: E402
@@ -109,17 +109,8 @@ def train_step(case: Callable[[Any], tuple], jit: bool) -> Builder:
   """A whole training step (forward, backward, optimizer update) on both sides."""
   def build(torch: Any) -> tuple[Step, Step | None]:
     if torch is None: raise SystemExit("training-step cases compare against torch")
-    model, ours, opt, x, y, net, topt, tx, ty = case(torch)
-    with torch.no_grad():  # the same weights on both sides
-      for p, q in zip(net.parameters(), ours): p.copy_(torch.from_numpy(q.numpy()))
-    topt = topt(net.parameters())
-
-    def theirs() -> None:
-      topt.zero_grad()
-      torch.nn.functional.cross_entropy(net(tx), ty).backward()
-      topt.step()
-    step = unigrad_step(model, opt, x, y)
-    return (TinyJit(step) if jit else step), theirs
+    ours, theirs = both_steps(case, torch)
+    return (TinyJit(ours) if jit else ours), theirs
   return build
 
 

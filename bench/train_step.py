@@ -71,7 +71,8 @@ def mlp_case(torch) -> tuple:
     torch.tensor(xs), torch.tensor(ys)
 
 
-def run_case(name: str, case: Callable, torch, repeat: int) -> None:
+def both_steps(case: Callable, torch) -> tuple[Callable, Callable]:
+  """(unigrad's step, torch's step) of `case` on the same weights and batch."""
   model, ours, opt, x, y, net, topt, tx, ty = case(torch)
   with torch.no_grad():  # same weights as the unigrad model
     for p, q in zip(net.parameters(), ours): p.copy_(torch.from_numpy(q.numpy()))
@@ -81,7 +82,11 @@ def run_case(name: str, case: Callable, torch, repeat: int) -> None:
     topt.zero_grad()
     torch.nn.functional.cross_entropy(net(tx), ty).backward()
     topt.step()
-  step = unigrad_step(model, opt, x, y)
+  return unigrad_step(model, opt, x, y), tstep
+
+
+def run_case(name: str, case: Callable, torch, repeat: int) -> None:
+  step, tstep = both_steps(case, torch)
   eager = median_of(step, repeat)
   jit = median_of(TinyJit(step), repeat)
   theirs = median_of(tstep, repeat)
