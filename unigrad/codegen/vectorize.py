@@ -56,16 +56,23 @@ def _is_global_index(u: UOp) -> bool:
   return u.op is Ops.INDEX and u.src[0].addrspace is AddrSpace.GLOBAL
 
 
+def _is_memory_index(u: UOp) -> bool:
+  """An access to memory: a global buffer or a kernel-local one (a PACK panel, shared memory),
+  not a register."""
+  return u.op is Ops.INDEX and u.src[0].addrspace in (AddrSpace.GLOBAL, AddrSpace.LOCAL)
+
+
 def vector_score(ast: UOp, r: UOp, vector_bytes: int) -> int:
-  """How much vectorizing range r pays: unit-stride global accesses count for it, strided ones
-  against, each weighted by how often it runs, times the lanes; 0 when r cannot be a vector
-  (size, or a dtype no vector holds)."""
+  """How much vectorizing range r pays: unit-stride memory accesses (global buffers, PACK panels
+  and shared memory; not registers) count for it, strided ones against, each weighted by how
+  often it runs, times the lanes; 0 when r cannot be a vector (size, or a dtype no vector
+  holds)."""
   k = r.src[0].arg
   if not isinstance(k, int) or k < 2 or k & (k - 1): return 0
   dep = depends_on(ast, r)
   widest = lane_bytes(dep)[1]
   if widest == 0 or k * widest > 2 * vector_bytes: return 0
-  accesses = [u for u in dep if _is_global_index(u)]
+  accesses = [u for u in dep if _is_memory_index(u)]
   return k * sum((1 if is_unit_stride(u, r, dep) else -1) * _trips(u, r) for u in accesses)
 
 
