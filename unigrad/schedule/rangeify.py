@@ -24,9 +24,8 @@ elementwise kernel of many independent chains, not once per small tile (is_dot_i
 matmul that would read no operand contiguously along an output axis nor run in place gets a
 transposing copy of its buffer-view operand first (transposed_operand), when the copy is read
 32+ times per element. An expensive value that a realized REDUCE sums and another kernel reads
-too (softmax's exp(x - max)) is realized once.
-A scatter (a one-hot REDUCE over one of its output
-positions, schedule/scatter.py) is always realized, and its kernel becomes a fill and a
+too (softmax's exp(x - max)) is realized once. A scatter (a one-hot REDUCE over one of its
+output positions, schedule/scatter.py) is always realized, and its kernel becomes a fill and a
 sequential loop of direct stores, O(N) instead of O(N*K); a gather that reads one (the position
 map of an overwrite) still collapses to a direct load. Everything else is recomputed inline where
 it is read.
