@@ -36,7 +36,7 @@ def test_unwritable_dir_is_a_miss(tmp_path):
 
 
 def _writer(cachedir: str, who: int) -> None:
-  with Context(CACHEDIR=cachedir):
+  with Context(CACHEDIR=cachedir, DEBUG=1):  # a dropped write says why in the captured output
     for i in range(20): diskcache_put("t", f"{who}-{i}", bytes([who, i]))
 
 
@@ -115,3 +115,31 @@ def test_raw_entries_of_older_versions_are_neither_read_nor_overwritten(tmp_path
     assert conn.execute("SELECT value FROM cache WHERE key='old'").fetchone() == (b"\x7fELF raw",)
     assert conn.execute("SELECT count(*) FROM cache WHERE key='k'").fetchone() == (0,)
     conn.close()
+
+
+def test_busy_file_is_retried_not_dropped(tmp_path, monkeypatch):
+  """sqlite can return "database is locked" without waiting (a journal-mode switch racing another
+  process's first open): the write is retried, not silently lost (CI lost one this way)."""
+  real_connect, failures = sqlite3.connect, [3]
+
+  def flaky_connect(*args, **kwargs):
+    if failures[0] > 0:
+      failures[0] -= 1
+      raise sqlite3.OperationalError("database is locked")
+    return real_connect(*args, **kwargs)
+
+  monkeypatch.setattr(diskcache.sqlite3, "connect", flaky_connect)
+  with Context(CACHEDIR=str(tmp_path)):
+    diskcache_put("t", "k", b"v")
+    assert failures[0] == 0
+    assert diskcache_get("t", "k") == b"v"
+
+
+def test_busy_file_gives_up_after_the_retry_budget(tmp_path, monkeypatch):
+  def locked(*args, **kwargs): raise sqlite3.OperationalError("database is locked")
+
+  monkeypatch.setattr(diskcache.sqlite3, "connect", locked)
+  monkeypatch.setattr(diskcache, "BUSY_RETRY_S", 0.05)
+  with Context(CACHEDIR=str(tmp_path)):
+    diskcache_put("t", "k", b"v")  # reported at DEBUG>=1, never raised
+    assert diskcache_get("t", "k") is None

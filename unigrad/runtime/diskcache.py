@@ -10,7 +10,10 @@ Every value is stored behind a checksum (`DIGEST_BYTES` of blake2b over table, k
 A damaged entry (truncated, overwritten, emptied) fails the check and is a miss: it is deleted
 and the caller rebuilds and rewrites it; damaged bytes are never handed out (a truncated shared
 object would crash the process that loads it). A damaged database file (not sqlite, malformed) is
-moved aside and a fresh one started, so one bad file is never a persistent failure. Each write is
+moved aside and a fresh one started, so one bad file is never a persistent failure. A statement
+that finds the file locked or busy beyond sqlite's own busy handler (a journal-mode switch or a
+WAL recovery racing another process's first open returns SQLITE_BUSY at once) is retried with
+backoff for up to `BUSY_RETRY_S` seconds before it counts as an error. Each write is
 one sqlite transaction: readers see the old value or the new one, never part of one. The entries
 are in SQL table `SQL_TABLE`; the raw values of older unigrads (table `cache`) are never read.
 """
@@ -21,12 +24,14 @@ import os
 import pathlib
 import sqlite3
 import threading
+import time
 
 from unigrad.knobs import CACHEDIR, CACHELEVEL, DEBUG, HOME, XDG_CACHE_HOME
 
 __all__ = ["cache_path", "diskcache_get", "diskcache_put", "cache_digest", "DIGEST_BYTES"]
 
 DIGEST_BYTES = 16
+BUSY_RETRY_S = 10.0
 
 # checksummed values live in their own SQL table: unigrads from before the checksum read and
 # write raw values in table `cache` of the same file, and neither must see the other's entries
@@ -59,8 +64,12 @@ def _connect(path: pathlib.Path) -> sqlite3.Connection:
   if conn is not None: return conn
   path.parent.mkdir(parents=True, exist_ok=True)
   conn = sqlite3.connect(path, timeout=30.0, check_same_thread=False, isolation_level=None)
-  conn.execute("PRAGMA journal_mode=WAL")
-  conn.execute(_SCHEMA)
+  try:
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(_SCHEMA)
+  except BaseException:
+    conn.close()  # a busy or damaged file: the retry opens a fresh connection
+    raise
   _connections[key] = conn
   return conn
 
@@ -92,25 +101,36 @@ def _discard(path: pathlib.Path) -> None:
     except OSError: continue
 
 
+def _is_busy(err: sqlite3.Error) -> bool:
+  """Another process holds the file ("database is locked", "database is busy"): worth a retry."""
+  return isinstance(err, sqlite3.OperationalError) and ("locked" in str(err) or "busy" in str(err))
+
+
 def _execute(what: str, sql: str, params: tuple) -> list | None:
   """Run one statement on the cache file; rows, or None after an error (reported, not raised).
-  A damaged file is discarded and the statement retried once on a fresh one."""
+  A damaged file is discarded and the statement retried once on a fresh one; a busy file is
+  retried with backoff until `BUSY_RETRY_S` has passed."""
   path = cache_path()
-  for attempt in range(2):
+  discarded, deadline, pause = False, time.monotonic() + BUSY_RETRY_S, 0.005
+  while True:
     try:
       with _lock:
         return _connect(path).execute(sql, params).fetchall()
     except sqlite3.Error as e:
-      if attempt == 0 and _is_damaged_file(e):
+      if not discarded and _is_damaged_file(e):
         _warn(what, f"{e} (damaged file {path}, starting a new one)")
         with _lock: _discard(path)
+        discarded = True
+        continue
+      if _is_busy(e) and time.monotonic() + pause < deadline:
+        time.sleep(pause)
+        pause = min(pause * 2, 0.25)
         continue
       _warn(what, e)
       return None
     except OSError as e:
       _warn(what, e)
       return None
-  return None
 
 
 def diskcache_get(table: str, key: str) -> bytes | None:
