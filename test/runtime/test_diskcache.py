@@ -143,3 +143,23 @@ def test_busy_file_gives_up_after_the_retry_budget(tmp_path, monkeypatch):
   with Context(CACHEDIR=str(tmp_path)):
     diskcache_put("t", "k", b"v")  # reported at DEBUG>=1, never raised
     assert diskcache_get("t", "k") is None
+
+
+def test_file_damaged_once_is_reopened_not_discarded(tmp_path, monkeypatch):
+  """A "not a database" seen once (another process creating the file) must not move the shared
+  file aside: the other processes' entries would go with it."""
+  with Context(CACHEDIR=str(tmp_path)):
+    diskcache_put("t", "mine", b"kept")
+    real_connect, failures = sqlite3.connect, [1]
+
+    def once_damaged(*args, **kwargs):
+      if failures[0] > 0:
+        failures[0] -= 1
+        raise sqlite3.DatabaseError("file is not a database")
+      return real_connect(*args, **kwargs)
+
+    monkeypatch.setattr(diskcache.sqlite3, "connect", once_damaged)
+    for conn in list(diskcache._connections.values()): conn.close()
+    diskcache._connections.clear()
+    assert diskcache_get("t", "mine") == b"kept"
+    assert not list(tmp_path.glob("*.damaged-*"))

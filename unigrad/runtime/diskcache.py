@@ -9,13 +9,14 @@ a 30 s busy timeout); threads share one connection per file behind a lock.
 Every value is stored behind a checksum (`DIGEST_BYTES` of blake2b over table, key and value).
 A damaged entry (truncated, overwritten, emptied) fails the check and is a miss: it is deleted
 and the caller rebuilds and rewrites it; damaged bytes are never handed out (a truncated shared
-object would crash the process that loads it). A damaged database file (not sqlite, malformed) is
-moved aside and a fresh one started, so one bad file is never a persistent failure. A statement
-that finds the file locked or busy beyond sqlite's own busy handler (a journal-mode switch or a
-WAL recovery racing another process's first open returns SQLITE_BUSY at once) is retried with
-backoff for up to `BUSY_RETRY_S` seconds before it counts as an error. Each write is
-one sqlite transaction: readers see the old value or the new one, never part of one. The entries
-are in SQL table `SQL_TABLE`; the raw values of older unigrads (table `cache`) are never read.
+object would crash the process that loads it). A database file that a fresh connection still
+finds damaged (not sqlite, malformed) is moved aside and a fresh one started, so one bad file is
+never a persistent failure. A statement that finds the file locked beyond sqlite's own busy
+handler (a journal-mode switch racing another process's first open returns SQLITE_BUSY at once)
+is retried with backoff for up to `BUSY_RETRY_S` seconds before it counts as an error. Each write
+is one sqlite transaction: readers see the old value or the new one, never part of one. The
+entries are in SQL table `SQL_TABLE`; the raw values of older unigrads (table `cache`) are never
+read.
 """
 from __future__ import annotations
 
@@ -93,8 +94,7 @@ def _is_damaged_file(err: sqlite3.Error) -> bool:
 
 def _discard(path: pathlib.Path) -> None:
   """Move a damaged database (and its journal files) aside; the next connection starts fresh."""
-  conn = _connections.pop((os.getpid(), str(path)), None)
-  if conn is not None: conn.close()
+  _reconnect(path)
   for suffix in ("", "-wal", "-shm"):
     p = path.with_name(path.name + suffix)
     try: p.replace(p.with_name(f"{p.name}.damaged-{os.getpid()}"))
@@ -106,21 +106,33 @@ def _is_busy(err: sqlite3.Error) -> bool:
   return isinstance(err, sqlite3.OperationalError) and ("locked" in str(err) or "busy" in str(err))
 
 
+def _reconnect(path: pathlib.Path) -> None:
+  """Drop this process's connection to `path`; the next statement opens a fresh one."""
+  conn = _connections.pop((os.getpid(), str(path)), None)
+  if conn is not None: conn.close()
+
+
 def _execute(what: str, sql: str, params: tuple) -> list | None:
   """Run one statement on the cache file; rows, or None after an error (reported, not raised).
-  A damaged file is discarded and the statement retried once on a fresh one; a busy file is
-  retried with backoff until `BUSY_RETRY_S` has passed."""
+  A busy file is retried with backoff until `BUSY_RETRY_S` has passed. A file that looks damaged
+  is reopened once (another process may be creating it) and discarded only if a fresh connection
+  still finds it damaged: moving aside a file that other processes write to would drop their
+  entries."""
   path = cache_path()
-  discarded, deadline, pause = False, time.monotonic() + BUSY_RETRY_S, 0.005
+  damaged, deadline, pause = 0, time.monotonic() + BUSY_RETRY_S, 0.005
   while True:
     try:
       with _lock:
         return _connect(path).execute(sql, params).fetchall()
     except sqlite3.Error as e:
-      if not discarded and _is_damaged_file(e):
-        _warn(what, f"{e} (damaged file {path}, starting a new one)")
-        with _lock: _discard(path)
-        discarded = True
+      if damaged < 2 and _is_damaged_file(e):
+        damaged += 1
+        with _lock:
+          if damaged == 1: _reconnect(path)
+          else:
+            _warn(what, f"{e} (damaged file {path}, starting a new one)")
+            _discard(path)
+        time.sleep(pause)
         continue
       if _is_busy(e) and time.monotonic() + pause < deadline:
         time.sleep(pause)
