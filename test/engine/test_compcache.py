@@ -53,7 +53,7 @@ def counting(monkeypatch):
 def forget() -> None:
   """Drop this process's schedule and program caches (what a new process starts without)."""
   engine.schedule_cache.clear()
-  engine._runners.clear()
+  engine.forget_programs()
 
 
 def test_warm_disk_cache_skips_scheduling_and_codegen(tmp_path, counting):

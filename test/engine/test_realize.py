@@ -1,5 +1,8 @@
-"""Realize on a schedule cache hit: no re-scheduling, one walk of the graph, same semantics."""
+"""Realize on a schedule cache hit: no re-scheduling, one walk of the graph, same semantics; a
+CPU schedule runs as one command buffer; the last graph's views of buffers are held."""
+import gc
 import threading
+import weakref
 
 import numpy as np
 import pytest
@@ -145,3 +148,42 @@ def test_realizing_the_same_graph_again_does_not_callify_it_again(monkeypatch):
   calls.clear()
   assert (x * 2 + 1).tolist() == [1.0, 3.0, 5.0] and not calls, "the buffers' new contents"
   assert (x * 3).tolist() == [0.0, 3.0, 6.0] and len(calls) == 1, "another graph: callified"
+
+
+def test_a_cpu_schedule_runs_as_one_command_buffer_repointed_each_run(monkeypatch):
+  runs = []
+  real = engine.BatchedRun.run
+  monkeypatch.setattr(engine.BatchedRun, "run", lambda self, *a: runs.append(self) or real(self, *a))
+  rng = np.random.default_rng(0)
+  outs = []
+  for _ in range(3):  # new input and output buffers each run: the arguments are re-pointed
+    data = rng.standard_normal((8, 16)).astype(np.float32)
+    out = Tensor(data, device="CPU").softmax(-1).realize()
+    want = np.exp(data - data.max(-1, keepdims=True))
+    outs.append((out, want / want.sum(-1, keepdims=True)))
+  assert len(runs) == 3 and runs[0] is runs[1] is runs[2] and len(runs[0].runners) >= 2
+  for out, want in outs: np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+def test_per_kernel_timing_and_other_devices_launch_one_by_one(monkeypatch):
+  runs = []
+  monkeypatch.setattr(engine.BatchedRun, "run", lambda self, *a: runs.append(self))
+  x = Tensor(np.arange(8, dtype=np.float32), device="CPU")
+  with Context(DEBUG=2): assert x.softmax().numpy().sum() == pytest.approx(1.0)
+  assert Tensor([1.0, 2.0], device="PYTHON").softmax().numpy().sum() == pytest.approx(1.0)
+  assert not runs
+
+
+def test_views_of_buffers_are_held_until_the_next_realize():
+  # an eager step's weight views (transpose, reshape, broadcast) outlive it, so the next step
+  # finds them in the hash-cons cache instead of building them again
+  w, x = Tensor.rand(4, 3).realize(), Tensor.rand(2, 3).realize()
+  wt = w.T
+  view = weakref.ref(wt.uop)
+  (x @ wt).realize()
+  del wt
+  gc.collect()
+  assert view() is not None and w.T.uop is view(), "the next step's transpose is the same node"
+  (x + 1).realize()
+  gc.collect()
+  assert view() is None, "let go at the next realize"

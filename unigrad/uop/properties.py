@@ -136,8 +136,12 @@ def _index_shape(u: UOp) -> Shape | None:
 
 
 def _alu_shape(u: UOp) -> Shape | None:
-  first = u.src[0].shape
-  if first is not None and all(s.shape == first for s in u.src[1:]): return first
+  src = u.src
+  first = src[0].shape
+  if first is not None:
+    for s in src[1:]:  # a loop, not all(...): a generator per node was a third of the rule
+      if s.shape != first: break
+    else: return first
   shapes = [s.shape for s in u.src]
   if any(s is None for s in shapes): return None
   return broadcast_shapes(*shapes)

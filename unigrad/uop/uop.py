@@ -81,12 +81,14 @@ class UOpMetaClass(type):
       raise TypeError(f"{op!r}: arg and tag must be hashable, got {arg!r} / {tag!r}") from None
     if ref is not None and (node := ref()) is not None: return node  # a live node: no lock needed
     _check_new(op, dtype, src, arg)
-    with _ucache_lock:  # look again: another thread may have made it meanwhile
-      ref = _ucache.get(key)
-      if ref is not None and (node := ref()) is not None: return node
-      node = super().__call__(op, dtype, src, arg, tag)
-      _set_key(node, key)
-      _ucache[key] = weakref.ref(node)
+    node = _new_node(cls)  # __init__'s work inlined: the fields, then the key it is cached under
+    _set_op(node, op); _set_dtype(node, dtype); _set_src(node, src)  # noqa: E702
+    _set_arg(node, arg); _set_tag(node, tag); _set_key(node, key)  # noqa: E702
+    ref = weakref.ref(node)
+    with _ucache_lock:  # another thread may have made it meanwhile: its node is the one
+      if (old := _ucache.setdefault(key, ref)) is ref: return node
+      if (other := old()) is not None: return other  # ours is dropped (its entry is not ours)
+      _ucache[key] = ref
       return node
 
 
@@ -142,11 +144,6 @@ class UOp(metaclass=UOpMetaClass):
   src: tuple[UOp, ...]
   arg: Any
   tag: Any
-
-  def __init__(self, op: Ops, dtype: DType, src: tuple[UOp, ...] = (), arg: Any = None,
-               tag: Any = None) -> None:
-    _set_op(self, op); _set_dtype(self, dtype); _set_src(self, src)  # noqa: E702
-    _set_arg(self, arg); _set_tag(self, tag)  # noqa: E702
 
   def __setattr__(self, name: str, value: Any) -> None:
     if name in _FIELDS: raise AttributeError(f"UOp is immutable: use u.replace({name}=...)")
@@ -470,9 +467,10 @@ class UOp(metaclass=UOpMetaClass):
   def threefry(self, key: UOp) -> UOp: return self.alu(Ops.THREEFRY, key)
 
 
-# the slot setters, which bypass the immutability guard (only __init__ uses them)
+# the slot setters, which bypass the immutability guard (only UOpMetaClass.__call__ uses them)
 _set_op, _set_dtype, _set_src, _set_arg, _set_tag, _set_key = (
   vars(UOp)[f].__set__ for f in ("op", "dtype", "src", "arg", "tag", "_key"))
+_new_node = object.__new__
 
 
 def _check_float_div(u: UOp) -> UOp:
