@@ -151,9 +151,8 @@ def test_realizing_the_same_graph_again_does_not_callify_it_again(monkeypatch):
 
 
 def test_a_cpu_schedule_runs_as_one_command_buffer_repointed_each_run(monkeypatch):
-  runs = []
-  real = engine.BatchedRun.run
-  monkeypatch.setattr(engine.BatchedRun, "run", lambda self, *a: runs.append(self) or real(self, *a))
+  runs, real = [], engine.BatchedRun.run
+  monkeypatch.setattr(engine.BatchedRun, "run", lambda run, *a: runs.append(run) or real(run, *a))
   rng = np.random.default_rng(0)
   outs = []
   for _ in range(3):  # new input and output buffers each run: the arguments are re-pointed
