@@ -315,6 +315,20 @@ def test_layernorm_batchnorm():
         lambda x, m, v: F.batch_norm(x, m, v, eps=1e-5), rnd(4, 3), mean, var, atol=1e-4)
 
 
+@pytest.mark.parametrize("shape, axis", [((2, 4), -1), ((3, 5, 6), (1, 2)), ((4, 6), 0)])
+@pytest.mark.parametrize("dt", [dtypes.float32, dtypes.float64])
+def test_layernorm_built_on_nodes_is_the_graph_of_its_tensor_formula(shape, axis, dt):
+  x = Tensor.rand(*shape, dtype=dt).realize()
+  y = x - x.mean(axis, keepdim=True)
+  formula = y.mul((y * y).mean(axis, keepdim=True).add(1e-5).sqrt().reciprocal())
+  assert x.layernorm(axis, 1e-5).uop is formula.uop
+
+
+def test_layernorm_of_half_floats_takes_the_tensor_formula():
+  check(lambda x: x.half().layernorm().float(), lambda x: F.layer_norm(x.half(), (5,)).float(),
+        rnd(2, 3, 5), atol=3e-3)
+
+
 def test_one_hot():
   check(lambda y: y.one_hot(5), lambda y: F.one_hot(y, 5), labels(5, 2, 3))
   check(lambda y: y.one_hot(), lambda y: F.one_hot(y), labels(4, 6))
