@@ -83,6 +83,16 @@ def test_casts_and_broadcasts_that_change_nothing_make_no_tensor(grad, monkeypat
       assert c.uop.src == (a.uop, b.uop) and (a + row).uop.src[1].op is Ops.EXPAND
 
 
+@pytest.mark.parametrize("grad", [True, False])
+def test_broadcasting_two_tensors_builds_what_expand_builds(grad):
+  x, b = Tensor.rand(2, 3, 4).realize(), Tensor.rand(4).realize()
+  y = Tensor.rand(2, 3, 4) * 2  # not a buffer: detached under no_grad
+  with Tensor.no_grad() if not grad else contextlib.nullcontext():
+    for u in (x, y):
+      assert (u + b).uop is (u + b.reshape(1, 1, 4).expand(2, 3, 4)).uop
+      assert (b * u).uop is (b.reshape(1, 1, 4).expand(2, 3, 4) * u).uop
+
+
 def test_dead_tensors_leave_the_live_set():
   gc.collect()
   before = len(tensor_module.all_tensors)

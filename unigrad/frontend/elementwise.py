@@ -215,10 +215,13 @@ class ElementwiseMixin:
     casts and expands in between would make)."""
     if reverse: x, y = y, x
     if dtype is None and hasattr(x, "uop") and hasattr(y, "uop"):
-      ux, uy = x.uop, y.uop  # two tensors alike: nothing to promote, broadcast or check
+      ux, uy = x.uop, y.uop  # two tensors of one dtype on one device: nothing to promote or check
       same_dtype = ux.dtype is uy.dtype or ux.dtype == uy.dtype
-      if same_dtype and ux.shape == uy.shape and x._device == y._device == self._device:
-        return self._node(ux), self._node(uy)
+      if same_dtype and x._device == y._device == self._device:
+        n = self._node
+        if ux.shape == uy.shape: return n(ux), n(uy)
+        shape = broadcast_shapes(ux.shape, uy.shape)  # a bias, a residual: broadcast only
+        return expand_node(n(ux), shape, n), expand_node(n(uy), shape, n)
     elif dtype is None and (fast := _scalar_uops(x, y)) is not None:
       return self._node(fast[0]), self._node(fast[1])
     self._check_devices(x, y)
