@@ -6,14 +6,15 @@
                                                 # machine's preemption does not count)
 
 Each case is a row of CASES: a name and a builder that returns unigrad's step and PyTorch's step
-on the same weights and inputs: the MiniLM forward (eager as a user writes it, and under TinyJit),
-and the training steps of bench/train_step.py (the digits CNN with Adam, an MLP with SGD).
-Steady state: the best of `--repeat` calls after a warm-up (the
-schedule and program caches are warm), ratio > 1 when unigrad is faster; torch runs with as many
-threads as unigrad's kernels (`THREADS`, default every core). First call: the case is built and
-called once in a fresh process (python -c), with CACHEDIR an empty temporary directory (cold: every
-kernel compiles) and then the same directory again (warm: schedules, kernels and binaries come
-from disk), for the MiniLM cases; `--no-first-call` skips it.
+on the same weights and inputs: the MiniLM forward (eager as a user writes it: on one batch again
+and again, and on new input tensors at every call; and under TinyJit), and the training steps of
+bench/train_step.py (the digits CNN with Adam, an MLP with SGD). Steady state: the best of
+`--repeat` calls after a warm-up (the schedule and program caches are warm), ratio > 1 when
+unigrad is faster; torch runs with as many threads as unigrad's kernels (`THREADS`, default every
+core). First call: the case is built and called once in a fresh process (python -c), with
+CACHEDIR an empty temporary directory (cold: every kernel compiles) and then the same directory
+again (warm: schedules, kernels and binaries come from disk), for the MiniLM cases;
+`--no-first-call` skips it.
 
 MiniLM (examples/minilm.py) uses the packaged all-MiniLM-L6-v2 weights when `unigrad[minilm]` is
 installed, else its own random initialization (the same work either way).
@@ -78,19 +79,29 @@ def token_batch(batch: int, seq: int) -> tuple[np.ndarray, np.ndarray]:
   return ids * mask, mask
 
 
-def minilm_forward(batch: int, seq: int) -> Callable[[Any], tuple[Step, Step | None]]:
+def minilm_forward(batch: int, seq: int, new_inputs: bool = False
+                   ) -> Callable[[Any], tuple[Step, Step | None]]:
+  """The forward on one token batch; with `new_inputs`, unigrad's step makes its input tensors
+  from the arrays at every call (as a loop over tokenized batches does: no graph is the same as
+  the last one), torch's wraps them as well."""
   def build(torch: Any) -> tuple[Step, Step | None]:
     model = minilm_encoder()
     ids, mask = token_batch(batch, seq)
     u_ids, u_mask = Tensor(ids, dtype=dtypes.int32), Tensor(mask, dtype=dtypes.int32)
     ours: Step = lambda: model(u_ids, u_mask).realize()
+    if new_inputs:
+      ours = lambda: model(Tensor(ids, dtype=dtypes.int32), Tensor(mask, dtype=dtypes.int32)
+                           ).realize()
     if torch is None: return ours, None
     from minilm_torch import torch_embed  # noqa: PLC0415 (needs torch, which is optional)
     weights = {k: torch.from_numpy(v.numpy()) for k, v in get_state_dict(model).items()}
     t_ids, t_mask = torch.from_numpy(ids).long(), torch.from_numpy(mask).long()
 
     def theirs() -> Any:
-      with torch.inference_mode(): return torch_embed(weights, BertConfig(), t_ids, t_mask)
+      with torch.inference_mode():
+        if new_inputs: return torch_embed(weights, BertConfig(), torch.from_numpy(ids).long(),
+                                          torch.from_numpy(mask).long())
+        return torch_embed(weights, BertConfig(), t_ids, t_mask)
     return ours, theirs
   return build
 
@@ -116,6 +127,7 @@ def train_step(case: Callable[[Any], tuple], jit: bool) -> Builder:
 
 CASES: list[Case] = [
   Case("minilm forward 8x32", minilm_forward(8, 32)),
+  Case("minilm forward 8x32 new inputs", minilm_forward(8, 32, new_inputs=True)),
   Case("minilm forward 1x128", minilm_forward(1, 128)),
   Case("minilm 8x32 TinyJit", jitted(minilm_forward(8, 32))),
   Case("digits CNN step", train_step(cnn_case, jit=False)),

@@ -1,5 +1,5 @@
 """Realize on a schedule cache hit: no re-scheduling, one walk of the graph, same semantics; a
-CPU schedule runs as one command buffer; the last graph's views of buffers are held."""
+CPU schedule runs as one command buffer; the last realized graph is held until the next."""
 import gc
 import threading
 import weakref
@@ -42,7 +42,7 @@ def test_cache_hit_does_not_reschedule(count_schedules):
 def test_cache_hit_walks_the_graph_once(count_schedules, monkeypatch):
   a = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4), device="PYTHON").realize()
   b = Tensor(np.ones((4, 2), dtype=np.float32), device="PYTHON").realize()
-  (a @ b).realize()  # compiles and fills the schedule cache
+  (Tensor.empty(3, 4, device="PYTHON") @ b).realize()  # compiles and fills the schedule cache
   scheduled = len(count_schedules)
   walks, substitutes = [], []
   toposort, substitute = UOp.toposort, UOp.substitute
@@ -173,9 +173,9 @@ def test_per_kernel_timing_and_other_devices_launch_one_by_one(monkeypatch):
   assert not runs
 
 
-def test_views_of_buffers_are_held_until_the_next_realize():
+def test_the_last_graph_is_held_until_the_next_realize(monkeypatch):
   # an eager step's weight views (transpose, reshape, broadcast) outlive it, so the next step
-  # finds them in the hash-cons cache instead of building them again
+  # finds them in the hash-cons cache; the very same graph again is not callified again
   w, x = Tensor.rand(4, 3).realize(), Tensor.rand(2, 3).realize()
   wt = w.T
   view = weakref.ref(wt.uop)
@@ -183,6 +183,11 @@ def test_views_of_buffers_are_held_until_the_next_realize():
   del wt
   gc.collect()
   assert view() is not None and w.T.uop is view(), "the next step's transpose is the same node"
+  calls = []
+  real = engine.callify
+  monkeypatch.setattr(engine, "callify", lambda *a: calls.append(a) or real(*a))
+  np.testing.assert_allclose((x @ w.T).numpy(), x.numpy() @ w.numpy().T, rtol=1e-6)
+  assert not calls, "the same graph: its callify result was reused"
   (x + 1).realize()
   gc.collect()
   assert view() is None, "let go at the next realize"

@@ -191,18 +191,19 @@ def realize(uops: list[UOp], devices: list[str]) -> dict[UOp, UOp]:
   with realize_lock: return _realize(uops, devices)
 
 
-# The views of buffers (a weight's transpose, reshape or broadcast) in the graph realized last,
-# held until the next realize: an eager loop's next step finds them in the hash-cons cache
-# instead of making them again (about 500 of the 1,300 new nodes of a MiniLM forward). What they
-# pin is the last graph's leaf buffers, until the next realize.
-_held_views: tuple[UOp, ...] = ()
+# The graph realized last, held until the next realize: an eager loop's next step rebuilds what
+# does not depend on new inputs (a weight's transpose, reshape or broadcast: about 500 of the
+# 1,300 new nodes of a MiniLM forward) from the hash-cons cache, and the very same graph again
+# (the same expression of the same buffers) is found with its callify result (`recallify`). What
+# it pins is that graph's leaf buffers, until the next realize.
+_held_graph: tuple[UOp, ...] = ()
 
 
 def _realize(uops: list[UOp], devices: list[str]) -> dict[UOp, UOp]:
-  global _held_views
+  global _held_graph
   if len(uops) == 1 and (res := recallify(uops[0], devices[0])) is not None:  # the same graph
     run_linear(_schedule_for(res.body, len(res.bufs), devices[0]), res.bufs, res.var_vals)
-    _held_views = res.views
+    _held_graph = tuple(uops)
     return res.becomes
   nodes = UOp(Ops.SINK, dtypes.void, tuple(uops)).toposort()
   if has_function(nodes):  # realize the calls' results, then map the callers' nodes to them
@@ -214,7 +215,7 @@ def _realize(uops: list[UOp], devices: list[str]) -> dict[UOp, UOp]:
   res = callify(uops, devices, nodes)
   if len(uops) == 1: remember(uops[0], devices[0], res)
   run_linear(_schedule_for(res.body, len(res.bufs), devices[0]), res.bufs, res.var_vals)
-  _held_views = res.views
+  _held_graph = tuple(uops)
   return res.becomes
 
 

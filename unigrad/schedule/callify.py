@@ -100,7 +100,6 @@ class CallifyResult:
   becomes: dict[UOp, UOp] = field(default_factory=dict)
   var_vals: dict[str, int] = field(default_factory=dict)  # bound variable name -> value
   fresh: list[Fresh] = field(default_factory=list)  # the new buffers it made
-  views: tuple[UOp, ...] = ()  # the graph's views of buffers (see `_rewrite`)
 
   @property
   def call(self) -> UOp:
@@ -131,7 +130,6 @@ class CallifyCtx:
   var_vals: dict[str, int] = field(default_factory=dict)
   variables: dict[str, UOp] = field(default_factory=dict)  # name -> the unbound variable
   fresh: list[Fresh] = field(default_factory=list)
-  views: list[UOp] = field(default_factory=list)  # movement nodes over a BUFFER alone
 
   def new_buffer(self, node: UOp, device: str, dtype: DType, shape: tuple[sint, ...]) -> UOp:
     """A new buffer's view that `node` becomes (recorded)."""
@@ -188,21 +186,16 @@ def _rewrite_marker(ctx: CallifyCtx, u: UOp, v: UOp) -> UOp:
 
 def _rewrite(ctx: CallifyCtx, nodes: dict[UOp, None], skip: UOp | None) -> dict[UOp, UOp]:
   """Each node of a toposort (but `skip`) -> its body node: BUFFER -> PARAM, markers by
-  `_rewrite_marker`, anything else rebuilt on its rewritten sources (itself if none changed).
-  The views of buffers met on the way (movement ops over a BUFFER alone: a weight's transpose,
-  reshape or broadcast) are collected in `ctx.views`."""
+  `_rewrite_marker`, anything else rebuilt on its rewritten sources (itself if none changed)."""
   out: dict[UOp, UOp] = {}
   get = out.__getitem__
   # `Ops.X` is a slow lookup on Python 3.11 (EnumType.__getattr__): once per walk, not per node
   buffer, param, markers = Ops.BUFFER, Ops.PARAM, (Ops.AFTER, Ops.CONTIGUOUS)
-  viewed = {}  # BUFFERs and their views, in walk order
-  views = ctx.views
   for u in nodes:
     if u is skip: continue
     op = u.op
     if op is buffer:
       out[u] = ctx.param(u)
-      viewed[u] = None
       continue
     if op is param:
       if u.arg.name is None: raise CallifyError(u)
@@ -211,11 +204,7 @@ def _rewrite(ctx: CallifyCtx, nodes: dict[UOp, None], skip: UOp | None) -> dict[
     src = u.src
     new_src = tuple(map(get, src))
     v = u if new_src == src else u.with_src(new_src)
-    if op in markers: v = _rewrite_marker(ctx, u, v)
-    elif op in _MOVEMENT and src[0] in viewed:
-      viewed[u] = None
-      views.append(u)
-    out[u] = v
+    out[u] = _rewrite_marker(ctx, u, v) if op in markers else v
   return out
 
 
@@ -239,8 +228,7 @@ def callify(targets: list[UOp], devices: list[str],
   out = _rewrite(ctx, nodes, next(reversed(nodes)))  # the roots' SINK (last) is not in the body
   stores = (out[v] if p is None else UOp(Ops.STORE, dtypes.void, (p, out[v])) for p, v in stored)
   body = UOp(Ops.SINK, dtypes.void, tuple(stores))
-  return CallifyResult(body, tuple(ctx.bufs), ctx.becomes, ctx.var_vals, ctx.fresh,
-                       tuple(ctx.views))
+  return CallifyResult(body, tuple(ctx.bufs), ctx.becomes, ctx.var_vals, ctx.fresh)
 
 
 # ---- the same graph again ----
@@ -258,7 +246,6 @@ class CallifyTemplate:
   fresh: tuple[tuple[weakref.ref, str, DType, tuple, int], ...]  # node, kind, slot
   aliases: tuple[tuple[weakref.ref, weakref.ref], ...]  # becomes entries to existing nodes
   var_vals: tuple[tuple[str, int], ...]
-  views: tuple[UOp, ...]  # CallifyResult.views (below the root: no cycle through the key)
 
 
 _templates: weakref.WeakKeyDictionary[UOp, CallifyTemplate] = weakref.WeakKeyDictionary()
@@ -276,7 +263,7 @@ def remember(target: UOp, device: str, res: CallifyResult) -> None:
     aliases = tuple((weakref.ref(k), weakref.ref(v)) for k, v in res.becomes.items()
                     if k not in news)
   _templates[target] = CallifyTemplate(device, res.body, tuple(bufs), fresh, aliases,
-                                       tuple(res.var_vals.items()), res.views)
+                                       tuple(res.var_vals.items()))
 
 
 def recallify(target: UOp, device: str) -> CallifyResult | None:
@@ -289,8 +276,7 @@ def recallify(target: UOp, device: str) -> CallifyResult | None:
     view = becomes[node()] = new_buffer(dev, dtype, shape)
     bufs[slot] = _base(view)
   for k, v in t.aliases: becomes[k()] = v()
-  return CallifyResult(t.body, tuple(b for b in bufs if b is not None), becomes, dict(t.var_vals),
-                       views=t.views)
+  return CallifyResult(t.body, tuple(b for b in bufs if b is not None), becomes, dict(t.var_vals))
 
 
 def _base(view: UOp) -> UOp:
