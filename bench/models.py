@@ -127,7 +127,7 @@ def train_step(case: Callable[[Any], tuple], jit: bool) -> Builder:
 
 CASES: list[Case] = [
   Case("minilm forward 8x32", minilm_forward(8, 32)),
-  Case("minilm forward 8x32 new inputs", minilm_forward(8, 32, new_inputs=True)),
+  Case("minilm 8x32 new inputs", minilm_forward(8, 32, new_inputs=True)),
   Case("minilm forward 1x128", minilm_forward(1, 128)),
   Case("minilm 8x32 TinyJit", jitted(minilm_forward(8, 32))),
   Case("digits CNN step", train_step(cnn_case, jit=False)),

@@ -7,7 +7,10 @@ kernels in order (slots and lifetimes derived once per schedule: its launch plan
 map from each realized node to the buffer holding it. On a cache hit the work is one walk of the
 graph (tuple-device check and callify share it), the body rebuilt over PARAMs, and the launches;
 realizing the very same graph again (hash-consing rebuilds it while the previous result's history
-holds it) does not walk it: callify's result is reused (`recallify`) with new output buffers.
+holds it, and realize holds the graph realized last) does not walk it: callify's result is
+reused (`recallify`) with new output buffers. On a device with native command buffers (the CPU) a
+schedule's launches run as one (`BatchedRun`), kept per schedule and re-pointed at each run's
+buffers.
 Symbolic variables: callify returns the bound values (`var_vals`, name -> int) beside the body,
 which holds only the variables; each launch passes its kernel's variables' values as arguments.
 Python threads realize one at a time: `realize`, `schedule`, `copyout` and `buffer_with_data`
