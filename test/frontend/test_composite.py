@@ -250,6 +250,14 @@ def test_softmax_edge_cases():
   check(lambda a: a.softmax(0), rnd(3).astype(np.float16), atol=1e-3, rtol=1e-3)
 
 
+@pytest.mark.parametrize("shape, axis", [((2, 4), -1), ((3, 5, 6), 1), ((4, 6), 0), ((7,), 0)])
+@pytest.mark.parametrize("dt", [dtypes.float32, dtypes.float64])
+def test_softmax_built_on_nodes_is_the_graph_of_its_tensor_formula(shape, axis, dt):
+  x = Tensor.rand(*shape, dtype=dt).realize()
+  e = (x - x.max(axis, keepdim=True).detach()).exp()
+  assert x.softmax(axis).uop is e.div(e.sum(axis, keepdim=True)).uop
+
+
 # ---- scans ----
 
 @pytest.mark.parametrize("shape,axis", [((5,), 0), ((3, 4), 1), ((3, 4), -2), ((2, 1, 3), 1),

@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 from unigrad.dtype import LOW_FLOATS, DType, dtypes, least_upper_float
 from unigrad.frontend.dtypes import result_type
+from unigrad.frontend.elementwise import LOG2E, scalar_operand
 from unigrad.frontend.movement import _normalize_pads, _shape_arg, canonical_axis
 from unigrad.frontend.nnops import is_nan, pool, take
-from unigrad.frontend.reduce import Axis, _axes
+from unigrad.frontend.reduce import LONG_FLOAT_SUM, PLAIN_FLOATS, Axis, _axes
+from unigrad.uop import Ops, ReduceArg, UOp, shape_uop
 
 if TYPE_CHECKING:
   from unigrad.frontend.tensor import Tensor
@@ -165,6 +167,22 @@ def _einsum_sizes(pairs: list[tuple[Tensor, list[str]]]) -> dict[str, int]:
 
 
 # ---- movement compositions ----
+
+
+def softmax_node(u: UOp, axis: int) -> UOp | None:
+  """The graph `Tensor.softmax` builds through Tensor operators (x minus its detached max, exp,
+  over its sum), built on nodes without a Tensor per step, for a float32 or float64 x of static
+  shape whose sum needs no chunks; None otherwise. An attention layer calls it on every head."""
+  dt, shape = u.dtype, u.shape
+  if dt not in PLAIN_FLOATS or not all(type(s) is int for s in shape): return None
+  if not 0 < shape[axis] <= LONG_FLOAT_SUM: return None
+  full, axes = shape_uop(shape), (axis,)
+  mx = UOp(Ops.DETACH, dt, (UOp(Ops.REDUCE, dt, (u,), ReduceArg(Ops.MAX, axes)),))
+  minus_max = UOp(Ops.MUL, dt, (UOp(Ops.EXPAND, dt, (mx, full)), scalar_operand(dt, -1, shape)))
+  x = UOp(Ops.ADD, dt, (u, minus_max))
+  e = UOp(Ops.EXP2, dt, (UOp(Ops.MUL, dt, (x, scalar_operand(dt, LOG2E, shape))),))
+  total = UOp(Ops.EXPAND, dt, (UOp(Ops.REDUCE, dt, (e,), ReduceArg(Ops.ADD, axes)), full))
+  return UOp(Ops.MUL, dt, (e, UOp(Ops.RECIP, dt, (total,))))
 
 class CompositeMixin:
   """Movement compositions, padding modes, scans, statistics, einsum and elementwise helpers."""
@@ -392,6 +410,9 @@ class CompositeMixin:
     `[.5, .5]`."""
     if self.ndim and self.shape[canonical_axis(axis, self.ndim)] == 0:
       return self.cast(least_upper_float(self.dtype))
+    if dtype is None and self.ndim and \
+        (u := softmax_node(self.uop, canonical_axis(axis, self.ndim))) is not None:
+      return self._wrap(u)
     e = self._shifted(axis, dtype).exp()
     return e.div(e.sum(axis, keepdim=True))._cast(self._out_float(dtype))
 
