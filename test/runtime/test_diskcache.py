@@ -117,28 +117,32 @@ def test_raw_entries_of_older_versions_are_neither_read_nor_overwritten(tmp_path
     conn.close()
 
 
+def failing_connect(monkeypatch, error: sqlite3.Error, times: int) -> list[int]:
+  """sqlite3.connect in the cache raises `error` the next `times` calls; the count left."""
+  real_connect, left = sqlite3.connect, [times]
+
+  def connect(*args, **kwargs):
+    if left[0] > 0:
+      left[0] -= 1
+      raise error
+    return real_connect(*args, **kwargs)
+
+  monkeypatch.setattr(diskcache.sqlite3, "connect", connect)
+  return left
+
+
 def test_busy_file_is_retried_not_dropped(tmp_path, monkeypatch):
   """sqlite can return "database is locked" without waiting (a journal-mode switch racing another
   process's first open): the write is retried, not silently lost (CI lost one this way)."""
-  real_connect, failures = sqlite3.connect, [3]
-
-  def flaky_connect(*args, **kwargs):
-    if failures[0] > 0:
-      failures[0] -= 1
-      raise sqlite3.OperationalError("database is locked")
-    return real_connect(*args, **kwargs)
-
-  monkeypatch.setattr(diskcache.sqlite3, "connect", flaky_connect)
+  left = failing_connect(monkeypatch, sqlite3.OperationalError("database is locked"), 3)
   with Context(CACHEDIR=str(tmp_path)):
     diskcache_put("t", "k", b"v")
-    assert failures[0] == 0
+    assert left[0] == 0
     assert diskcache_get("t", "k") == b"v"
 
 
 def test_busy_file_gives_up_after_the_retry_budget(tmp_path, monkeypatch):
-  def locked(*args, **kwargs): raise sqlite3.OperationalError("database is locked")
-
-  monkeypatch.setattr(diskcache.sqlite3, "connect", locked)
+  failing_connect(monkeypatch, sqlite3.OperationalError("database is locked"), 10 ** 9)
   monkeypatch.setattr(diskcache, "BUSY_RETRY_S", 0.05)
   with Context(CACHEDIR=str(tmp_path)):
     diskcache_put("t", "k", b"v")  # reported at DEBUG>=1, never raised
@@ -150,15 +154,7 @@ def test_file_damaged_once_is_reopened_not_discarded(tmp_path, monkeypatch):
   file aside: the other processes' entries would go with it."""
   with Context(CACHEDIR=str(tmp_path)):
     diskcache_put("t", "mine", b"kept")
-    real_connect, failures = sqlite3.connect, [1]
-
-    def once_damaged(*args, **kwargs):
-      if failures[0] > 0:
-        failures[0] -= 1
-        raise sqlite3.DatabaseError("file is not a database")
-      return real_connect(*args, **kwargs)
-
-    monkeypatch.setattr(diskcache.sqlite3, "connect", once_damaged)
+    failing_connect(monkeypatch, sqlite3.DatabaseError("file is not a database"), 1)
     for conn in list(diskcache._connections.values()): conn.close()
     diskcache._connections.clear()
     assert diskcache_get("t", "mine") == b"kept"
