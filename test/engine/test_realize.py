@@ -1,6 +1,7 @@
 """Realize on a schedule cache hit: no re-scheduling, one walk of the graph, same semantics; a
 CPU schedule runs as one command buffer; the last realized graph is held until the next."""
 import gc
+import math
 import threading
 import weakref
 
@@ -191,3 +192,40 @@ def test_the_last_graph_is_held_until_the_next_realize(monkeypatch):
   (x + 1).realize()
   gc.collect()
   assert view() is None, "let go at the next realize"
+
+
+@pytest.fixture
+def callifies(monkeypatch):
+  """The graphs callify walked (a graph matched to the last one is not walked by callify)."""
+  calls = []
+  real = engine.callify
+  monkeypatch.setattr(engine, "callify", lambda *a: calls.append(a) or real(*a))
+  return calls
+
+
+def test_a_step_on_new_inputs_is_matched_to_the_last_graph(callifies):
+  rng = np.random.default_rng(0)
+  w, b = Tensor(rng.standard_normal((4, 3), dtype=np.float32)), Tensor([0.5, -1.0, 2.0])
+  xs = [rng.standard_normal((2, 4), dtype=np.float32) for _ in range(3)]
+  outs = [(Tensor(x) @ w + b).relu().softmax(-1).realize() for x in xs]
+  assert len(callifies) == 1, "the second and third step: matched to the step before"
+  for x, out in zip(xs, outs):
+    want = np.maximum(x @ w.numpy() + b.numpy(), 0)
+    want = np.exp(want - want.max(-1, keepdims=True))
+    np.testing.assert_allclose(out.numpy(), want / want.sum(-1, keepdims=True), rtol=1e-5)
+
+
+def test_a_graph_unlike_the_last_one_is_callified(callifies):
+  x1, x2 = Tensor([1.0, 2.0]).realize(), Tensor([3.0, 4.0]).realize()
+  assert (1 / (x1 * 0.0)).tolist() == [math.inf, math.inf]
+  assert (1 / (x2 * -0.0)).tolist() == [-math.inf, -math.inf], "-0.0 is not 0.0"
+  assert (x1 * 3).tolist() == [3.0, 6.0] and (x2.reshape(2, 1) * 3).tolist() == [[9.0], [12.0]]
+  assert (Tensor([1, 2]) * 3).tolist() == [3, 6], "another dtype"
+  assert len(callifies) == 5
+
+
+def test_optimizer_steps_on_new_batches_update_in_place(callifies):
+  w = Tensor([1.0, 2.0]).realize()
+  for g in ([0.5, 0.5], [1.0, -1.0], [2.0, 0.0]):
+    w.assign(w - Tensor(g) * 0.5).realize()
+  assert w.tolist() == [1.0 - 1.75, 2.0 + 0.25] and len(callifies) == 1

