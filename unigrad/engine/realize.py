@@ -527,24 +527,24 @@ _batched: dict[tuple, BatchedRun | None] = {}  # (schedule, nargs, device, setti
 
 def batched_run(linear: UOp, args: tuple[UOp, ...], plan: LaunchPlan, fallback: str,
                 settings: tuple, var_vals: dict[str, int]) -> BatchedRun | None:
-    """The command buffer of a schedule whose launches are all kernels on one device that has
-    them (made on its first run), else None."""
-    key = (linear, len(args), fallback, *settings)
-    if (run := _batched.get(key, False)) is not False: return run
-    devices = {launch.device or fallback for launch in plan.launches}
-    if len(devices) != 1 or any(launch.kernel.op is Ops.COPY for launch in plan.launches):
-      _batched[key] = None
-      return None
-    device = devices.pop()
-    slot_bufs = _slot_buffers(plan, args, fallback)
-    runners = [get_runner(launch.kernel, device) for launch in plan.launches]
-    items = [(r.program, [slot_bufs[s] for s in launch.slots], r.global_size,
-              launch_values(launch.variables, var_vals, r.name))
-             for r, launch in zip(runners, plan.launches)]
-    batch = Device[device].batch(items)
-    if len(_batched) >= 4 * SCHEDULE_CACHE_SIZE: _batched.pop(next(iter(_batched)))
-    run = _batched[key] = None if batch is None else BatchedRun(batch, plan, runners, slot_bufs)
-    return run
+  """The command buffer of a schedule whose launches are all kernels on one device that has
+  them (made on its first run), else None."""
+  key = (linear, len(args), fallback, *settings)
+  if (run := _batched.get(key, False)) is not False: return run
+  devices = {launch.device or fallback for launch in plan.launches}
+  if len(devices) != 1 or any(launch.kernel.op is Ops.COPY for launch in plan.launches):
+    _batched[key] = None
+    return None
+  device = devices.pop()
+  slot_bufs = _slot_buffers(plan, args, fallback)
+  runners = [get_runner(launch.kernel, device) for launch in plan.launches]
+  items = [(r.program, [slot_bufs[s] for s in launch.slots], r.global_size,
+            launch_values(launch.variables, var_vals, r.name))
+           for r, launch in zip(runners, plan.launches)]
+  batch = Device[device].batch(items)
+  if len(_batched) >= 4 * SCHEDULE_CACHE_SIZE: _batched.pop(next(iter(_batched)))
+  run = _batched[key] = None if batch is None else BatchedRun(batch, plan, runners, slot_bufs)
+  return run
 
 
 def run_linear(linear: UOp, args: tuple[UOp, ...], var_vals: dict[str, int] | None = None) -> None:

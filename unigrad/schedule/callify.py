@@ -296,8 +296,8 @@ def recallify_alike(target: UOp, nodes: dict[UOp, None], device: str, last: UOp,
         if u.op is not buffer or u.src is not v.src and u.src != v.src or u.tag is not None or \
             v.tag is not None or not _same_kind(v.arg, u.arg): return None
       elif not v.is_like(u) or len(v.src) != len(u.src): return None
-      for a, b in zip(v.src, u.src):
-        if get(a) is not b: return None
+    for a, b in zip(v.src, u.src):  # also where v is u: its sources must stand for themselves
+      if get(a) is not b: return None
     alike[v] = u
   bufs = [None if b is None else get(b) for b in t.bufs]
   if sum(b is None for b in bufs) != len(t.fresh): return None  # a buffer not in the graph
