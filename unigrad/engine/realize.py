@@ -221,7 +221,7 @@ def _realize(uops: list[UOp], devices: list[str]) -> dict[UOp, UOp]:
     return plan.finish(_realize(plan.uops, plan.devices))
   res = None
   if len(uops) == 1 and len(held) == 1 and held_nodes:  # an eager step on new inputs
-    res = recallify_alike(uops[0], nodes, devices[0], held[0], held_nodes)
+    res = recallify_alike(nodes, devices[0], held[0], held_nodes)
   if res is None: res = callify(uops, devices, nodes)
   if len(uops) == 1: remember(uops[0], devices[0], res)
   run_linear(_schedule_for(res.body, len(res.bufs), devices[0]), res.bufs, res.var_vals)

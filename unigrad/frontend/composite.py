@@ -166,8 +166,7 @@ def _einsum_sizes(pairs: list[tuple[Tensor, list[str]]]) -> dict[str, int]:
   return sizes
 
 
-# ---- movement compositions ----
-
+# ---- softmax on nodes ----
 
 def softmax_node(u: UOp, axis: int) -> UOp | None:
   """The graph `Tensor.softmax` builds through Tensor operators (x minus its detached max, exp,
@@ -183,6 +182,9 @@ def softmax_node(u: UOp, axis: int) -> UOp | None:
   e = UOp(Ops.EXP2, dt, (UOp(Ops.MUL, dt, (x, scalar_operand(dt, LOG2E, shape))),))
   total = UOp(Ops.EXPAND, dt, (UOp(Ops.REDUCE, dt, (e,), ReduceArg(Ops.ADD, axes)), full))
   return UOp(Ops.MUL, dt, (e, UOp(Ops.RECIP, dt, (total,))))
+
+
+# ---- movement compositions ----
 
 class CompositeMixin:
   """Movement compositions, padding modes, scans, statistics, einsum and elementwise helpers."""

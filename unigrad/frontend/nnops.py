@@ -317,7 +317,6 @@ def _nll_terms(logp: Tensor, y: Tensor, cdim: int, weight: Tensor | None,
   return nll, smooth, hot.where(wc, 0).sum(cdim)
 
 
-
 def layernorm_node(u: UOp, axes: tuple[int, ...], eps: float) -> UOp | None:
   """The graph `Tensor.layernorm` builds through Tensor operators (x - mean, times the
   reciprocal root of the mean square plus eps), built on nodes without a Tensor per step, for a
@@ -336,6 +335,7 @@ def layernorm_node(u: UOp, axes: tuple[int, ...], eps: float) -> UOp | None:
   var_eps = UOp(Ops.ADD, dt, (mean(UOp(Ops.MUL, dt, (y, y))), scalar_operand(dt, eps, rows)))
   rstd = UOp(Ops.RECIP, dt, (UOp(Ops.SQRT, dt, (var_eps,)),))
   return UOp(Ops.MUL, dt, (y, UOp(Ops.EXPAND, dt, (rstd, full))))
+
 
 class NNOpsMixin:
   """conv2d, conv_transpose2d, pools, interpolate, linear, norms, attention, one_hot, losses."""

@@ -279,9 +279,9 @@ def recallify(target: UOp, device: str) -> CallifyResult | None:
   return CallifyResult(t.body, tuple(b for b in bufs if b is not None), becomes, dict(t.var_vals))
 
 
-def recallify_alike(target: UOp, nodes: dict[UOp, None], device: str, last: UOp,
+def recallify_alike(nodes: dict[UOp, None], device: str, last: UOp,
                     last_nodes: tuple[UOp, ...]) -> CallifyResult | None:
-  """callify([target], [device]) when `target`'s graph (toposort `nodes`) is shaped exactly like
+  """callify of one target on `device` when its graph (toposort `nodes`) is shaped exactly like
   the graph of `last` (toposort `last_nodes`, callified before: `remember`) but for its BUFFERs
   (other buffers of the same kinds: an eager step on new inputs): the same body, the new graph's
   buffers in the old ones' slots. One walk of both toposorts side by side, comparing each pair of
