@@ -213,16 +213,17 @@ def _realize(uops: list[UOp], devices: list[str]) -> dict[UOp, UOp]:
     _held_graph = (tuple(uops), held_nodes if same else ())
     return res.becomes
   nodes = UOp(Ops.SINK, dtypes.void, tuple(uops)).toposort()
-  if has_function(nodes):  # realize the calls' results, then map the callers' nodes to them
-    inlined = inline_functions(uops)
-    done = realize(inlined, devices)
-    return {**done, **{u: done[v] for u, v in zip(uops, inlined) if v in done}}
-  if (plan := multi.lower_multi(uops, devices, nodes)) is not None:
-    return plan.finish(_realize(plan.uops, plan.devices))
   res = None
-  if len(uops) == 1 and len(held) == 1 and held_nodes:  # an eager step on new inputs
-    res = recallify_alike(nodes, devices[0], held[0], held_nodes)
-  if res is None: res = callify(uops, devices, nodes)
+  if len(uops) == 1 and len(held) == 1 and held_nodes:  # an eager step on new inputs, alike the
+    res = recallify_alike(nodes, devices[0], held[0], held_nodes)  # last: no calls, one device
+  if res is None:
+    if has_function(nodes):  # realize the calls' results, then map the callers' nodes to them
+      inlined = inline_functions(uops)
+      done = realize(inlined, devices)
+      return {**done, **{u: done[v] for u, v in zip(uops, inlined) if v in done}}
+    if (plan := multi.lower_multi(uops, devices, nodes)) is not None:
+      return plan.finish(_realize(plan.uops, plan.devices))
+    res = callify(uops, devices, nodes)
   if len(uops) == 1: remember(uops[0], devices[0], res)
   run_linear(_schedule_for(res.body, len(res.bufs), devices[0]), res.bufs, res.var_vals)
   _held_graph = (tuple(uops), tuple(nodes))
