@@ -229,3 +229,27 @@ def test_optimizer_steps_on_new_batches_update_in_place(callifies):
   for g in ([0.5, 0.5], [1.0, -1.0], [2.0, 0.0]):
     w.assign(w - Tensor(g) * 0.5).realize()
   assert w.tolist() == [1.0 - 1.75, 2.0 + 0.25] and len(callifies) == 1
+
+
+def test_realize_substitutes_the_live_tensors_and_histories_in_one_walk_each(monkeypatch):
+  # a training step: the gradients are live lazy tensors over one graph with the realized targets
+  def step(walks: list) -> tuple:
+    x = Tensor([1.0, 2.0, 3.0], requires_grad=True)
+    h = (x * 2).exp()
+    live = h * 3, h + 1, h.sum()  # not realized: each is pointed at the buffers
+    a, b = (h * 4).sum(), h.max()
+    count = len(walks)
+    Tensor.realize_all(a, b)
+    return x, a, live, len(walks) - count
+  walks = []
+  real = UOp.substitute
+  monkeypatch.setattr(UOp, "substitute", lambda *a, **k: walks.append(a[0]) or real(*a, **k))
+  step(walks)  # schedules and compiles (which substitute too)
+  x, a, (g1, g2, g3), walked = step(walks)
+  assert walked <= 2, "one walk for the live tensors, one for the histories"
+  want = np.exp(np.array([2.0, 4.0, 6.0]))
+  np.testing.assert_allclose(g1.numpy(), want * 3, rtol=1e-6)
+  np.testing.assert_allclose(g2.numpy(), want + 1, rtol=1e-6)
+  np.testing.assert_allclose(g3.numpy(), want.sum(), rtol=1e-6)
+  a.backward()
+  np.testing.assert_allclose(x.grad.numpy(), 8 * want, rtol=1e-6)

@@ -308,20 +308,31 @@ class Tensor(MultiMixin, ActivationsMixin, LinalgMixin, SelectMixin, IndexingMix
 
 def _apply_map(mapping: dict[UOp, UOp]) -> None:
   """Point every live tensor that uses a realized node at the buffer now holding it, and remember
-  what computed each buffer (not for writes, and never behind a requires_grad leaf)."""
+  what computed each buffer (not for writes, and never behind a requires_grad leaf). The graphs
+  are substituted in one walk each for the tensors and the histories (a training step's gradients
+  and optimizer targets share one graph: a walk per tensor walked it tens of times)."""
   leaves: set[UOp] = set()
   live = list(all_tensors)
-  for t in live:
-    u = t.uop
+  olds = [t.uop for t in live]
+  lazy = list(dict.fromkeys(u for u in olds if u not in mapping and not _is_leaf(u, mapping)))
+  moved = dict(zip(lazy, _substitute_all(lazy, mapping)))
+  for t, u in zip(live, olds):
     new = mapping.get(u)
-    if new is None and not _is_leaf(u, mapping): new = u.substitute(mapping)
+    if new is None: new = moved.get(u)
     # another thread may have pointed t elsewhere meanwhile (an assign): keep its value then
     if new is not None and t.uop is u: t.uop = new
     if t.requires_grad: leaves.add(t.uop)
-  for old, new in mapping.items():
-    if old.op in (Ops.AFTER, Ops.CONTIGUOUS) or new in leaves: continue
-    inner = old.substitute({k: v for k, v in mapping.items() if k is not old})
-    engine.history[new] = inner
+  kept = [old for old, new in mapping.items()
+          if old.op not in (Ops.AFTER, Ops.CONTIGUOUS) and new not in leaves]
+  # a target's history: its sources with every realized node (another target) read from its buffer
+  srcs = iter(_substitute_all([s for old in kept for s in old.src], mapping))
+  for old in kept: engine.history[mapping[old]] = old.with_src(tuple(next(srcs) for _ in old.src))
+
+
+def _substitute_all(roots: list[UOp], mapping: dict[UOp, UOp]) -> list[UOp]:
+  """[r.substitute(mapping) for r in roots] in one walk (a shared memo)."""
+  if not roots: return []
+  return list(UOp(Ops.SINK, dtypes.void, tuple(roots)).substitute(mapping).src)
 
 
 def _is_leaf(u: UOp, mapping: dict[UOp, UOp]) -> bool:

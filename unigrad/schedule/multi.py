@@ -167,10 +167,14 @@ def multi_view(buf: UOp, shape: Sequence[int], axis: int | None) -> UOp:
   return _reshape(x, shape)
 
 
+# looked up once: `Ops.X` is slow on Python 3.11
+_VIEW_OPS, _BUFFER = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.REPLICATED}), Ops.BUFFER
+
+
 def is_multi_view(u: UOp) -> bool:
   """A RESHAPE/PERMUTE/REPLICATED view of a BUFFER on a tuple device: a realized value."""
-  while u.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.REPLICATED): u = u.src[0]
-  return u.op is Ops.BUFFER and isinstance(u.arg.device, tuple)
+  while u.op in _VIEW_OPS: u = u.src[0]
+  return u.op is _BUFFER and isinstance(u.arg.device, tuple)
 
 
 def shards_of(buf: UOp) -> Locals:
