@@ -324,7 +324,10 @@ def _apply_map(mapping: dict[UOp, UOp]) -> None:
     if t.requires_grad: leaves.add(t.uop)
   kept = [old for old, new in mapping.items()
           if old.op not in (Ops.AFTER, Ops.CONTIGUOUS) and new not in leaves]
-  # a target's history: its sources with every realized node (another target) read from its buffer
+  # a target's history: its graph with every other target in it read from that one's buffer
+  if len(mapping) == 1:  # no other target: the graph as it is
+    for old in kept: engine.history[mapping[old]] = old
+    return
   srcs = iter(_substitute_all([s for old in kept for s in old.src], mapping))
   for old in kept: engine.history[mapping[old]] = old.with_src(tuple(next(srcs) for _ in old.src))
 
