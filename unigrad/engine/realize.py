@@ -493,10 +493,10 @@ class BatchedRun:
                slot_bufs: list[Buffer]) -> None:
     self.batch, self.runners = batch, runners
     self.uses: dict[int, list[tuple[int, int]]] = {}  # slot -> (launch, argument) reading it
-    self.variables: list[tuple[int, int, Launch]] = []  # (launch, argument, launch) of a value
     for i, launch in enumerate(plan.launches):
       for j, slot in enumerate(launch.slots): self.uses.setdefault(slot, []).append((i, j))
-      self.variables += [(i, len(launch.slots) + k, launch) for k in range(len(launch.variables))]
+    # the launches that take variables' values: set at every run, after their buffers
+    self.valued = [(i, launch) for i, launch in enumerate(plan.launches) if launch.variables]
     self.addresses = {slot: slot_bufs[slot].address() for slot in self.uses}
     self.flops = sum(r.estimates.flops for r in runners)
     self.mem_bytes = sum(r.estimates.mem_bytes for r in runners)
@@ -514,9 +514,9 @@ class BatchedRun:
               for d, n in plan.arenas.items()}
     for slot, buf in enumerate(bufs): self.point(slot, buf.address())
     for slot, p in plan.inter.items(): self.point(slot, arenas[p.device].address() + p.offset)
-    for i, arg, launch in self.variables:
+    for i, launch in self.valued:
       values = launch_values(launch.variables, var_vals, self.runners[i].name)
-      self.batch.set_arg(i, arg, values[arg - len(launch.slots)])
+      for k, v in enumerate(values): self.batch.set_arg(i, len(launch.slots) + k, v)
     self.batch()
     GlobalCounters.kernel_count += len(self.runners)
     GlobalCounters.global_ops += self.flops
