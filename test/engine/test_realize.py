@@ -8,10 +8,14 @@ import weakref
 import numpy as np
 import pytest
 
-from unigrad import Context, Tensor
+import torch
+
+from unigrad import Context, Tensor, function, nn
 from unigrad.engine import realize as engine
 from unigrad.runtime.device import Device
+from unigrad.schedule import callify as callify_mod
 from unigrad.schedule.callify import callify
+from unigrad.schedule.function import graph_nodes
 from unigrad.uop import Ops, UOp
 
 
@@ -53,8 +57,13 @@ def test_cache_hit_walks_the_graph_once(count_schedules, monkeypatch):
   def counting_substitute(*args, **kwargs):
     substitutes.append(args)
     return substitute(*args, **kwargs)
+  def counting_graph_nodes(root):  # realize's toposort, without calls' bodies
+    walks.append(root)
+    return graph_nodes(root)
   monkeypatch.setattr(UOp, "toposort", counting_toposort)
   monkeypatch.setattr(UOp, "substitute", counting_substitute)
+  monkeypatch.setattr(engine, "graph_nodes", counting_graph_nodes)
+  monkeypatch.setattr(callify_mod, "graph_nodes", counting_graph_nodes)
   c = a @ b
   mapping = engine.realize([c.uop], [c.device])
   assert len(walks) == 1 and not substitutes, "one toposort, no substitute on a cache hit"
@@ -213,6 +222,45 @@ def test_a_step_on_new_inputs_is_matched_to_the_last_graph(callifies):
     want = np.maximum(x @ w.numpy() + b.numpy(), 0)
     want = np.exp(want - want.max(-1, keepdims=True))
     np.testing.assert_allclose(out.numpy(), want / want.sum(-1, keepdims=True), rtol=1e-5)
+
+
+def test_a_step_of_traced_ops_is_matched_to_the_last_graph_without_resolving_calls(
+    callifies, monkeypatch):
+  # an eager transformer layer on new inputs: its Linear, GELU and LayerNorm are calls; a step
+  # alike the last is matched call by call, without making the calls' results again
+  rng = np.random.default_rng(0)
+  ln, lin = nn.LayerNorm(8), nn.Linear(8, 8)
+  Tensor.realize_all(ln.weight, ln.bias, lin.weight, lin.bias)
+  callifies.clear()
+  made = []
+  real = callify_mod.call_result
+  monkeypatch.setattr(callify_mod, "call_result", lambda *a: made.append(a) or real(*a))
+  xs = [rng.standard_normal((2, 8), dtype=np.float32) for _ in range(3)]
+  outs = [ln(lin(Tensor(x)).gelu()).realize() for x in xs]
+  assert len(callifies) == 1 and len(made) == 3, "the first step only (three calls)"
+  w, b = lin.weight.numpy(), lin.bias.numpy()
+  for x, out in zip(xs, outs):
+    want = torch.nn.functional.layer_norm(torch.nn.functional.gelu(torch.tensor(x @ w.T + b)),
+                                          (8,))
+    np.testing.assert_allclose(out.numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_calls_are_resolved_in_callifys_walk(monkeypatch):
+  # no separate pass rebuilding every node above a call (a training step's whole backward)
+  monkeypatch.setattr(engine, "inline_functions", lambda *a: pytest.fail("inlined first"))
+  x = Tensor(np.linspace(-3, 3, 12, dtype=np.float32).reshape(3, 4), requires_grad=True)
+  x.gelu().layernorm().sum().backward()
+  tx = torch.tensor(x.numpy(), requires_grad=True)
+  torch.nn.functional.layer_norm(torch.nn.functional.gelu(tx), (4,)).sum().backward()
+  np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-6)
+
+
+def test_a_call_whose_body_holds_a_contiguous_is_inlined_first():
+  @function
+  def f(a): return (a * 2).contiguous() + 1
+  x = Tensor([1.0, 2.0])
+  assert (f(x) * 3).tolist() == [9.0, 15.0]
+  assert (f(Tensor([0.0, -1.0])) * 3).tolist() == [3.0, -3.0]
 
 
 def test_a_graph_unlike_the_last_one_is_callified(callifies):

@@ -182,3 +182,19 @@ def test_schedule_of_function_result():
   def f(a): return (a + 1).sum()
   sched = f(Tensor([1.0, 2.0])).schedule()
   assert sched.op is Ops.LINEAR and len(sched.src) >= 1
+
+
+def test_nested_function_gradient_reaches_outer_inputs_read_before_the_inner_call():
+  # the outer body reads x and w before the inner call, whose body has placeholders of its own
+  # with the same slots: the backward must take the outer body's placeholders, not the inner's
+  @function
+  def inner(p, q): return (q * p.exp()).sum(0)
+  @function
+  def outer(x, w): return (x * w).sum(0) + inner(w, x) * 2
+  xv, wv = np.arange(6, dtype=np.float32).reshape(2, 3) / 10, np.array([.1, .2, .3], np.float32)
+  x, w = Tensor(xv, requires_grad=True), Tensor(wv, requires_grad=True)
+  outer(x, w).sum().backward()
+  tx, tw = torch.tensor(xv, requires_grad=True), torch.tensor(wv, requires_grad=True)
+  ((tx * tw).sum(0) + (tx * tw.exp()).sum(0) * 2).sum().backward()
+  np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-6)
+  np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-6)

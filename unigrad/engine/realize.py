@@ -37,7 +37,8 @@ from unigrad.renderer import Renderer
 from unigrad.runtime.device import Batch, Buffer, Compiled, Device
 from unigrad.runtime.ops_cpu import cpu_threads
 from unigrad.schedule import multi
-from unigrad.schedule.function import has_function, inline_functions
+from unigrad.schedule.function import graph_nodes, has_function, inline_functions
+from unigrad.schedule.function import resolvable_calls
 from unigrad.schedule.callify import buffer_base, callify, is_plain_buffer, recallify
 from unigrad.schedule.callify import recallify_alike, remember
 from unigrad.schedule.callify import new_buffer as new_single_buffer
@@ -212,18 +213,20 @@ def _realize(uops: list[UOp], devices: list[str]) -> dict[UOp, UOp]:
     same = len(held) == 1 and held[0] is uops[0]
     _held_graph = (tuple(uops), held_nodes if same else ())
     return res.becomes
-  nodes = UOp(Ops.SINK, dtypes.void, tuple(uops)).toposort()
+  nodes = graph_nodes(UOp(Ops.SINK, dtypes.void, tuple(uops)))  # calls' bodies left out
   res = None
   if len(uops) == 1 and len(held) == 1 and held_nodes:  # an eager step on new inputs, alike the
-    res = recallify_alike(nodes, devices[0], held[0], held_nodes)  # last: no calls, one device
+    res = recallify_alike(nodes, devices[0], held[0], held_nodes)  # last: one device
   if res is None:
-    if has_function(nodes):  # realize the calls' results, then map the callers' nodes to them
+    if has_function(nodes) and (multi.uses_tuple_devices(uops, devices, nodes) or
+                                not resolvable_calls(nodes)):
+      # realize the calls' results, then map the callers' nodes to them
       inlined = inline_functions(uops)
       done = realize(inlined, devices)
       return {**done, **{u: done[v] for u, v in zip(uops, inlined) if v in done}}
     if (plan := multi.lower_multi(uops, devices, nodes)) is not None:
       return plan.finish(_realize(plan.uops, plan.devices))
-    res = callify(uops, devices, nodes)
+    res = callify(uops, devices, nodes)  # resolves the calls in its walk
   if len(uops) == 1: remember(uops[0], devices[0], res)
   run_linear(_schedule_for(res.body, len(res.bufs), devices[0]), res.bufs, res.var_vals)
   _held_graph = (tuple(uops), tuple(nodes))

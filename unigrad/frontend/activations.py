@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from unigrad.dtype import LOW_FLOATS, DType, dtypes, finite_max, least_upper_float
 from unigrad.frontend.dtypes import _category
 from unigrad.frontend.elementwise import LOG2E, WIDER_FLOAT, scalar_operand
+from unigrad.frontend.traced import traced
 from unigrad.uop import Ops, UOp
 
 if TYPE_CHECKING:
@@ -333,12 +334,14 @@ class ActivationsMixin:
     return self.log2() * LOG10_2
 
   # ---- erf and the gelus ----
+  @traced
   @_float_op
   def erf(self) -> Tensor:
     """The error function (absolute error about 1e-7 in float32, 1e-16 in float64).
     `Tensor([0.5]).erf()` is `[0.5205]`."""
     return _erf(self)
 
+  @traced
   @_float_op
   def gelu(self, approximate: str = "none") -> Tensor:
     """x * Phi(x). The default is PyTorch's exact x/2 * (1 + erf(x/sqrt(2))); approximate='tanh'

@@ -31,6 +31,7 @@ from unigrad.engine import realize as engine
 from unigrad.frontend.tensor import Tensor, all_tensors
 from unigrad.schedule.function import param_like
 from unigrad.uop import Ops, UOp, sint
+from unigrad.uop.alu import float_bits
 
 __all__ = ["function", "FunctionError", "flatten_tensors", "unflatten_tensors", "structure_key"]
 
@@ -65,9 +66,11 @@ class TensorLeaf:
 
 
 def structure_key(tree: Any) -> Any:
-  """A hashable key of the non-Tensor part of the arguments (unhashable objects by identity)."""
+  """A hashable key of the non-Tensor part of the arguments (unhashable objects by identity;
+  floats by their bits: 0.0 and -0.0 trace apart, a nan finds its trace again)."""
   if isinstance(tree, (list, tuple)): return (type(tree).__name__, *map(structure_key, tree))
   if isinstance(tree, dict): return ("dict", *((k, structure_key(v)) for k, v in tree.items()))
+  if type(tree) is float: return ("float", float_bits(tree))
   try:
     hash(tree)
     return (type(tree).__name__, tree)
@@ -116,18 +119,18 @@ class function:  # noqa: N801 (the spec's decorator name)
     if traced is None: traced = self.traces[key] = self._trace(tree, inputs)
     return self._apply(traced, inputs)
 
-  def _trace(self, tree: Any, inputs: list[Tensor]) -> Traced:
+  def _trace(self, tree: Any, inputs: list[Tensor], check_pure: bool = True) -> Traced:
     self.trace_count += 1
     params = [param_like(k, t.uop) for k, t in enumerate(inputs)]
     holders = [Tensor._from_uop(p, t.device) for p, t in zip(params, inputs)]
-    before = {id(t): t.uop for t in list(all_tensors)}
+    before = {id(t): t.uop for t in list(all_tensors)} if check_pure else {}
     args, kwargs = unflatten_tensors(tree, holders)
     result = self.fn(*args, **kwargs)
     found: dict[int, Tensor] = {}
     out_tree = flatten_tensors(result, found)
     outs = list(found.values())
     if not outs: raise FunctionError(f"@function {self.fn.__name__} returned no Tensor")
-    _check_pure(self.fn.__name__, before, set(params))
+    if check_pure: _check_pure(self.fn.__name__, before, set(params))
     body = UOp(Ops.TUPLE, dtypes.void, tuple(t.uop for t in outs))
     body, captured = _lift_captured(body, set(params), len(params))
     return Traced(body, captured, out_tree, tuple(t.device for t in outs))
@@ -138,6 +141,67 @@ class function:  # noqa: N801 (the spec's decorator name)
     outs = [Tensor._from_uop(UOp(Ops.GETTUPLE, None, (f,), i), dev)
             for i, dev in enumerate(traced.out_devices)]
     return unflatten_tensors(traced.out_tree, outs)
+
+
+class op_function(function):  # noqa: N801 (a decorator, like `function`)
+  """`function` for the library's own composite ops (the `traced` decorator of
+  frontend/traced.py): an eager call builds one FUNCTION node over its inputs where the op built
+  tens of nodes (GELU's erf: about 60), and realizing a graph alike the last one (the next step of
+  an eager loop) then matches it call by call. Differences from `function`: tensors it cannot
+  trace (several devices, symbolic shapes) take the op itself; the results are detached under
+  no_grad, as every op's; no purity check (the ops are pure: they neither assign nor read values);
+  at most MAX_TRACES signatures are kept, the oldest dropped first."""
+
+  MAX_TRACES = 64
+
+  def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    if (flat := _flat_call(args, kwargs)) is None: return self.fn(*args, **kwargs)
+    parts, inputs = flat
+    no_grad = bool(Tensor.no_grad)
+    key = (parts, Tensor.training, no_grad)
+    traced = self.traces.get(key)
+    if traced is None:
+      traced = self._trace(flatten_tensors((args, kwargs), {}), inputs, check_pure=False)
+      if len(self.traces) >= self.MAX_TRACES: del self.traces[next(iter(self.traces))]
+      self.traces[key] = traced
+    out = self._apply(traced, inputs)
+    if no_grad:
+      for t in flatten_results(out): t.uop = t.uop.detach()
+    return out
+
+
+_PLAIN = frozenset({int, float, bool, str, type(None)})
+
+
+def _flat_call(args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, list[Tensor]] | None:
+  """(key, inputs) of a call of an op: each argument a Tensor or a plain value (a number, string,
+  None, or a tuple of them), the tensors on one device with static shapes. None for any other
+  call: the op then runs itself."""
+  inputs: list[Tensor] = []
+  parts: list[Any] = [tuple(kwargs)]
+  for a in (*args, *kwargs.values()):
+    if isinstance(a, Tensor):
+      u, dev = a.uop, a._device
+      if type(dev) is not str or not all(type(d) is int for d in u.shape): return None
+      for i, t in enumerate(inputs):
+        if t is a:
+          parts.append(i)
+          break
+      else:
+        parts.append((u.shape, u.dtype, dev))
+        inputs.append(a)
+    elif type(a) is tuple:
+      if not all(type(x) in _PLAIN for x in a): return None
+      parts.append(structure_key(a))
+    elif type(a) in _PLAIN: parts.append(structure_key(a))
+    else: return None
+  return (tuple(parts), inputs) if inputs else None
+
+
+def flatten_results(tree: Any) -> list[Tensor]:
+  found: dict[int, Tensor] = {}
+  flatten_tensors(tree, found)
+  return list(found.values())
 
 
 # ---- tracing ----

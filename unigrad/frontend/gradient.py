@@ -31,7 +31,7 @@ from unigrad.dtype import DType, dtypes
 from unigrad.engine import realize as engine
 from unigrad.frontend.elementwise import compose_cos
 from unigrad.knobs import TRAINING
-from unigrad.schedule.function import param_like
+from unigrad.schedule.function import body_params, param_like
 from unigrad.uop import Ops, PatternMatcher, ReduceArg, UOp, UPat, shape_uop, sint
 
 if TYPE_CHECKING:
@@ -303,8 +303,7 @@ def backward_body(body: UOp, nargs: int, order: tuple[int, ...]) -> tuple[UOp | 
   """The TUPLE body of the backward of `body` (a FUNCTION body over PARAM 0..nargs-1) when the
   results in `order` get gradients (PARAMs nargs.. in that order), and the argument slots it
   returns gradients for."""
-  params = {p.arg.slot: p for p in body.toposort()
-            if p.op is Ops.PARAM and p.arg.name is None and p.arg.slot < nargs}
+  params = body_params(body, nargs)
   total: dict[UOp, UOp] = {}
   for j, i in enumerate(order):
     incoming = param_like(nargs + j, body.src[i])

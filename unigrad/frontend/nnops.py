@@ -25,6 +25,7 @@ from unigrad.frontend.gradient import override_gradient
 from unigrad.frontend.elementwise import scalar_operand
 from unigrad.frontend.movement import canonical_axis
 from unigrad.frontend.reduce import LONG_FLOAT_SUM, PLAIN_FLOATS, _axes, any_true
+from unigrad.frontend.traced import traced
 from unigrad.uop import Ops, ReduceArg, UOp, shape_uop
 
 if TYPE_CHECKING:
@@ -275,6 +276,27 @@ def _gqa_expand(q: Tensor, kv: Tensor) -> Tensor:
   return kv if hq == hkv else kv.repeat_interleave(hq // hkv, -3)
 
 
+def _attention_weights(q: Tensor, k: Tensor, mask: Tensor | None, is_causal: bool,
+                       scale: float | None) -> Tensor:
+  """softmax(q @ k^T * scale + mask) over the keys."""
+  scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+  qk = q.matmul(k.transpose(-2, -1)) * scale
+  if is_causal: mask = type(q).full(qk.shape[-2:], True, dtypes.bool, q.device).tril()
+  if mask is not None:
+    qk = mask.where(qk, -math.inf) if mask.dtype == dtypes.bool else qk + mask
+  return qk.softmax(-1)
+
+
+@traced
+def _attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool,
+               scale: float | None, enable_gqa: bool) -> Tensor:
+  """scaled_dot_product_attention without dropout (traced: an attention layer's 30 nodes are one
+  call)."""
+  if enable_gqa: k, v = _gqa_expand(q, k), _gqa_expand(q, v)
+  weights = _attention_weights(q, k, mask, is_causal, scale)
+  return weights._cast(least_upper_dtype(q.dtype, v.dtype)).matmul(v)
+
+
 def _attention_dropout(weights: Tensor, p: float) -> Tensor:
   if p == 1: return weights.zeros_like()
   keep = type(weights).rand(weights.shape, dtype=dtypes.float32, device=weights.device) >= p
@@ -450,6 +472,7 @@ class NNOpsMixin:
     return hit.any(-1).where(vals, 0).cast(self.dtype).reshape(*lead, *outs)
 
   # ---- layers ----
+  @traced
   def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """x @ weight + bias, with weight (in_features, out_features) as in tinygrad (PyTorch's
     F.linear(x, w, b) is x.linear(w.T, b)); a 1-D weight scales elementwise."""
@@ -460,6 +483,7 @@ class NNOpsMixin:
     """Apply `layers` in order. `x.sequential([l1, Tensor.relu, l2])`"""
     return functools.reduce(lambda x, f: f(x), layers, self)
 
+  @traced
   def layernorm(self, axis: int | Sequence[int] = -1, eps: float = 1e-5) -> Tensor:
     """(x - mean) / sqrt(var + eps) over `axis` (biased variance, no affine)."""
     if (u := layernorm_node(self.uop, _axes(axis, self.ndim), eps)) is not None:
@@ -503,16 +527,12 @@ class NNOpsMixin:
     (axis -3) than the query, each serving Hq / Hkv query heads."""
     if not 0.0 <= dropout_p <= 1.0:
       raise RuntimeError(f"dropout probability has to be between 0 and 1, but got {dropout_p}")
+    if is_causal and attn_mask is not None:
+      raise RuntimeError("cannot set attn_mask when is_causal=True")
+    if dropout_p == 0: return _attention(self, key, value, attn_mask, is_causal, scale, enable_gqa)
     if enable_gqa: key, value = _gqa_expand(self, key), _gqa_expand(self, value)
-    scale = 1 / math.sqrt(self.shape[-1]) if scale is None else scale
-    qk = self.matmul(key.transpose(-2, -1)) * scale
-    if is_causal:
-      if attn_mask is not None: raise RuntimeError("cannot set attn_mask when is_causal=True")
-      attn_mask = type(self).full(qk.shape[-2:], True, dtypes.bool, self.device).tril()
-    if attn_mask is not None:
-      qk = attn_mask.where(qk, -math.inf) if attn_mask.dtype == dtypes.bool else qk + attn_mask
-    weights = qk.softmax(-1)
-    if dropout_p > 0: weights = _attention_dropout(weights, dropout_p)
+    weights = _attention_dropout(_attention_weights(self, key, attn_mask, is_causal, scale),
+                                 dropout_p)
     return weights._cast(least_upper_dtype(self.dtype, value.dtype)).matmul(value)
 
   # ---- losses ----

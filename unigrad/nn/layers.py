@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from unigrad.dtype import dtypes
 from unigrad.frontend.indexing import _checked
 from unigrad.frontend.tensor import Tensor
+from unigrad.frontend.traced import traced
 from unigrad.helpers import make_tuple, prod
 
 
@@ -176,9 +177,16 @@ class LayerNorm:
     n = len(self.normalized_shape)
     if tuple(x.shape[-n:]) != self.normalized_shape:
       raise ValueError(f"LayerNorm over {self.normalized_shape} got input of shape {x.shape}")
-    y = x.layernorm(tuple(range(-n, 0)), self.eps)
-    if self.weight is not None: y = y * self.weight
-    return y if self.bias is None else y + self.bias
+    return _layer_norm(x, self.weight, self.bias, tuple(range(-n, 0)), self.eps)
+
+
+@traced
+def _layer_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, axes: tuple[int, ...],
+                eps: float) -> Tensor:
+  """x.layernorm(axes, eps) * weight + bias (traced: a transformer calls it twice a layer)."""
+  y = x.layernorm(axes, eps)
+  if weight is not None: y = y * weight
+  return y if bias is None else y + bias
 
 
 class LayerNorm2d(LayerNorm):

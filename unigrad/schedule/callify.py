@@ -9,7 +9,9 @@ Invariants: every value to materialize is a STORE into a buffer (CONTIGUOUS beca
 the graph's buffers in toposort order), so the same program on other buffers gives the same body
 node (the schedule cache key). Bound symbolic variables become their unbound variable and their
 values are returned beside the body (`var_vals`), so the key holds no value; an unbound variable
-raises UnboundVariableError. One walk over the graph does all of it.
+raises UnboundVariableError. FUNCTION calls are resolved in the same walk: each result is its
+body over the rewritten arguments (`call_result`), where a separate pass resolving them would
+rebuild every node above a call once more. One walk over the graph does all of it.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import weakref
 from dataclasses import dataclass, field
 
 from unigrad.dtype import AddrSpace, DType, dtypes
+from unigrad.schedule.function import call_result, graph_nodes
 from unigrad.uop import GroupOp, Ops, ParamArg, UOp, shape_uop, sint
 from unigrad.uop.properties import as_shape
 from unigrad.uop.variable import UnboundVariableError, VariableBindError
@@ -191,6 +194,7 @@ def _rewrite(ctx: CallifyCtx, nodes: dict[UOp, None], skip: UOp | None) -> dict[
   get = out.__getitem__
   # `Ops.X` is a slow lookup on Python 3.11 (EnumType.__getattr__): once per walk, not per node
   buffer, param, markers = Ops.BUFFER, Ops.PARAM, (Ops.AFTER, Ops.CONTIGUOUS)
+  function, gettuple = Ops.FUNCTION, Ops.GETTUPLE
   for u in nodes:
     if u is skip: continue
     op = u.op
@@ -201,7 +205,17 @@ def _rewrite(ctx: CallifyCtx, nodes: dict[UOp, None], skip: UOp | None) -> dict[
       if u.arg.name is None: raise CallifyError(u)
       out[u] = ctx.unbind(u)
       continue
+    if op is function:  # its results are made at its GETTUPLEs (`nodes` holds no call's body)
+      out[u] = u
+      continue
     src = u.src
+    if op is gettuple and src[0].op is function:
+      f = src[0]
+      res = call_result(f.src[0], u.arg, tuple(map(get, f.src[1:])))
+      if res is None: raise ValueError(f"callify: a call whose body holds buffers, markers or "
+                                       f"variables ({f.src[0]!r}): inline_functions first")
+      out[u] = res
+      continue
     new_src = tuple(map(get, src))
     v = u if new_src == src else u.with_src(new_src)
     out[u] = _rewrite_marker(ctx, u, v) if op in markers else v
@@ -224,7 +238,7 @@ def callify(targets: list[UOp], devices: list[str],
     stored.append((ctx.param_view(buf), value))
   roots = tuple(v for _, v in stored)
   if nodes is None or len(roots) != len(targets) or any(r is not t for r, t in zip(roots, targets)):
-    nodes = UOp(Ops.SINK, dtypes.void, roots).toposort()
+    nodes = graph_nodes(UOp(Ops.SINK, dtypes.void, roots))
   out = _rewrite(ctx, nodes, next(reversed(nodes)))  # the roots' SINK (last) is not in the body
   stores = (out[v] if p is None else UOp(Ops.STORE, dtypes.void, (p, out[v])) for p, v in stored)
   body = UOp(Ops.SINK, dtypes.void, tuple(stores))
@@ -289,14 +303,18 @@ def recallify_alike(nodes: dict[UOp, None], device: str, last: UOp,
   t = _templates.get(last)
   if t is None or t.device != device or len(nodes) != len(last_nodes): return None
   alike: dict[UOp, UOp] = {}  # old node -> new node
-  get, buffer = alike.get, Ops.BUFFER
+  get, buffer, function = alike.get, Ops.BUFFER, Ops.FUNCTION
   for v, u in zip(last_nodes, nodes):
     if v is not u:
       if v.op is buffer:
         if u.op is not buffer or u.src is not v.src and u.src != v.src or u.tag is not None or \
             v.tag is not None or not _same_kind(v.arg, u.arg): return None
       elif not v.is_like(u) or len(v.src) != len(u.src): return None
-    for a, b in zip(v.src, u.src):  # also where v is u: its sources must stand for themselves
+    src_v, src_u = v.src, u.src
+    if v.op is function:  # the toposorts leave calls' bodies out: the same body, the same call
+      if src_v[0] is not src_u[0]: return None
+      src_v, src_u = src_v[1:], src_u[1:]
+    for a, b in zip(src_v, src_u):  # also where v is u: its sources must stand for themselves
       if get(a) is not b: return None
     alike[v] = u
   bufs = [None if b is None else get(b) for b in t.bufs]
