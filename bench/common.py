@@ -17,12 +17,19 @@ SETTLE_S = 0.25
 CLOCK: list[Callable[[], float]] = [time.perf_counter]
 
 
+# best_of times at least this long: five runs of a 0.2 ms matmul are the first five after the
+# warm-up (caches, freshly mapped buffers), whose fastest is not yet the steady state
+MIN_TIMED_S = 0.05
+
+
 def best_of(fn: Callable[[], object], repeat: int) -> float:
-  """The fastest of `repeat` runs of `fn`, after the previous measurement's spinning threads
-  have gone to sleep and one warm-up run."""
+  """The fastest of at least `repeat` runs of `fn` (more, to fill MIN_TIMED_S), after the
+  previous measurement's spinning threads have gone to sleep and one warm-up run."""
   time.sleep(SETTLE_S)
   fn()
-  return min(_times(fn, repeat))
+  times = _times(fn, repeat)
+  while sum(times) < MIN_TIMED_S: times += _times(fn, repeat)
+  return min(times)
 
 
 def median_of(fn: Callable[[], object], repeat: int, warmup: int = 3) -> float:

@@ -49,6 +49,17 @@ def test_traced_op_is_one_call_whose_body_is_the_ops_graph(name, op, untraced, s
   np.testing.assert_array_equal(y.numpy(), untraced(*xs).numpy())
 
 
+def test_embedding_and_linear_layers_are_one_call_each():
+  emb, lin = nn.Embedding(10, 4), nn.Linear(4, 3)
+  idx = Tensor([[1, 9], [0, 3]]).realize()
+  h = emb(idx)
+  y = lin(h)
+  assert h.uop.op is Ops.GETTUPLE and y.uop.op is Ops.GETTUPLE
+  w, lw, lb = emb.weight.numpy(), lin.weight.numpy(), lin.bias.numpy()
+  np.testing.assert_allclose(y.numpy(), w[idx.numpy()] @ lw.T + lb, rtol=1e-5, atol=1e-6)
+  with pytest.raises(IndexError, match="out of range"): emb(Tensor([10]))  # checked at the call
+
+
 def test_gradients_flow_through_traced_ops_like_torch():
   x, w, b = rnd(2, 3, 4), rnd(5, 4), rnd(5)
   ln_w, ln_b = rnd(5), rnd(5)

@@ -32,7 +32,13 @@ class Linear:
                                          requires_grad=True)
     self.bias = _uniform(bound, out_features) if bias else None
 
-  def __call__(self, x: Tensor) -> Tensor: return x.linear(self.weight.T, self.bias)
+  def __call__(self, x: Tensor) -> Tensor: return _dense(x, self.weight, self.bias)
+
+
+@traced
+def _dense(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+  """x @ weight.T + bias (traced with the transpose: a transformer calls it six times a layer)."""
+  return x.linear(weight.T, bias)
 
 
 class Conv2d:
@@ -228,9 +234,14 @@ class Embedding:
     except IndexError as e:
       raise IndexError(f"Embedding({self.vocab_size}, {self.embed_size}): index out of range in "
                        f"self: {e}") from None
-    vocab = Tensor.arange(self.vocab_size, device=idx.device).reshape(self.vocab_size, 1)
-    hot = vocab.eq(idx.reshape(*idx.shape, 1, 1))
-    return hot.where(self.weight, 0).sum(-2)
+    return _embed(idx, self.weight)
+
+
+@traced
+def _embed(idx: Tensor, weight: Tensor) -> Tensor:
+  """The rows of `weight` at `idx` as a one-hot reduction (traced: about ten nodes a call)."""
+  vocab = Tensor.arange(weight.shape[0], device=idx.device).reshape(weight.shape[0], 1)
+  return vocab.eq(idx.reshape(*idx.shape, 1, 1)).where(weight, 0).sum(-2)
 
 
 class LSTMCell:
