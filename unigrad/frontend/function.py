@@ -21,6 +21,7 @@ inside it raises `FunctionError`. Use `TinyJit` for whole steps with side effect
 from __future__ import annotations
 
 import functools
+import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -162,8 +163,9 @@ class op_function(function):  # noqa: N801 (a decorator, like `function`)
     traced = self.traces.get(key)
     if traced is None:
       traced = self._trace(flatten_tensors((args, kwargs), {}), inputs, check_pure=False)
-      if len(self.traces) >= self.MAX_TRACES: del self.traces[next(iter(self.traces))]
-      self.traces[key] = traced
+      with _traces_lock:  # threads tracing at once: the oldest is dropped once
+        if len(self.traces) >= self.MAX_TRACES: self.traces.pop(next(iter(self.traces)), None)
+        self.traces[key] = traced
     out = self._apply(traced, inputs)
     if no_grad:
       for t in flatten_results(out): t.uop = t.uop.detach()
@@ -171,6 +173,7 @@ class op_function(function):  # noqa: N801 (a decorator, like `function`)
 
 
 _PLAIN = frozenset({int, float, bool, str, type(None)})
+_traces_lock = threading.Lock()
 
 
 def _flat_call(args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, list[Tensor]] | None:
