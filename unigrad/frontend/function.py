@@ -202,6 +202,7 @@ def _flat_call(args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, list[Tensor]
 
 
 def flatten_results(tree: Any) -> list[Tensor]:
+  """The Tensors in a function's results, first-seen order."""
   found: dict[int, Tensor] = {}
   flatten_tensors(tree, found)
   return list(found.values())
