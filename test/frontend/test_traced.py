@@ -117,3 +117,28 @@ def test_op_function_keeps_at_most_max_traces_signatures():
   double(Tensor.ones(op_function.MAX_TRACES + 2))  # the newest signature is kept
   double(Tensor.ones(1))  # the oldest was dropped: traced again
   assert len(calls) == op_function.MAX_TRACES + 3
+
+
+def _block(seed):
+  """A small post-LN transformer layer over embeddings, forward and backward: (output, grads)."""
+  Tensor.manual_seed(seed)
+  emb, ln1, ln2 = nn.Embedding(11, 8), nn.LayerNorm(8), nn.LayerNorm(8)
+  qkv, up, down = nn.Linear(8, 24), nn.Linear(8, 16), nn.Linear(16, 8)
+  params = [emb.weight, ln1.weight, ln1.bias, ln2.weight, ln2.bias, qkv.weight, qkv.bias,
+            up.weight, up.bias, down.weight, down.bias]
+  ids = Tensor([[1, 4, 9, 0], [3, 3, 10, 2]])
+  keep = Tensor([[1, 1, 1, 0], [1, 1, 1, 1]]).cast("bool").reshape(2, 1, 1, 4)
+  x = emb(ids)
+  q, k, v = (t.reshape(2, 4, 2, 4).transpose(1, 2) for t in qkv(x).chunk(3, dim=-1))
+  h = ln1(x + q.scaled_dot_product_attention(k, v, attn_mask=keep).transpose(1, 2).reshape(2, 4, 8))
+  out = ln2(h + down(up(h).gelu()))
+  out.square().sum().backward()
+  return out.numpy(), [p.grad.numpy() for p in params]
+
+
+def test_a_transformer_layer_gives_the_same_bits_traced_and_untraced(monkeypatch):
+  traced_out, traced_grads = _block(0)
+  monkeypatch.setattr(op_function, "__call__", lambda self, *a, **k: self.fn(*a, **k))
+  out, grads = _block(0)
+  np.testing.assert_array_equal(traced_out, out)
+  for a, b in zip(traced_grads, grads): np.testing.assert_array_equal(a, b)
