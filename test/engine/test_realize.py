@@ -12,6 +12,7 @@ import torch
 
 from unigrad import Context, Tensor, function, nn
 from unigrad.engine import realize as engine
+from unigrad.helpers import GlobalCounters
 from unigrad.runtime.device import Device
 from unigrad.schedule import callify as callify_mod
 from unigrad.schedule.callify import callify
@@ -261,6 +262,43 @@ def test_a_call_whose_body_holds_a_contiguous_is_inlined_first():
   x = Tensor([1.0, 2.0])
   assert (f(x) * 3).tolist() == [9.0, 15.0]
   assert (f(Tensor([0.0, -1.0])) * 3).tolist() == [3.0, -3.0]
+
+
+def test_training_steps_on_new_batches_are_matched_to_the_last_step(callifies):
+  # several targets (the loss and the optimizer's assigns), a `.contiguous()` (its own storage
+  # tag at every step) and a cross-entropy whose realized labels are checked on the host (no
+  # realize of its own between the steps)
+  rng = np.random.default_rng(0)
+  lin = nn.Linear(6, 3)
+  tlin = torch.nn.Linear(6, 3)
+  with torch.no_grad():
+    tlin.weight[:], tlin.bias[:] = (torch.tensor(p.numpy()) for p in (lin.weight, lin.bias))
+  opt = nn.optim.SGD([lin.weight, lin.bias], lr=0.1)
+  topt = torch.optim.SGD(tlin.parameters(), lr=0.1)
+  for step in range(5):
+    if step == 2: callifies.clear()  # the first steps also realize the new parameters
+    xv, yv = rng.standard_normal((5, 6), dtype=np.float32), rng.integers(0, 3, 5)
+    with Tensor.train():
+      opt.zero_grad()
+      loss = lin(Tensor(xv)).relu().contiguous().cross_entropy(Tensor(yv.astype(np.int32)))
+      loss.backward()
+      Tensor.realize_all(loss, *opt.schedule_step())
+    topt.zero_grad()
+    tloss = torch.nn.functional.cross_entropy(tlin(torch.tensor(xv)).relu(), torch.tensor(yv))
+    tloss.backward()
+    topt.step()
+    assert loss.item() == pytest.approx(tloss.item(), rel=1e-5)
+  assert not callifies, "each step matched to the step before"
+  np.testing.assert_allclose(lin.weight.numpy(), tlin.weight.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_cross_entropy_checks_realized_labels_without_running_a_kernel():
+  logits, y = Tensor.rand(4, 3).realize(), Tensor([0, 2, 1, 2]).realize()
+  before = GlobalCounters.kernel_count
+  loss = logits.cross_entropy(y)
+  assert GlobalCounters.kernel_count == before
+  want = torch.nn.functional.cross_entropy(torch.tensor(logits.numpy()), torch.tensor([0, 2, 1, 2]))
+  assert loss.item() == pytest.approx(want.item(), rel=1e-6)
 
 
 def test_a_graph_unlike_the_last_one_is_callified(callifies):

@@ -149,6 +149,8 @@ def test_out_of_range_class_indices_and_bad_probabilities_raise_at_the_call(devi
   with pytest.raises(IndexError, match="Target -1"):
     logits.cross_entropy(Tensor([0, -1], device=device))
   with pytest.raises(IndexError, match="Target 3"): logits.nll_loss(Tensor([3, 0], device=device))
+  with pytest.raises(IndexError, match="Target 4"):  # a lazy target: checked by a reduction
+    logits.cross_entropy(Tensor([2, 4], device=device) * 1)
   assert logits.cross_entropy(Tensor([-100, 1], device=device)).item() == pytest.approx(1.40760596)
   with pytest.raises(RuntimeError, match="smaller than num_classes"):
     Tensor([5], device=device).one_hot(3)

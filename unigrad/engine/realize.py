@@ -215,8 +215,10 @@ def _realize(uops: list[UOp], devices: list[str]) -> dict[UOp, UOp]:
     return res.becomes
   nodes = graph_nodes(UOp(Ops.SINK, dtypes.void, tuple(uops)))  # calls' bodies left out
   res = None
-  if len(uops) == 1 and len(held) == 1 and held_nodes:  # an eager step on new inputs, alike the
-    res = recallify_alike(nodes, devices[0], held[0], held_nodes)  # last: one device
+  key = _template_key(uops, devices, nodes)
+  if key is not None and held_nodes:  # an eager step on new inputs, alike the last: one device
+    last = held[0] if len(held) == 1 else held_nodes[-1]
+    res = recallify_alike(nodes, devices[0], last, held_nodes)
   if res is None:
     if has_function(nodes) and (multi.uses_tuple_devices(uops, devices, nodes) or
                                 not resolvable_calls(nodes)):
@@ -227,10 +229,19 @@ def _realize(uops: list[UOp], devices: list[str]) -> dict[UOp, UOp]:
     if (plan := multi.lower_multi(uops, devices, nodes)) is not None:
       return plan.finish(_realize(plan.uops, plan.devices))
     res = callify(uops, devices, nodes)  # resolves the calls in its walk
-  if len(uops) == 1: remember(uops[0], devices[0], res)
+  if key is not None: remember(key, devices[0], res)
   run_linear(_schedule_for(res.body, len(res.bufs), devices[0]), res.bufs, res.var_vals)
   _held_graph = (tuple(uops), tuple(nodes))
   return res.becomes
+
+
+def _template_key(uops: list[UOp], devices: list[str], nodes: dict[UOp, None]) -> UOp | None:
+  """The node a callify result of `uops` is remembered under (`remember`): the target, or for
+  several targets on one device (a training step: the loss and the optimizer's assigns) the
+  SINK of them that closes their toposort `nodes`; None for targets on several devices."""
+  if len(uops) == 1: return uops[0]
+  if any(d != devices[0] for d in devices) or not isinstance(devices[0], str): return None
+  return next(reversed(nodes))
 
 
 @dataclass

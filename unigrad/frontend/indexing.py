@@ -28,10 +28,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from unigrad.dtype import DType, dtypes, to_numpy_name
+from unigrad.dtype import DType, dtypes
 from unigrad.engine import realize as engine
 from unigrad.frontend.composite import _reversed_order, _to_last, is_nan
 from unigrad.frontend.movement import canonical_axis, getitem_basic
+from unigrad.frontend.reduce import host_values as _host_values
 from unigrad.uop import Ops
 from unigrad.uop.properties import broadcast_shapes
 
@@ -45,16 +46,6 @@ SPLIT_REDUCE_RATIO = 32768  # rangeify splits a reduce that shrinks its input th
 
 
 # ---- host reads (the only places that realize) ----
-
-def _host_values(t: Tensor) -> Any:
-  """The values of an int or bool tensor, flat, read to the host (realizes it): a numpy array
-  when numpy is installed (fast), else a memoryview of the buffer."""
-  x = t if engine.is_realized(t.uop) else t.contiguous().realize()
-  raw = engine.copyout(x.uop)
-  try: import numpy as np  # noqa: PLC0415 (numpy is optional: the fast path)
-  except ImportError: return raw.cast(t.dtype.fmt or "B")
-  return np.frombuffer(raw, dtype=to_numpy_name(t.dtype))
-
 
 def _value_range(t: Tensor) -> tuple[int, int] | None:
   """(min, max) of a realized int tensor, None when it is empty."""

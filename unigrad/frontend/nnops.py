@@ -20,11 +20,12 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from unigrad.dtype import LOW_FLOATS, dtypes, least_upper_dtype
+from unigrad.engine import realize as engine
 from unigrad.frontend.dtypes import result_type
 from unigrad.frontend.gradient import override_gradient
 from unigrad.frontend.elementwise import scalar_operand
 from unigrad.frontend.movement import canonical_axis
-from unigrad.frontend.reduce import LONG_FLOAT_SUM, PLAIN_FLOATS, _axes, any_true
+from unigrad.frontend.reduce import LONG_FLOAT_SUM, PLAIN_FLOATS, _axes, any_true, host_values
 from unigrad.frontend.traced import traced
 from unigrad.uop import Ops, ReduceArg, UOp, shape_uop
 
@@ -317,11 +318,16 @@ def _class_targets(x: Tensor, y: Tensor, cdim: int) -> None:
 
 
 def _check_class_range(y: Tensor, c: int, ignore_index: int) -> None:
-  """IndexError for a class index outside [0, c) that is not ignore_index (checked eagerly)."""
-  bad = ((y < 0) | (y >= c)) & y.ne(ignore_index)
-  if y.numel() == 0 or not any_true(bad)[0]: return
-  first = next(v for v in y.flatten().tolist() if not 0 <= v < c and v != ignore_index)
-  raise IndexError(f"Target {first} is out of bounds (classes are 0..{c - 1}).")
+  """IndexError for a class index outside [0, c) that is not ignore_index (checked eagerly). A
+  realized target (a batch of labels) is read on the host: a training step's loss then needs no
+  realize and sync of its own (which also kept the step's graph from matching the last step's)."""
+  if y.numel() == 0: return
+  if engine.is_realized(y.uop) and not engine.capturing:
+    v = host_values(y)
+    if hasattr(v, "min") and (int(v.min()) >= 0 and int(v.max()) < c): return
+  elif not any_true(((y < 0) | (y >= c)) & y.ne(ignore_index))[0]: return
+  bad = [v for v in y.flatten().tolist() if not 0 <= v < c and v != ignore_index]
+  if bad: raise IndexError(f"Target {bad[0]} is out of bounds (classes are 0..{c - 1}).")
 
 
 def _nll_terms(logp: Tensor, y: Tensor, cdim: int, weight: Tensor | None,

@@ -5,7 +5,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from unigrad.dtype import LOW_FLOATS, DType, dtypes, sum_acc_dtype, to_dtype
+from unigrad.dtype import LOW_FLOATS, DType, dtypes, sum_acc_dtype, to_dtype, to_numpy_name
 from unigrad.engine import realize as engine
 from unigrad.frontend.dtypes import result_type
 from unigrad.frontend.elementwise import expand_node
@@ -47,6 +47,16 @@ def any_true(*conds: Tensor) -> list[bool]:
   flags = [c.any() for c in conds]
   if flags: type(flags[0]).realize_all(*flags)
   return [bool(f.item()) for f in flags]
+
+
+def host_values(t: Tensor) -> Any:
+  """The values of an int or bool tensor, flat, read to the host (realizes it): a numpy array
+  when numpy is installed (fast), else a memoryview of the buffer."""
+  x = t if engine.is_realized(t.uop) else t.contiguous().realize()
+  raw = engine.copyout(x.uop)
+  try: import numpy as np  # noqa: PLC0415 (numpy is optional: the fast path)
+  except ImportError: return raw.cast(t.dtype.fmt or "B")
+  return np.frombuffer(raw, dtype=to_numpy_name(t.dtype))
 
 
 def _is_traced(u: UOp) -> bool:

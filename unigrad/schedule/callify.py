@@ -309,7 +309,7 @@ def recallify_alike(nodes: dict[UOp, None], device: str, last: UOp,
       if v.op is buffer:
         if u.op is not buffer or u.src is not v.src and u.src != v.src or u.tag is not None or \
             v.tag is not None or not _same_kind(v.arg, u.arg): return None
-      elif not v.is_like(u) or len(v.src) != len(u.src): return None
+      elif len(v.src) != len(u.src) or not (v.is_like(u) or _fresh_storage(v, u)): return None
     src_v, src_u = v.src, u.src
     if v.op is function:  # the toposorts leave calls' bodies out: the same body, the same call
       if src_v[0] is not src_u[0]: return None
@@ -329,6 +329,13 @@ def recallify_alike(nodes: dict[UOp, None], device: str, last: UOp,
     if (u := get(k())) is None: return None
     becomes[u] = get(v(), v())
   return CallifyResult(t.body, tuple(bufs), becomes, dict(t.var_vals), fresh)  # type: ignore[arg-type]
+
+
+def _fresh_storage(v: UOp, u: UOp) -> bool:
+  """Two `.contiguous()` nodes alike but for their storage tags (each call's own: callify gives
+  either a new buffer and leaves the tag out of the body)."""
+  return v.op is u.op is Ops.CONTIGUOUS and v.dtype == u.dtype and v.arg == u.arg and \
+    type(v.tag) is int and type(u.tag) is int
 
 
 def _same_kind(a: ParamArg, b: ParamArg) -> bool:
