@@ -313,6 +313,17 @@ def test_no_grad_context_detaches_results():
   np.testing.assert_allclose(x.grad.numpy(), [2, 4, 6])
 
 
+def test_ops_on_detached_values_under_no_grad_make_no_detach_of_their_own():
+  # an optimizer step's chain of updates made a DETACH per op
+  x = Tensor(arr(1, 2, 3), requires_grad=True)
+  with Tensor.no_grad(): y = ((x * 2 + 1) * 3 - x.sum()).exp()
+  assert y.uop.op is not Ops.DETACH and y.uop.grad_free
+  assert sum(u.op is Ops.DETACH for u in y.uop.toposort()) == 2, "x read twice: x*2 and x.sum()"
+  with pytest.raises(RuntimeError, match="does not require grad"): y.sum().backward()
+  assert not Tensor(arr(1, 2)).uop.grad_free and Tensor([1, 2]).uop.grad_free  # ints carry none
+  np.testing.assert_allclose(y.numpy(), np.exp((np.array([1, 2, 3]) * 2 + 1) * 3 - 6), rtol=1e-6)
+
+
 def test_no_grad_forms_and_nesting():
   assert not Tensor.no_grad
   with Tensor.no_grad:

@@ -387,8 +387,10 @@ class Train(contextlib.ContextDecorator):
 
 
 def detach_if_no_grad(u: UOp) -> UOp:
-  """`u`, detached while `Tensor.no_grad` is on (buffer views stay views: see NoGrad)."""
-  if not _grad_mode.disabled or u.op is Ops.DETACH or engine.is_buffer_view(u): return u
+  """`u`, detached while `Tensor.no_grad` is on (buffer views stay views: see NoGrad; a node no
+  gradient can flow through, such as an op on detached values, needs no DETACH)."""
+  if not _grad_mode.disabled or u.op is Ops.DETACH or u.grad_free or engine.is_buffer_view(u):
+    return u
   return u.detach()
 
 

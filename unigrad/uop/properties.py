@@ -237,6 +237,20 @@ def derive_addrspace(u: UOp) -> AddrSpace:
   return AddrSpace.REG
 
 
+# ---- grad_free ----
+
+_GRAD_LEAVES = frozenset({Ops.BUFFER, Ops.PARAM})  # leaves a gradient can be asked of
+
+
+def derive_grad_free(u: UOp) -> bool:
+  """Whether no gradient can flow from this node to a buffer or placeholder: a DETACH, a value
+  that is not a float, a constant, or a node made only of such. Ops built under no_grad need no
+  DETACH of their own then (an optimizer step's chain of updates made one per op)."""
+  if u.op is Ops.DETACH or not (u.dtype == dtypes.void or dtypes.is_float(u.dtype)): return True
+  if u.op in _GRAD_LEAVES: return False
+  return all(s.grad_free for s in u.src)
+
+
 # ---- min_max ----
 
 # ops whose values are some of their first source's values

@@ -173,6 +173,7 @@ class UOp(metaclass=UOpMetaClass):
   addrspace = _derived(props.derive_addrspace)
   min_max = _derived(props.derive_min_max)
   axis = _derived(props.derive_axis)
+  grad_free = _derived(props.derive_grad_free)
   _open_ranges = _derived(props.derive_ranges)
 
   @property
