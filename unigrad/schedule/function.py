@@ -87,19 +87,7 @@ def inline_functions(roots: list[UOp]) -> list[UOp]:
 def graph_nodes(root: UOp) -> dict[UOp, None]:
   """`root.toposort()` without the bodies of its calls (a FUNCTION's first source): the graph a
   walk that resolves each call by `call_result` visits."""
-  out: dict[UOp, None] = {}
-  stack = [root]
-  push, pop, function = stack.append, stack.pop, Ops.FUNCTION
-  while stack:
-    node = stack[-1]
-    for s in node.src[1:] if node.op is function else node.src:
-      if s not in out:
-        push(s)
-        break
-    else:
-      out[node] = None
-      pop()
-  return out
+  return root.toposort(bodies=False)
 
 
 # what a body must not hold for `call_result`: a walk rebuilding the graph must see these itself

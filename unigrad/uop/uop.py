@@ -198,10 +198,12 @@ class UOp(metaclass=UOpMetaClass):
 
   # ---- traversal ----
 
-  def toposort(self, gate: Callable[[UOp], bool] | None = None) -> dict[UOp, None]:
+  def toposort(self, gate: Callable[[UOp], bool] | None = None,
+               bodies: bool = True) -> dict[UOp, None]:
     """Every node reachable from self, sources before consumers. `gate(node)` False skips the
-    node and whatever lies only below it."""
-    if gate is None: return _toposort(self)
+    node and whatever lies only below it; `bodies=False` (without a gate) leaves out the bodies
+    of FUNCTION calls."""
+    if gate is None: return _toposort(self, bodies)
     out: dict[UOp, None] = {}
     stack: list[tuple[UOp, bool]] = [(self, False)]
     push, pop = stack.append, stack.pop  # a hot loop: no generator, bound methods
@@ -526,16 +528,18 @@ def _sprod(shape: Iterable[sint]) -> sint:
   return out
 
 
-def _toposort(root: UOp) -> dict[UOp, None]:
+def _toposort(root: UOp, bodies: bool = True) -> dict[UOp, None]:
   """`root.toposort()` without a gate, in the same order: the node on top of the stack goes to
   the output once every source is there, else its first missing source goes on the stack (in a
-  DAG a node is never on the stack twice; no (node, flag) pairs are made)."""
+  DAG a node is never on the stack twice; no (node, flag) pairs are made). `bodies=False` leaves
+  out the bodies of calls (a FUNCTION's first source)."""
   out: dict[UOp, None] = {}
   stack = [root]
   push, pop = stack.append, stack.pop  # a hot loop: no generator, bound methods
+  function = None if bodies else Ops.FUNCTION  # no node's op is None
   while stack:
     node = stack[-1]
-    for s in node.src:
+    for s in node.src[1:] if node.op is function else node.src:
       if s not in out:
         push(s)
         break
