@@ -93,6 +93,9 @@ class Traced:
   out_devices: tuple[Any, ...]
 
 
+_FUNCTION, _GETTUPLE = Ops.FUNCTION, Ops.GETTUPLE  # `Ops.X` is a slow lookup on Python 3.11
+
+
 class function:  # noqa: N801 (the spec's decorator name)
   """Trace a function on Tensors into one reusable FUNCTION node.
 
@@ -138,9 +141,10 @@ class function:  # noqa: N801 (the spec's decorator name)
 
   def _apply(self, traced: Traced, inputs: list[Tensor]) -> Any:
     args = [t.uop for t in inputs] + [_current(u, ref) for u, ref in traced.captured]
-    f = UOp(Ops.FUNCTION, dtypes.void, (traced.body, *args))
-    outs = [Tensor._from_uop(UOp(Ops.GETTUPLE, None, (f,), i), dev)
-            for i, dev in enumerate(traced.out_devices)]
+    f = UOp(_FUNCTION, dtypes.void, (traced.body, *args))
+    # each result's dtype is its body value's (given: not derived again at every call)
+    outs = [Tensor._from_uop(UOp(_GETTUPLE, r.dtype, (f,), i), dev)
+            for i, (r, dev) in enumerate(zip(traced.body.src, traced.out_devices))]
     return unflatten_tensors(traced.out_tree, outs)
 
 
@@ -173,6 +177,14 @@ class op_function(function):  # noqa: N801 (a decorator, like `function`)
 
 
 _PLAIN = frozenset({int, float, bool, str, type(None)})
+_static_shapes: dict[tuple, bool] = {}  # shape -> all its sizes are ints (a few hundred shapes)
+
+
+def _static(shape: tuple) -> bool:
+  if (known := _static_shapes.get(shape)) is not None: return known
+  static = all(type(d) is int for d in shape)
+  if static and len(_static_shapes) < 4096: _static_shapes[shape] = True
+  return static
 _traces_lock = threading.Lock()
 
 
@@ -184,14 +196,14 @@ def _flat_call(args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, list[Tensor]
   parts: list[Any] = [tuple(kwargs)]
   for a in (*args, *kwargs.values()):
     if isinstance(a, Tensor):
-      u, dev = a.uop, a._device
-      if type(dev) is not str or not all(type(d) is int for d in u.shape): return None
+      u, dev, shape = a.uop, a._device, a.uop.shape
+      if type(dev) is not str or not _static(shape): return None
       for i, t in enumerate(inputs):
         if t is a:
           parts.append(i)
           break
       else:
-        parts.append((u.shape, u.dtype, dev))
+        parts.append((shape, u.dtype, dev))
         inputs.append(a)
     elif type(a) is tuple:
       if not all(type(x) in _PLAIN for x in a): return None
