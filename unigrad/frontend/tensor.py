@@ -47,8 +47,11 @@ class LiveTensors:
 
   def add(self, t: Tensor) -> None: self._refs[weakref.ref(t, self._drop)] = None
 
-  def __iter__(self) -> Iterator[Tensor]:
-    return iter([t for r in list(self._refs) if (t := r()) is not None])
+  def alive(self) -> list[Tensor]:
+    """The live tensors, in a list of their own."""
+    return [t for r in list(self._refs) if (t := r()) is not None]
+
+  def __iter__(self) -> Iterator[Tensor]: return iter(self.alive())
 
   def __len__(self) -> int: return len(self._refs)
 
@@ -312,7 +315,7 @@ def _apply_map(mapping: dict[UOp, UOp]) -> None:
   are substituted in one walk each for the tensors and the histories (a training step's gradients
   and optimizer targets share one graph: a walk per tensor walked it tens of times)."""
   leaves: set[UOp] = set()
-  live = list(all_tensors)
+  live = all_tensors.alive()
   olds = [t.uop for t in live]
   lazy = list(dict.fromkeys(u for u in olds if u not in mapping and not _is_leaf(u, mapping)))
   moved = dict(zip(lazy, _substitute_all(lazy, mapping)))
@@ -322,8 +325,7 @@ def _apply_map(mapping: dict[UOp, UOp]) -> None:
     # another thread may have pointed t elsewhere meanwhile (an assign): keep its value then
     if new is not None and t.uop is u: t.uop = new
     if t.requires_grad: leaves.add(t.uop)
-  kept = [old for old, new in mapping.items()
-          if old.op not in (Ops.AFTER, Ops.CONTIGUOUS) and new not in leaves]
+  kept = [old for old, new in mapping.items() if old.op not in _WRITES and new not in leaves]
   # a target's history: its graph with every other target in it read from that one's buffer
   if len(mapping) == 1:  # no other target: the graph as it is
     for old in kept: engine.history[mapping[old]] = old
@@ -338,10 +340,15 @@ def _substitute_all(roots: list[UOp], mapping: dict[UOp, UOp]) -> list[UOp]:
   return list(UOp(Ops.SINK, dtypes.void, tuple(roots)).substitute(mapping).src)
 
 
+# looked up once: `Ops.X` is slow on Python 3.11, and realize asks these of every live tensor
+_WRITES, _LEAVES = (Ops.AFTER, Ops.CONTIGUOUS), (Ops.BUFFER, Ops.CONST)
+_RESHAPE, _BUFFER = Ops.RESHAPE, Ops.BUFFER
+
+
 def _is_leaf(u: UOp, mapping: dict[UOp, UOp]) -> bool:
   """Whether `u` can hold no realized node: a BUFFER or CONST, or a reshaped unmapped BUFFER."""
-  if u.op in (Ops.BUFFER, Ops.CONST): return True
-  return u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER and u.src[0] not in mapping
+  if u.op in _LEAVES: return True
+  return u.op is _RESHAPE and u.src[0].op is _BUFFER and u.src[0] not in mapping
 
 
 def _nest(flat: list, shape: Sequence[int]) -> Any:
