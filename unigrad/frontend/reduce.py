@@ -177,10 +177,11 @@ class ReduceMixin:
     x, y = self, w
     if not hasattr(y, "uop"):
       raise TypeError(f"matmul: the other operand must be a Tensor, got {type(w).__name__} {w!r}")
-    if x.ndim == 0 or y.ndim == 0:
-      raise RuntimeError(f"matmul needs two tensors of at least 1 dim, got {x.shape} and {y.shape}")
-    if x.shape[-1] != y.shape[-min(y.ndim, 2)]:
-      sx, sy = "x".join(map(str, x.shape)), "x".join(map(str, y.shape))
+    xs, ys = x.uop.shape, y.uop.shape  # read once: every eager matmul passes these checks
+    if not xs or not ys:
+      raise RuntimeError(f"matmul needs two tensors of at least 1 dim, got {xs} and {ys}")
+    if xs[-1] != ys[-min(len(ys), 2)]:
+      sx, sy = "x".join(map(str, xs)), "x".join(map(str, ys))
       raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({sx} and {sy})")
     if (fast := _matmul_node(x, y, dtype)) is not None: return self._wrap(fast)
     dt = result_type(x, y) if dtype is None else dtype
