@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -44,7 +43,7 @@ from unigrad.schedule.callify import recallify_alike, remember
 from unigrad.schedule.callify import new_buffer as new_single_buffer
 from unigrad.schedule.memory import Lifetime, plan_memory
 from unigrad.schedule.schedule import create_schedule
-from unigrad.uop import Ops, UOp
+from unigrad.uop import NodeMap, Ops, UOp
 from unigrad.uop.upat import traced_call
 from unigrad.uop.variable import UnboundVariableError, concrete_shape
 
@@ -52,10 +51,10 @@ __all__ = ["realize", "schedule", "new_buffer", "buffer_of", "buffer_from", "buf
            "copyout", "is_realized", "is_buffer_view", "schedule_cache", "renderer_for",
            "realize_lock"]
 
-buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
+buffers: NodeMap[Buffer] = NodeMap("buffer")  # BUFFER node -> its device Buffer
 # realized buffer view -> the graph that computed it (kept while the buffer node lives), so
 # autograd can differentiate through a tensor that was realized before backward()
-history: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+history: NodeMap[UOp] = NodeMap("history")
 
 
 def with_history(root: UOp) -> UOp:
@@ -505,7 +504,7 @@ class BatchedRun:
 
   def __init__(self, batch: Batch, plan: LaunchPlan, runners: list[Runner],
                slot_bufs: list[Buffer]) -> None:
-    self.batch, self.runners = batch, runners
+    self.batch, self.plan, self.runners = batch, plan, runners
     self.uses: dict[int, list[tuple[int, int]]] = {}  # slot -> (launch, argument) reading it
     for i, launch in enumerate(plan.launches):
       for j, slot in enumerate(launch.slots): self.uses.setdefault(slot, []).append((i, j))
@@ -521,13 +520,16 @@ class BatchedRun:
     for launch, arg in self.uses.get(slot, ()): self.batch.set_arg(launch, arg, address)
     self.addresses[slot] = address
 
-  def run(self, plan: LaunchPlan, args: tuple[UOp, ...], var_vals: dict[str, int],
-          fallback: str) -> None:
-    bufs = [buffer_of(a).ensure_allocated() for a in args]  # held until the batch has run
-    arenas = {d: Buffer(d or fallback, n, dtypes.uint8).ensure_allocated()
-              for d, n in plan.arenas.items()}
-    for slot, buf in enumerate(bufs): self.point(slot, buf.address())
-    for slot, p in plan.inter.items(): self.point(slot, arenas[p.device].address() + p.offset)
+  def run(self, args: tuple[UOp, ...], var_vals: dict[str, int], fallback: str) -> None:
+    plan = self.plan
+    bufs = [buffer_of(a) for a in args]  # held until the batch has run
+    addresses, point = self.addresses, self.point
+    for slot, buf in enumerate(bufs):  # point's check inlined: most arguments did not move
+      if (address := buf._address) is None: address = buf.address()
+      if addresses.get(slot) != address: point(slot, address)
+    if plan.arenas:
+      arenas = {d: Buffer(d or fallback, n, dtypes.uint8) for d, n in plan.arenas.items()}
+      for slot, p in plan.inter.items(): point(slot, arenas[p.device].address() + p.offset)
     for i, launch in self.valued:
       values = launch_values(launch.variables, var_vals, self.runners[i].name)
       for k, v in enumerate(values): self.batch.set_arg(i, len(launch.slots) + k, v)
@@ -568,9 +570,14 @@ def run_linear(linear: UOp, args: tuple[UOp, ...], var_vals: dict[str, int] | No
   TinyJit capture and per-kernel timing (DEBUG>=2, PROFILE), a schedule on a device with native
   command buffers runs as one (`BatchedRun`)."""
   var_vals = var_vals or {}
-  plan = launch_plan(linear, len(args))
   fallback = Device.canonicalize(args[0].arg.device if args else Device.DEFAULT)
   settings = _settings()  # read once: a run's launches all use the same
+  # the command buffer made at an earlier run (it was compiled ahead then)
+  if (run := _batched.get((linear, len(args), fallback, *settings))) is not None and \
+      not capturing and not (DEBUG >= 2 or PROFILE):
+    run.run(args, var_vals, fallback)
+    return
+  plan = launch_plan(linear, len(args))
   if (ahead := (linear, fallback, *settings)) not in _compiled_ahead:
     for dev in dict.fromkeys(launch.device or fallback for launch in plan.launches):
       compile_ahead([launch.kernel for launch in plan.launches if launch.kernel.op is not Ops.COPY
@@ -579,7 +586,7 @@ def run_linear(linear: UOp, args: tuple[UOp, ...], var_vals: dict[str, int] | No
     _compiled_ahead.add(ahead)
   if plan.launches and not capturing and not (DEBUG >= 2 or PROFILE) and \
       (run := batched_run(linear, args, plan, fallback, settings, var_vals)) is not None:
-    run.run(plan, args, var_vals, fallback)
+    run.run(args, var_vals, fallback)
     return
   slot_bufs = _slot_buffers(plan, args, fallback)
   capture = capturing[-1] if capturing else None

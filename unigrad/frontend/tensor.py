@@ -317,8 +317,8 @@ def _apply_map(mapping: dict[UOp, UOp]) -> None:
   leaves: set[UOp] = set()
   live = all_tensors.alive()
   olds = [t.uop for t in live]
-  lazy = list(dict.fromkeys(u for u in olds if u not in mapping and not _is_leaf(u, mapping)))
-  moved = dict(zip(lazy, _substitute_all(lazy, mapping)))
+  lazy = list(dict.fromkeys([u for u in olds if u not in mapping and not _is_leaf(u, mapping)]))
+  moved = dict(zip(lazy, _substitute_all(lazy, mapping))) if lazy else {}
   for t, u in zip(live, olds):
     new = mapping.get(u)
     if new is None: new = moved.get(u)

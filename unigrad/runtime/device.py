@@ -346,8 +346,10 @@ class Buffer:
                offset: int = 0) -> None:
     self.device = Device.canonicalize(device)
     self.size, self.dtype = _check_size(size), _check_dtype(dtype)
+    self.nbytes = size * dtype.itemsize
     self._base, self.offset = base, offset  # offset: bytes into base's allocation
     self._handle: Any = None
+    self._allocator: Allocator | None = None  # the device's, looked up at the first use
     self._owner: Any = None  # what keeps wrapped memory alive (see `wrap`)
     self._wrapped = False
     self._address: int | None = None  # the raw address, once asked for (a launch's hot path)
@@ -364,13 +366,12 @@ class Buffer:
     return buf
 
   @property
-  def nbytes(self) -> int: return self.size * self.dtype.itemsize
-
-  @property
   def base(self) -> Buffer: return self if self._base is None else self._base
 
   @property
-  def allocator(self) -> Allocator: return Device[self.device].allocator
+  def allocator(self) -> Allocator:
+    if (a := self._allocator) is None: a = self._allocator = Device[self.device].allocator
+    return a
 
   def is_allocated(self) -> bool: return self._handle is not None
 
@@ -378,8 +379,8 @@ class Buffer:
     """Allocate the memory (the base's, for a view) unless done already; returns self."""
     if self._handle is not None: return self
     if self._base is None:
-      self._handle = self.allocator.alloc(self.nbytes)
-      GlobalCounters.mem_used += self.nbytes
+      self._handle = self.allocator.alloc(nbytes := self.nbytes)
+      GlobalCounters.mem_used += nbytes
     else:
       parent = self._base.ensure_allocated()
       self._handle = self.allocator.offset(parent._handle, self.offset, self.nbytes)
@@ -392,7 +393,8 @@ class Buffer:
     """The raw address of the first element (devices with a flat address space); memory is
     never moved once allocated, so it is asked of the allocator once."""
     if (a := self._address) is not None: return a
-    a = self._address = self.allocator.address(self.handle)
+    handle = self._handle if self._handle is not None else self.ensure_allocated()._handle
+    a = self._address = self.allocator.address(handle)
     return a
 
   def view(self, offset: int, size: int, dtype: DType) -> Buffer:

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import weakref
 from dataclasses import dataclass, field
 
 from unigrad.dtype import AddrSpace, DType, dtypes
 from unigrad.schedule.function import call_result, graph_nodes
-from unigrad.uop import GroupOp, Ops, ParamArg, UOp, shape_uop, sint
+from unigrad.uop import GroupOp, NodeMap, Ops, ParamArg, UOp, shape_uop, sint
 from unigrad.uop.properties import as_shape
 from unigrad.uop.variable import UnboundVariableError, VariableBindError
 
@@ -33,6 +34,11 @@ def new_buffer(device: str, dtype: DType, shape: tuple[sint, ...]) -> UOp:
   """A fresh BUFFER (unique slot: never merged with another) viewed with `shape` (see
   `buffer_view` for a symbolic shape)."""
   arg = ParamArg(next(_slots), dtype, device, AddrSpace.GLOBAL)
+  for s in shape:
+    if type(s) is not int: break
+  else:  # a static shape (every eager realize's output): buffer_view's work, straight
+    buf = UOp(Ops.BUFFER, dtype, (shape_uop((math.prod(shape),)),), arg)
+    return buf if len(shape) == 1 else UOp(Ops.RESHAPE, dtype, (buf, shape_uop(shape)))
   buf = UOp(Ops.BUFFER, dtype, (shape_uop((max_numel(shape),)),), arg)
   return buffer_view(buf, shape)
 
@@ -262,7 +268,7 @@ class CallifyTemplate:
   var_vals: tuple[tuple[str, int], ...]
 
 
-_templates: weakref.WeakKeyDictionary[UOp, CallifyTemplate] = weakref.WeakKeyDictionary()
+_templates: NodeMap[CallifyTemplate] = NodeMap("callify_template")  # target -> its template
 
 
 def remember(target: UOp, device: str, res: CallifyResult) -> None:
@@ -290,7 +296,7 @@ def recallify(target: UOp, device: str) -> CallifyResult | None:
     view = becomes[node()] = new_buffer(dev, dtype, shape)
     bufs[slot] = _base(view)
   for k, v in t.aliases: becomes[k()] = v()
-  return CallifyResult(t.body, tuple(b for b in bufs if b is not None), becomes, dict(t.var_vals))
+  return CallifyResult(t.body, tuple(bufs), becomes, dict(t.var_vals))  # every None filled
 
 
 def recallify_alike(nodes: dict[UOp, None], device: str, last: UOp,
