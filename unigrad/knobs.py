@@ -12,6 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+# counts the knob values set (Context, an assignment to `.value`): a hot path that reads several
+# knobs keeps what it read while the count is unchanged (engine/realize.py's settings)
+generation = 0
+
+
 @dataclass(eq=False)
 class Knob:
   """One setting: its name, type, default and help text. Compare it like its value."""
@@ -32,7 +37,9 @@ class Knob:
 
   @value.setter
   def value(self, v: Any) -> None:
+    global generation
     self._value, self._loaded = v, True
+    generation += 1
 
   def __bool__(self) -> bool: return bool(self.value)
   def __int__(self) -> int: return int(self.value)

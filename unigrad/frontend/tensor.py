@@ -317,14 +317,15 @@ def _apply_map(mapping: dict[UOp, UOp]) -> None:
   leaves: set[UOp] = set()
   live = all_tensors.alive()
   olds = [t.uop for t in live]
-  lazy = list(dict.fromkeys([u for u in olds if u not in mapping and not _is_leaf(u, mapping)]))
-  moved = dict(zip(lazy, _substitute_all(lazy, mapping))) if lazy else {}
+  # the lazy graphs that may hold a realized node: not a target itself, a BUFFER or CONST, or an
+  # unrealized buffer's reshape (a weight's view; inlined: realize asks it of every live tensor)
+  lazy = list(dict.fromkeys([u for u in olds if u not in mapping and u.op not in _LEAVES and not (
+    u.op is _RESHAPE and (s := u.src[0]).op is _BUFFER and s not in mapping)]))
+  new_of = {**mapping, **dict(zip(lazy, _substitute_all(lazy, mapping)))} if lazy else mapping
   for t, u in zip(live, olds):
-    new = mapping.get(u)
-    if new is None: new = moved.get(u)
     # another thread may have pointed t elsewhere meanwhile (an assign): keep its value then
-    if new is not None and t.uop is u: t.uop = new
-    if t.requires_grad: leaves.add(t.uop)
+    if (new := new_of.get(u)) is not None and t.uop is u: t.uop = new
+    if t.__dict__.get("_requires_grad"): leaves.add(t.uop)
   kept = [old for old, new in mapping.items() if old.op not in _WRITES and new not in leaves]
   # a target's history: its graph with every other target in it read from that one's buffer
   if len(mapping) == 1:  # no other target: the graph as it is
@@ -343,12 +344,6 @@ def _substitute_all(roots: list[UOp], mapping: dict[UOp, UOp]) -> list[UOp]:
 # looked up once: `Ops.X` is slow on Python 3.11, and realize asks these of every live tensor
 _WRITES, _LEAVES = (Ops.AFTER, Ops.CONTIGUOUS), (Ops.BUFFER, Ops.CONST)
 _RESHAPE, _BUFFER = Ops.RESHAPE, Ops.BUFFER
-
-
-def _is_leaf(u: UOp, mapping: dict[UOp, UOp]) -> bool:
-  """Whether `u` can hold no realized node: a BUFFER or CONST, or a reshaped unmapped BUFFER."""
-  if u.op in _LEAVES: return True
-  return u.op is _RESHAPE and u.src[0].op is _BUFFER and u.src[0] not in mapping
 
 
 def _nest(flat: list, shape: Sequence[int]) -> Any:

@@ -25,6 +25,7 @@ from unigrad.dtype import AddrSpace, DType, dtypes
 from unigrad.schedule.function import call_result, graph_nodes
 from unigrad.uop import GroupOp, NodeMap, Ops, ParamArg, UOp, shape_uop, sint
 from unigrad.uop.properties import as_shape
+from unigrad.uop.uop import fresh_node
 from unigrad.uop.variable import UnboundVariableError, VariableBindError
 
 _slots = itertools.count()
@@ -37,8 +38,8 @@ def new_buffer(device: str, dtype: DType, shape: tuple[sint, ...]) -> UOp:
   for s in shape:
     if type(s) is not int: break
   else:  # a static shape (every eager realize's output): buffer_view's work, straight
-    buf = UOp(Ops.BUFFER, dtype, (shape_uop((math.prod(shape),)),), arg)
-    return buf if len(shape) == 1 else UOp(Ops.RESHAPE, dtype, (buf, shape_uop(shape)))
+    buf = fresh_node(Ops.BUFFER, dtype, (shape_uop((math.prod(shape),)),), arg)
+    return buf if len(shape) == 1 else fresh_node(Ops.RESHAPE, dtype, (buf, shape_uop(shape)))
   buf = UOp(Ops.BUFFER, dtype, (shape_uop((max_numel(shape),)),), arg)
   return buffer_view(buf, shape)
 

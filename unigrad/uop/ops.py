@@ -106,6 +106,8 @@ class AxisType(Enum):
   UPCAST = "u"
   UNROLL = "r"
 
+  __hash__ = object.__hash__  # members are singletons: identity hashing (Enum's hashes the name)
+
   @property
   def letter(self) -> str: return self.value
 

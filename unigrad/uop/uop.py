@@ -92,6 +92,20 @@ class UOpMetaClass(type):
       return node
 
 
+def fresh_node(op: Ops, dtype: DType, src: tuple[UOp, ...], arg: Any = None) -> UOp:
+  """`UOp(op, dtype, src, arg)` for a node that cannot exist yet: its arg holds a slot never
+  given out before, or a source is such a node (a realize's new BUFFER and its view). Made and
+  cached without the cache lookup and checks, which could only pass (two nodes: 5.8 -> 5.0 us).
+  `arg` is None or a typed arg (its own hash-cons key: no number, no tuple)."""
+  node = _new_node(UOp)
+  key = (op, dtype, src, arg, None)
+  _set_op(node, op); _set_dtype(node, dtype); _set_src(node, src)  # noqa: E702
+  _set_arg(node, arg); _set_tag(node, None); _set_key(node, key)  # noqa: E702
+  ref = weakref.ref(node)
+  with _ucache_lock: _ucache[key] = ref
+  return node
+
+
 def _derived(compute: Callable[[UOp], Any]) -> property:
   """A property cached per node and evaluated iteratively over the uncached sources."""
   name = "_" + compute.__name__.removeprefix("derive_")
