@@ -1,4 +1,5 @@
 """The CPU device: compile and run C kernels, the disk cache, compile errors, parallel chunks."""
+import os
 import struct
 import threading
 import time
@@ -104,6 +105,29 @@ def test_pool_runs_many_launches_in_a_row_exactly_once_per_chunk():
   with Context(THREADS=2):
     for i in range(200): prog(counts, vals=(i,), global_size=(64,))
   assert counts.tolist() == [200] * 64
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_forked_child_gets_its_own_pool():
+  """The parent's pool threads do not exist in a forked child: its first launch makes a new pool
+  (the fork hook drops the parent's), and the kernel runs on every chunk."""
+  counts = ints(64)
+  prog = program("bump", BUMP)
+  with Context(THREADS=2):
+    prog(counts, vals=(0,), global_size=(64,))
+    parent = chunk_pool()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report the pool it gets and what its launch did, then leave
+      ok = chunk_pool() is not parent
+      prog(counts, vals=(1,), global_size=(64,))
+      os.write(write, bytes([ok and counts.tolist() == [2] * 64]))
+      os._exit(0)
+    os.close(write)
+    got = os.read(read, 1)
+    os.waitpid(pid, 0)
+    assert got == b"\x01"
+    assert chunk_pool() is parent and counts.tolist() == [1] * 64
 
 
 def test_pool_wakes_sleeping_workers_and_stops():

@@ -170,8 +170,11 @@ def expand_node(u: UOp, shape: tuple, node: Callable[[UOp], UOp]) -> UOp:
   old = u.shape
   if shape == old: return node(u)
   if len(shape) != len(old):
-    u = UOp(Ops.RESHAPE, u.dtype, (u, shape_uop((1,) * (len(shape) - len(old)) + tuple(old))))
-  return node(UOp(Ops.EXPAND, u.dtype, (u, shape_uop(shape))))
+    u = UOp(_RESHAPE, u.dtype, (u, shape_uop((1,) * (len(shape) - len(old)) + tuple(old))))
+  return node(UOp(_EXPAND, u.dtype, (u, shape_uop(shape))))
+
+
+_RESHAPE, _EXPAND = Ops.RESHAPE, Ops.EXPAND  # looked up once (`Ops.X` is slow on Python 3.11)
 
 
 class ElementwiseMixin:

@@ -200,15 +200,14 @@ def cpu_threads() -> int:
   return usable_cores()
 
 
-_cores: list[int] = []  # [pid, count]: asked of the OS once per process (each launch reads it)
+_cores: list[int] = []  # [count]: asked of the OS once per process (each launch reads it)
 
 
 def usable_cores() -> int:
   """The cores this process may run on (its affinity mask), read once per process."""
-  pid = os.getpid()
-  if _cores and _cores[0] == pid: return _cores[1]
+  if _cores: return _cores[0]
   n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-  _cores[:] = [pid, n]
+  _cores[:] = [n]
   return n
 
 
@@ -402,12 +401,24 @@ def chunk_pool(n: int | None = None) -> ChunkPool:
   changed or after a fork."""
   global _pool
   if n is None: n = cpu_threads()
-  if (pool := _pool) is not None and pool.nthreads == n and pool.pid == os.getpid(): return pool
+  if (pool := _pool) is not None and pool.nthreads == n: return pool  # (a fork drops it)
   with _pool_lock:
     if _pool is None or _pool.nthreads != n or _pool.pid != os.getpid():
       if _pool is not None and _pool.pid == os.getpid(): _pool.close()
       _pool = ChunkPool(n)
     return _pool
+
+
+def _after_fork() -> None:
+  """In a forked child: the parent's pool threads do not exist here, and the child may run on
+  other cores; both are made again at the first launch (no pid check on every launch: a
+  getpid is a system call)."""
+  global _pool, _pool_lock
+  _pool, _pool_lock = None, threading.Lock()  # (a parent thread may have held the lock)
+  _cores.clear()
+
+
+if hasattr(os, "register_at_fork"): os.register_at_fork(after_in_child=_after_fork)
 
 
 ELF64_HEADER = struct.Struct("<16sHHIQQQIHHHHHH")  # e_ident ... e_shstrndx

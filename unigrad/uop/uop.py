@@ -36,6 +36,9 @@ _INT = frozenset({int})
 _INT_TUPLE = object()  # marks a key made of a tuple of plain ints (shapes, axes: the usual args)
 
 
+_KEYED = frozenset({float, int, bool, tuple})  # the arg types `_arg_key` makes a key of their own
+
+
 def _arg_key(arg: Any) -> Any:
   """Part of the hash-cons key: keeps 1, 1.0 and True apart, -0.0 apart from 0.0, and makes
   every nan equal, also inside tuples (VCONST values, PERMUTE axes, FLIP flags)."""
@@ -72,7 +75,7 @@ class UOpMetaClass(type):
     if dtype is None:
       _check_new(op, dtypes.void, src, arg)
       dtype = props.derive_dtype(op, src, arg)
-    key = (op, dtype, src, arg if arg is None else _arg_key(arg),
+    key = (op, dtype, src, arg if arg is None or type(arg) not in _KEYED else _arg_key(arg),
            tag if tag is None else _arg_key(tag))
     try:
       ref = _ucache.get(key)
