@@ -63,6 +63,19 @@ def test_scalar_operand_cache_is_bounded_and_keeps_signed_zero():
   assert len(elementwise._scalar_operands) <= elementwise.SCALAR_OPERAND_CACHE
 
 
+def test_scalar_operand_cache_keys_floats_by_value_but_zeros_and_nans_by_bits():
+  """Floats key the constants' cache by value (0.5 and 0.5 are one entry), except zeros, whose
+  sign == cannot see, and nans, which equal nothing: x * -0.0 after x * 0.0 keeps its sign."""
+  f = elementwise.scalar_operand
+  assert f(dtypes.float32, 0.5, (3,)) is f(dtypes.float32, 0.5, (3,))
+  assert f(dtypes.float32, -0.0, (3,)) is f(dtypes.float32, -0.0, (3,))
+  assert f(dtypes.float32, math.nan, (3,)) is f(dtypes.float32, -math.nan, (3,))
+  x = Tensor([1.0, -2.0])
+  assert [math.copysign(1, v) for v in (x * 0.0).tolist()] == [1, -1]
+  assert [math.copysign(1, v) for v in (x * -0.0).tolist()] == [-1, 1]
+  assert all(math.isnan(v) for v in (x + math.nan).tolist())
+
+
 @pytest.mark.parametrize("grad", [True, False])
 def test_casts_and_broadcasts_that_change_nothing_make_no_tensor(grad, monkeypatch):
   """An op makes one Tensor, its result: the operands' casts and broadcasts are built as nodes

@@ -134,7 +134,8 @@ SCALAR_OPERAND_CACHE = 1024
 def scalar_operand(dt: DType, v: int | float, shape: tuple) -> UOp:
   """CONST(v) as `dt` broadcast to `shape` (RESHAPE to ones, then EXPAND: what `expand` builds),
   cached: an eager loop asks for the same few constants at every step."""
-  key = (dt, v.hex() if isinstance(v, float) else v, shape)
+  # a float keys by value but for zeros (0.0 == -0.0) and nans (never equal): by their bits
+  key = (dt, v.hex() if type(v) is float and not (v and v == v) else v, shape)
   if (u := _scalar_operands.get(key)) is not None: return u
   u = UOp.const(dt, v)
   if shape:
@@ -175,6 +176,7 @@ def expand_node(u: UOp, shape: tuple, node: Callable[[UOp], UOp]) -> UOp:
 
 
 _RESHAPE, _EXPAND = Ops.RESHAPE, Ops.EXPAND  # looked up once (`Ops.X` is slow on Python 3.11)
+_COMPARES = frozenset((Ops.CMPLT, Ops.CMPNE))  # the binary ops with a bool result
 
 
 class ElementwiseMixin:
@@ -252,10 +254,10 @@ class ElementwiseMixin:
     u = self.uop
     if dtype is None and (c := _scalar_beside(u, other)) is not None:  # the eager hot path
       u, c = self._node(u), self._node(c)
-      out = dtypes.bool if op is Ops.CMPLT or op is Ops.CMPNE else u.dtype
+      out = dtypes.bool if op in _COMPARES else u.dtype
       return self._wrap(UOp(op, out, (c, u) if reverse else (u, c)))
     x, y = self._broadcast_nodes(self, other, dtype, reverse)
-    out = dtypes.bool if op is Ops.CMPLT or op is Ops.CMPNE else x.dtype
+    out = dtypes.bool if op in _COMPARES else x.dtype
     return self._wrap(UOp(op, out, (x, y)))
 
   def _unary(self, op: Ops) -> Tensor: return self._wrap(UOp(op, self.uop.dtype, (self.uop,)))

@@ -76,9 +76,12 @@ def buffer_base(u: UOp) -> UOp | None:
 def is_plain_buffer(u: UOp) -> bool:
   """A BUFFER, or a RESHAPE of one: data already laid out row-major in its own buffer (for a
   symbolic shape, its row-major prefix: see `new_buffer`)."""
-  if u.op is Ops.RESHAPE: u = u.src[0]
-  if u.op is Ops.SHRINK and u.src[2].op is Ops.STACK and u.src[1].arg == (0,): u = u.src[0]
-  return u.op is Ops.BUFFER
+  if u.op is _RESHAPE: u = u.src[0]
+  if u.op is _SHRINK and u.src[2].op is Ops.STACK and u.src[1].arg == (0,): u = u.src[0]
+  return u.op is _BUFFER
+
+
+_RESHAPE, _SHRINK = Ops.RESHAPE, Ops.SHRINK  # (every realize asks of its targets)
 
 
 class CallifyError(RuntimeError):
