@@ -180,7 +180,11 @@ class Tensor(MultiMixin, ActivationsMixin, LinalgMixin, SelectMixin, IndexingMix
   # ---- realization ----
   def realize(self, *others: Tensor) -> Tensor:
     """Compute this tensor (and `others`) into device buffers. Returns self."""
-    Tensor.realize_all(self, *others)
+    if others:
+      Tensor.realize_all(self, *others)
+      return self
+    with engine.realize_lock:  # realize_all for one tensor (the eager hot path)
+      if not engine.is_realized(u := self.uop): _apply_map(engine.realize([u], [self._device]))
     return self
 
   @staticmethod

@@ -529,6 +529,7 @@ class CPUBatch:
   def __init__(self, launches: Sequence[tuple[Any, Sequence[Any], Sequence[int], Sequence[int]]]
                ) -> None:
     self.items = (_Item * max(1, len(launches)))()
+    self.items_address = ctypes.addressof(self.items)
     self.count = len(launches)
     self.args: list[Any] = []
     self.checked = list({id(p): p for p, _, _, _ in launches
@@ -548,7 +549,7 @@ class CPUBatch:
       2 ** 64 - 1)
 
   def __call__(self) -> None:
-    chunk_pool().run_many(ctypes.addressof(self.items), self.count)
+    chunk_pool().run_many(self.items_address, self.count)
     for prog in self.checked:  # CHECK_OOB programs: the first bad access of the batch raises
       if prog.oob[0]: prog._raise_oob()
 
