@@ -46,7 +46,7 @@ def flatten_tensors(tree: Any, out: dict[int, Tensor]) -> Any:
   fills `out` (id -> Tensor, first-seen order). Lists, tuples and dicts are walked."""
   if isinstance(tree, Tensor):
     out.setdefault(id(tree), tree)
-    return TensorLeaf(list(out).index(id(tree)))
+    return _leaf(list(out).index(id(tree)))
   if isinstance(tree, (list, tuple)): return type(tree)(flatten_tensors(x, out) for x in tree)
   if isinstance(tree, dict): return {k: flatten_tensors(v, out) for k, v in tree.items()}
   return tree
@@ -64,6 +64,10 @@ def unflatten_tensors(tree: Any, leaves: list[Any]) -> Any:
 class TensorLeaf:
   """Where input `index` sat in the arguments."""
   index: int
+
+
+@functools.lru_cache(maxsize=256)
+def _leaf(index: int) -> TensorLeaf: return TensorLeaf(index)  # (every jitted call makes them)
 
 
 def structure_key(tree: Any) -> Any:

@@ -58,6 +58,7 @@ class Entry:
   input_nodes: tuple[UOp, ...] = ()
   out_tree: Any = None
   out_uops: tuple[tuple[UOp, Any], ...] = ()
+  out_reads_input: tuple[bool, ...] = ()  # per result: does its view read an input's buffer
 
 
 class TinyJit:
@@ -96,7 +97,7 @@ class TinyJit:
     self._check_skeleton(tree)
     inputs = _prepare(list(found.values()))
     var_vals = bound_values([*_uops_in(tree), *(d for t in inputs for d in t.shape)])
-    key = (structure_key(_unbound(tree)), tuple(_unbound(tensor_signature(t)) for t in inputs),
+    key = (structure_key(_unbound(tree)), tuple(_input_key(t) for t in inputs),
            Tensor.training, bool(Tensor.no_grad))
     entry = self.entries.pop(key, None) or Entry()
     self.entries[key] = entry  # most recently used last
@@ -112,6 +113,8 @@ class TinyJit:
     outs: dict[int, Tensor] = {}
     entry.out_tree = flatten_tensors(result, outs)
     entry.out_uops = tuple((t.uop, t.device) for t in outs.values())
+    ins = set(entry.input_nodes)  # the results that read an input (returned as it is, a view)
+    entry.out_reads_input = tuple(any(n in ins for n in t.uop.toposort()) for t in outs.values())
     return result
 
   def _check_skeleton(self, tree: Any) -> None:
@@ -152,8 +155,17 @@ def _replay(entry: Entry, inputs: list[Tensor], var_vals: dict[str, int]) -> Any
   assert entry.program is not None
   entry.program.replay([engine.buffer_of(t.uop) for t in inputs], var_vals)
   sub = {old: buffer_base(t.uop) for old, t in zip(entry.input_nodes, inputs)}
-  outs = [Tensor._from_uop(_rebind(u.substitute(sub), var_vals), dev) for u, dev in entry.out_uops]
+  outs = [Tensor._from_uop(_rebind(u.substitute(sub) if reads else u, var_vals), dev)
+          for (u, dev), reads in zip(entry.out_uops, entry.out_reads_input)]
   return unflatten_tensors(entry.out_tree, outs)
+
+
+def _input_key(t: Tensor) -> Any:
+  """An input's part of a capture's key: its shape, dtype and device, bound variables unbound
+  (a static shape, the usual case, needs no walk)."""
+  for d in t.shape:
+    if type(d) is not int: return _unbound(tensor_signature(t))
+  return (t.shape, t.dtype, t.device)
 
 
 def _uops_in(tree: Any) -> list[UOp]:

@@ -344,14 +344,15 @@ class Buffer:
 
   def __init__(self, device: str, size: int, dtype: DType, *, base: Buffer | None = None,
                offset: int = 0) -> None:
+    # first what __del__ reads, so that a Buffer whose checks below raise is deleted quietly
+    self._handle: Any = None
+    self._base, self.offset = base, offset  # offset: bytes into base's allocation
+    self._wrapped = False
     self.device = Device.canonicalize(device)
     self.size, self.dtype = _check_size(size), _check_dtype(dtype)
     self.nbytes = size * dtype.itemsize
-    self._base, self.offset = base, offset  # offset: bytes into base's allocation
-    self._handle: Any = None
     self._allocator: Allocator | None = None  # the device's, looked up at the first use
     self._owner: Any = None  # what keeps wrapped memory alive (see `wrap`)
-    self._wrapped = False
     self._address: int | None = None  # the raw address, once asked for (a launch's hot path)
 
   @classmethod
@@ -439,13 +440,13 @@ class Buffer:
     return from_bytes(self.dtype, self.as_memoryview())
 
   def __del__(self) -> None:
-    handle = getattr(self, "_handle", None)
-    if handle is None or getattr(self, "_base", True) is not None: return
-    if getattr(self, "_wrapped", True): return  # someone else's memory (see `wrap`)
+    handle = self._handle
+    if handle is None or self._base is not None: return
+    if self._wrapped: return  # someone else's memory (see `wrap`)
     self._handle = None
     try:
-      GlobalCounters.mem_used -= self.nbytes
-      self.allocator.free(handle, self.nbytes)
+      GlobalCounters.mem_used -= (nbytes := self.nbytes)
+      self.allocator.free(handle, nbytes)
     except Exception:  # noqa: BLE001 (interpreter shutdown: modules may be gone)
       pass
 
