@@ -95,6 +95,17 @@ def test_conv_tile_is_one_the_codegen_vectorizes():
   assert 64 <= math.prod(upcasts(out)) <= 128, "a tile of about 8 registers"
 
 
+def test_avx2_conv_tile_keeps_eight_accumulators():
+  """A nested reduce's tile takes a quarter of the registers but never fewer accumulators than
+  two FMA units of 4 cycles keep in flight: AVX2's 16 registers give 8, not 4 (which ran the
+  convolution at half the FMA rate)."""
+  k = reduce_kernel(Tensor.empty(4, 16, 56, 56).conv2d(Tensor.empty(64, 16, 3, 3), padding=1))
+  out = hand_coded_optimizations(k, AVX2, threads=2)
+  vec = pick_vector_range(out.ast, 32)
+  assert vec is not None and vec.src[0].arg == 8
+  assert math.prod(upcasts(out)) == 8 * 8, "8 accumulators of 8 lanes"
+
+
 def test_without_vector_values_the_first_plan_is_taken():
   k = reduce_kernel(Tensor.empty(4, 16, 56, 56).conv2d(Tensor.empty(64, 16, 3, 3), padding=1))
   out = hand_coded_optimizations(k, SCALAR, threads=2)

@@ -4,18 +4,18 @@ The choice is read off the kernel's loads: for each input buffer read, the strid
 (LOOP) axis in its index (0: the buffer is broadcast along that axis).
 - Register tiles for matmul-like reductions (matmul, batched matmul, convolution): the *vector
   axis* is an output axis along which an input is contiguous (stride 1), upcast to as many lanes
-  as the target's vector registers allow (up to two registers); the *reuse axis* is an output
-  axis that input does not depend on, upcast so each vector load is reused across the tile (the
-  accumulators take half the target's vector registers, a quarter for a nested reduce: 16 or 8
-  on AVX-512, 8 or 4 on AVX2: the renderer's `vector_bytes` and `vector_registers`; two
-  registers of the vector axis are two vector values); with a single reduce loop the vector
-  axis's loop runs outside the reuse axis's (see `panel_order`). Among several contiguous axes
-  the one giving the widest vectors wins, and a tile is taken only when the codegen will make
-  its vector axis the vector (see codegen/vectorize.py); else the next candidate is tried. A
-  target with 16 vector registers (AVX2) takes 6 rows of two vectors instead, its rows padded
-  to a multiple of 6 (`few_register_tile`). The tile's contiguous input (a matmul's B) is then
-  packed (PACK, codegen/opt/pack.py): each K x tile-width panel copied into a contiguous buffer
-  once, before the tile rows that reuse it (`pack_panel`).
+  as the target's vector registers allow (up to two registers); the *reuse axis* is an output axis
+  that input does not depend on, upcast so each vector load is reused across the tile (the
+  accumulators take half the target's vector registers, a quarter for a nested reduce, at least 8
+  (the FMAs in flight): 16 or 8 on AVX-512, 8 on AVX2 (the renderer's `vector_bytes` and
+  `vector_registers`); two registers of the vector axis are two vector values); with a single
+  reduce loop the vector axis's loop runs outside the reuse axis's (see `panel_order`). Among
+  several contiguous axes the one giving the widest vectors wins, and a tile is taken only when
+  the codegen will make its vector axis the vector (see codegen/vectorize.py); else the next
+  candidate is tried. A target with 16 vector registers (AVX2) takes 6 rows of two vectors
+  instead, its rows padded to a multiple of 6 (`few_register_tile`). The tile's contiguous input
+  (a matmul's B) is then packed (PACK, codegen/opt/pack.py): each K x tile-width panel copied into
+  a contiguous buffer once, before the tile rows that reuse it (`pack_panel`).
 - Vector partial sums for the rest of the matmul-like kernels whose loads are contiguous along
   the innermost reduce axis: `a @ b.T` (DotPlan: PyTorch's Linear layout, run in place within
   ~10% of the contiguous matmul with the transposed sums of codegen/transpose_sums.py; the
@@ -48,6 +48,10 @@ MIN_TILE_REDUCE = 16  # a reduce this short is not worth a register tile
 # loop (matmul) half (16 of AVX-512's 32, 8 of AVX2's 16; the rest hold the loaded vectors and
 # broadcasts), with the reduce nested over several loops (convolution: cin, kh, kw) a quarter
 TILE_SHARE, NESTED_TILE_SHARE = 2, 4
+# but never fewer accumulators than the FMAs in flight: Zen's and Intel's two FMA units of 4
+# cycles' latency need 8 independent ones (a quarter of AVX2's 16 registers is 4: an AVX2
+# convolution ran at half the FMA rate, 0.47x PyTorch; with 8, 0.9x and more)
+MIN_ACCUMULATORS = 8
 SCALAR_REGISTERS = 32  # sizes the tile where the target has no vector values
 SCALAR_VECTOR_BYTES = 16  # sizes the tile where the target has no vector values (the C compiler
                           # may still vectorize the unrolled tile)
@@ -176,7 +180,8 @@ def register_tile(k: OptKernel, plan: TilePlan, vector_bytes: int,
   # memory, moving it through general registers (AVX2 matmul 256: 10 GFLOPS)
   tiled, pair = _upcast(tiled, plan.vector, 2) if vec.src[0].arg == reg else (tiled, None)
   nested = sum(t is AxisType.REDUCE and s > 1 for t, s in zip(k.axis_types(), k.sizes)) > 1
-  regs = (registers or SCALAR_REGISTERS) // (NESTED_TILE_SHARE if nested else TILE_SHARE)
+  regs = max((registers or SCALAR_REGISTERS) // (NESTED_TILE_SHARE if nested else TILE_SHARE),
+             MIN_ACCUMULATORS)
   tiled, _ = _upcast(tiled, plan.reuse, regs // (1 if pair is None else 2))
   if not nested: tiled = panel_order(tiled, plan)
   if not vector_bytes: return tiled
