@@ -52,8 +52,9 @@ class Ops(Enum):
   NOOP = auto()
 
   def __repr__(self) -> str: return f"Ops.{self.name}"
-  def __lt__(self, other: Ops) -> bool: return self.value < other.value
   __hash__ = object.__hash__  # members are singletons: identity hashing is exact and fast
+  # no __lt__ (sorts take `op.value`): a comparison method written in Python sends every `==` of
+  # two ops, and so every `op in (Ops.A, Ops.B)`, through Python's slow slot (165 ns, not 45)
 
 
 class GroupOp:
