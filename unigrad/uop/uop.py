@@ -283,8 +283,9 @@ class UOp(metaclass=UOpMetaClass):
   def is_like(self, other: UOp) -> bool:
     """Whether `other` has this node's op, dtype, arg and tag, whatever its sources (compared as
     the hash-cons keys hold them: 0.0 and -0.0 differ, so do 1, 1.0 and True)."""
-    a, b = self._key, other._key
-    return a[0] is b[0] and a[1] == b[1] and a[3] == b[3] and a[4] == b[4]
+    a, b = self._key, other._key  # `is` first: a DType's == is a Python call
+    return a[0] is b[0] and (a[1] is b[1] or a[1] == b[1]) and (a[3] is b[3] or a[3] == b[3]) \
+      and (a[4] is b[4] or a[4] == b[4])
 
   def with_src(self, src: tuple[UOp, ...]) -> UOp:
     """`replace(src=src)` for a tuple of UOps, the step of every rewriting walk: the key of a
