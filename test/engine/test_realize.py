@@ -347,3 +347,18 @@ def test_realizing_one_tensor_walks_no_graph_again(monkeypatch):
   # (lazy tensors other tests left alive are walked: never this graph)
   assert not any(below in w.toposort() for w in walks), "its history is its graph as it is"
   np.testing.assert_allclose(out.numpy(), a.numpy() @ b.numpy(), rtol=1e-5)
+
+
+def test_kernel_settings_follow_every_knob_change():
+  """The settings a run's kernels are chosen by are read again after any knob was set (a cached
+  read must not keep the last values): under NOOPT the same expression runs the unoptimized
+  kernel, a program of its own, and gives the same values."""
+  a = Tensor(np.arange(64, dtype=np.float32).reshape(8, 8)).realize()
+  before = engine._settings()
+  want = (a @ a).numpy()
+  with Context(NOOPT=1):
+    assert engine._settings() != before and engine._settings()[1] is True
+    runners = len(engine._runners)
+    np.testing.assert_allclose((a @ a).numpy(), want)
+    assert len(engine._runners) > runners, "NOOPT compiled its own program"
+  assert engine._settings() == before

@@ -118,6 +118,40 @@ def test_cache_keeps_referenced_nodes() -> None:
   assert a + 7 is kept and (a + 7).src[0] is a
 
 
+def test_fresh_node_is_the_node_uop_finds_and_leaves_the_cache_with_it() -> None:
+  """fresh_node skips the cache lookup for a node that cannot exist yet (a new slot): it must
+  still be the one node UOp(...) returns for those fields, and drop its entry when it dies."""
+  arg, size, shape = ParamArg(10 ** 9, dtypes.float32, "CPU"), shape_uop((6,)), shape_uop((2, 3))
+  base = live_cache_size()
+  buf = uop_module.fresh_node(Ops.BUFFER, dtypes.float32, (size,), arg)
+  view = uop_module.fresh_node(Ops.RESHAPE, dtypes.float32, (buf, shape))
+  assert live_cache_size() == base + 2
+  assert UOp(Ops.BUFFER, dtypes.float32, (size,), arg) is buf
+  assert UOp(Ops.RESHAPE, dtypes.float32, (buf, shape)) is view
+  assert view.shape == (2, 3) and buf.replace(arg=arg) is buf
+  del buf, view
+  assert live_cache_size() == base
+
+
+def test_node_map_entries_live_as_long_as_their_nodes() -> None:
+  """NodeMap keeps each value on its node: found again while the node lives, gone with it, and
+  two maps never see each other's entries."""
+  first, second = uop_package.NodeMap("first"), uop_package.NodeMap("second")
+  a = UOp.variable("node_map", 0, 10)
+  payload = type("Payload", (), {})()
+  first[a] = payload
+  assert a in first and first[a] is payload and first.get(a) is payload
+  assert a not in second and second.get(a, "none") == "none"
+  with pytest.raises(KeyError):
+    second[a]
+  probe = weakref.ref(payload)
+  del a, payload
+  gc.collect()
+  assert probe() is None, "the value went with its node"
+  b = UOp.variable("node_map", 0, 10)  # the same fields again: a new node, no entry
+  assert b not in first
+
+
 def test_rebuilt_after_free_is_equal() -> None:
   a = UOp.variable("reb", 0, 10)
   n1 = id(a * 5)
