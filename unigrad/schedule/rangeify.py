@@ -34,13 +34,12 @@ from __future__ import annotations
 
 import functools
 import math
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from unigrad.dtype import dtypes
 from unigrad.uop import AxisType, GroupOp, Invalid, Ops, ParamArg, PatternMatcher, ReduceArg, UOp
-from unigrad.uop import UPat, consumer_map_from_toposort, graph_rewrite, shape_uop
+from unigrad.uop import NodeMap, UPat, consumer_map_from_toposort, graph_rewrite, shape_uop
 from unigrad.codegen.expand import identity_element
 from unigrad.codegen.simplify import pm_kernel_simplify
 from unigrad.schedule.callify import buffer_view, max_numel
@@ -131,7 +130,7 @@ def _recomputes_reduction(u: UOp, realized: set[UOp]) -> bool:
 
 _REGION_STOPS = (Ops.REDUCE, Ops.PARAM, Ops.AFTER, Ops.BUFFER)
 # node -> whether its elementwise region reads a reduction of data (see _needs_reduction)
-_over_data: weakref.WeakKeyDictionary[UOp, bool] = weakref.WeakKeyDictionary()
+_over_data: NodeMap[bool] = NodeMap("over_data")
 
 
 def _is_reduction_of_data(u: UOp) -> bool:
@@ -162,7 +161,7 @@ def _reads_many(u: UOp, realized: set[UOp]) -> bool:
 def _per_node(fn: Callable[[UOp], bool]) -> Callable[[UOp], bool]:
   """A pure predicate of a tensor-graph node, remembered per node (weakly: the entry goes with
   the node). The fusion probes ask about the same node many times in one schedule."""
-  seen: weakref.WeakKeyDictionary[UOp, bool] = weakref.WeakKeyDictionary()
+  seen: NodeMap[bool] = NodeMap(f"per_node_{fn.__qualname__}")
 
   @functools.wraps(fn)
   def remembered(u: UOp) -> bool:

@@ -25,12 +25,11 @@ import enum
 import hashlib
 import json
 import sys
-import weakref
 from typing import Any
 
 from unigrad.dtype import AddrSpace, DType, PtrDType, dtypes
 from unigrad.uop.ops import InvalidType, Ops
-from unigrad.uop.uop import UOp
+from unigrad.uop.uop import NodeMap, UOp
 
 __all__ = ["dumps", "loads", "content_digest", "seed_digest", "SerializeError",
            "FORMAT_VERSION"]
@@ -96,7 +95,7 @@ def dumps(root: UOp) -> bytes:
   return json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
 
 
-_digests: weakref.WeakKeyDictionary[UOp, bytes] = weakref.WeakKeyDictionary()
+_digests: NodeMap[bytes] = NodeMap("content_digest")  # node -> its content digest
 _dtype_reprs: dict[DType, bytes] = {}
 
 
