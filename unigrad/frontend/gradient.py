@@ -32,7 +32,7 @@ from unigrad.engine import realize as engine
 from unigrad.frontend.elementwise import compose_cos
 from unigrad.knobs import TRAINING
 from unigrad.schedule.function import body_params, param_like
-from unigrad.uop import Ops, PatternMatcher, ReduceArg, UOp, UPat, shape_uop, sint
+from unigrad.uop import NodeMap, Ops, PatternMatcher, ReduceArg, UOp, UPat, shape_uop, sint
 
 if TYPE_CHECKING:
   from unigrad.frontend.tensor import Tensor
@@ -200,9 +200,8 @@ pm_gradient = PatternMatcher([
 # ---- gradient overrides ----
 
 # a view -> (the node below it that gets the view's gradient, that gradient from the view's);
-# weak: an entry lives as long as its view (as uop's all_metadata does)
-gradient_overrides: weakref.WeakKeyDictionary[UOp, tuple[UOp, Callable[[UOp], UOp]]] = \
-  weakref.WeakKeyDictionary()
+# kept on the view: an entry lives as long as its view (backward asks of every node it passes)
+gradient_overrides: NodeMap[tuple[UOp, Callable[[UOp], UOp]]] = NodeMap("gradient_override")
 
 
 def override_gradient(view: UOp, src: UOp, fn: Callable[[UOp], UOp]) -> None:
