@@ -362,7 +362,7 @@ class ChunkPool:
   run chunks. `run` is one ctypes call: the GIL is released for the whole launch."""
 
   def __init__(self, nthreads: int) -> None:
-    self.nthreads, self.pid = max(1, nthreads), os.getpid()
+    self.nthreads = max(1, nthreads)
     self._lib = _pool_lib()
     self._pool = self._lib.unigrad_pool_new(self.nthreads, SPIN_NS)
     if not self._pool: raise MemoryError("CPU: cannot allocate the thread pool")
@@ -403,8 +403,8 @@ def chunk_pool(n: int | None = None) -> ChunkPool:
   if n is None: n = cpu_threads()
   if (pool := _pool) is not None and pool.nthreads == n: return pool  # (a fork drops it)
   with _pool_lock:
-    if _pool is None or _pool.nthreads != n or _pool.pid != os.getpid():
-      if _pool is not None and _pool.pid == os.getpid(): _pool.close()
+    if _pool is None or _pool.nthreads != n:  # (a forked child starts with none: _after_fork)
+      if _pool is not None: _pool.close()
       _pool = ChunkPool(n)
     return _pool
 
