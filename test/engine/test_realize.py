@@ -144,7 +144,7 @@ def test_realizing_the_same_graph_again_does_not_callify_it_again(monkeypatch):
   real = engine.callify
   monkeypatch.setattr(engine, "callify", lambda *a: calls.append(a) or real(*a))
   again = x * 2 + 1
-  assert again.uop is engine.history[first.uop]
+  assert again.uop is engine.history[first.uop][0]
   again.realize()
   assert not calls, "the template of the same graph was used"
   assert again.uop.op is Ops.BUFFER and again.uop is not first.uop, "a new buffer each time"

@@ -53,16 +53,40 @@ __all__ = ["realize", "schedule", "new_buffer", "buffer_of", "buffer_from", "buf
            "realize_lock"]
 
 buffers: NodeMap[Buffer] = NodeMap("buffer")  # BUFFER node -> its device Buffer
-# realized buffer view -> the graph that computed it (kept while the buffer node lives), so
-# autograd can differentiate through a tensor that was realized before backward()
-history: NodeMap[UOp] = NodeMap("history")
+# realized buffer view -> the graph that computed it and the write epoch it was computed in
+# (kept while the buffer node lives), so autograd can differentiate through a tensor that was
+# realized before backward()
+history: NodeMap[tuple[UOp, int]] = NodeMap("history")
+# BUFFER node -> the epoch of the last write to it: a history that reads a buffer written after
+# it was computed no longer explains its value (the buffer holds other values now)
+written_at: NodeMap[int] = NodeMap("written_at")
+write_epoch = 0
 
 
-def with_history(root: UOp) -> UOp:
+def mark_written(bases: dict[UOp, None] | list[UOp]) -> None:
+  """The buffers `bases` were just overwritten: histories computed before now are stale."""
+  global write_epoch
+  write_epoch += 1
+  for b in bases: written_at[b] = write_epoch
+
+
+def _current(entry: tuple[UOp, int]) -> UOp | None:
+  """A history's graph, or None when a buffer it reads was written after it was computed."""
+  graph, epoch = entry
+  for u in graph.toposort():
+    if u.op is Ops.BUFFER and written_at.get(u, 0) > epoch: return None
+  return graph
+
+
+def with_history(root: UOp, leaves: dict[UOp, None] | None = None) -> UOp:
   """`root` with each realized buffer it reads replaced by the graph that computed it, through
-  any number of realizations (histories are older than what they explain: no cycles)."""
-  while sub := {u: history[u] for u in root.toposort() if u in history}:
-    root = root.substitute(sub)
+  any number of realizations (histories are older than what they explain: no cycles). A history
+  made stale by a later write to a buffer it reads is not used: that value is a constant. The
+  graphs of `leaves` (autograd's targets, which may be pending writes) are kept as they are."""
+  keep = leaves or {}
+  while sub := {u: g for u in root.toposort(gate=lambda n: n not in keep)
+                if (h := history.get(u)) is not None and (g := _current(h)) is not None}:
+    root = root.substitute({**sub, **{k: k for k in keep}})
   return root
 schedule_cache: dict[UOp, UOp] = {}
 SCHEDULE_CACHE_SIZE = 256

@@ -495,7 +495,7 @@ class GradientMixin:
     for t in targets:
       if not dtypes.is_float(t.dtype):
         raise RuntimeError(f"gradient: only floating point tensors have gradients, got {t.dtype!r}")
-    root = engine.with_history(self.uop)
+    root = engine.with_history(self.uop, {t.uop: None for t in targets})
     grads = compute_gradient(root, self._root_grad(gradient), [t.uop for t in targets])
     out = []
     for i, t in enumerate(targets):
@@ -510,9 +510,9 @@ class GradientMixin:
     """Accumulate d(self)/d(leaf) into `.grad` of every live tensor with requires_grad=True that
     self depends on (a lazy sum, like PyTorch's accumulation). Returns self.
     `loss.backward(); w.grad.numpy()`"""
-    root = engine.with_history(self.uop)
-    nodes = root.toposort()
     with _leaves_lock: live = list(_leaves.values())
+    root = engine.with_history(self.uop, {t.uop: None for t in live})
+    nodes = root.toposort()
     leaves = [t for t in live if t.uop in nodes]
     grads = compute_gradient(root, self._root_grad(gradient), [t.uop for t in leaves])
     if not grads:

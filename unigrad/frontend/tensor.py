@@ -31,8 +31,10 @@ from unigrad.frontend.reduce import ReduceMixin
 from unigrad.frontend.resample import ResampleMixin
 from unigrad.frontend.select import SelectMixin
 from unigrad.frontend.strided import StridedMixin
+from unigrad.frontend import writes
 from unigrad.runtime.device import Device
-from unigrad.uop import Ops, UOp, sint
+from unigrad.schedule.callify import buffer_base, is_plain_buffer
+from unigrad.uop import GroupOp, Ops, UOp, sint
 from unigrad.uop.variable import concrete_shape, shape_str
 
 class LiveTensors:
@@ -80,6 +82,7 @@ class Tensor(MultiMixin, ActivationsMixin, LinalgMixin, SelectMixin, IndexingMix
     self.requires_grad = requires_grad
     self.grad: Tensor | None = None
     all_tensors.add(self)
+    if self.uop.op in _VIEWS: writes.views.note(self)
 
   @staticmethod
   def _from_uop(u: UOp, device: str, requires_grad: bool | None = None) -> Tensor:
@@ -90,6 +93,7 @@ class Tensor(MultiMixin, ActivationsMixin, LinalgMixin, SelectMixin, IndexingMix
     d["grad"] = d["_requires_grad"] = None
     if requires_grad is not None: t.requires_grad = requires_grad
     all_tensors.add(t)
+    if u.op in _VIEWS: writes.views.note(t)
     return t
 
   def _wrap(self, u: UOp) -> Tensor:
@@ -100,6 +104,7 @@ class Tensor(MultiMixin, ActivationsMixin, LinalgMixin, SelectMixin, IndexingMix
     d["uop"], d["_device"] = detach_if_no_grad(u), self._device
     d["grad"] = d["_requires_grad"] = None
     all_tensors.add(t)
+    if u.op in _VIEWS: writes.views.note(t)
     return t
 
   # `u` as `_wrap` would hold it (detached under no_grad), without making a Tensor
@@ -184,13 +189,16 @@ class Tensor(MultiMixin, ActivationsMixin, LinalgMixin, SelectMixin, IndexingMix
       Tensor.realize_all(self, *others)
       return self
     with engine.realize_lock:  # realize_all for one tensor (the eager hot path)
-      if not engine.is_realized(u := self.uop): _apply_map(engine.realize([u], [self._device]))
+      if writes.pending: _realize_with_writes([self])
+      elif not engine.is_realized(u := self.uop): _apply_map(engine.realize([u], [self._device]))
     return self
 
   @staticmethod
   def realize_all(*tensors: Tensor) -> None:
-    """Realize `tensors` together. Threads realize one at a time (the engine's lock)."""
+    """Realize `tensors` together, with every write still pending (frontend/writes.py). Threads
+    realize one at a time (the engine's lock)."""
     with engine.realize_lock:
+      if writes.pending: return _realize_with_writes(list(tensors))
       todo = [t for t in tensors if not engine.is_realized(t.uop)]
       if not todo: return
       mapping = engine.realize([t.uop for t in todo], [t.device for t in todo])
@@ -225,6 +233,7 @@ class Tensor(MultiMixin, ActivationsMixin, LinalgMixin, SelectMixin, IndexingMix
     if x.shape != self.shape or x.dtype != self.dtype:
       raise ValueError(f"replace: {x.shape} {x.dtype!r} does not match {self.shape} {self.dtype!r}")
     self.uop, self._device = x.uop, x.device
+    writes.views.note(self)
     return self
 
   def to(self, device: str | tuple[str, ...]) -> Tensor:
@@ -255,11 +264,17 @@ class Tensor(MultiMixin, ActivationsMixin, LinalgMixin, SelectMixin, IndexingMix
       raise TypeError(f"assign: dtype {x.dtype!r} does not match {self.dtype!r}")
     if x.device != self.device:
       raise RuntimeError(f"assign: device {x.device} does not match {self.device}")
+    if writes.pending and not engine.is_buffer_view(self.uop):
+      Tensor.realize_all()  # a view of a pending write (or the write itself) is the buffer after it
     if not engine.is_buffer_view(self.uop):  # give this tensor storage of its own, then write it
       self.uop = UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,), tag=next(_storage_ids))
       self.realize()
     target = self.uop
     self.uop = UOp(Ops.AFTER, self.dtype, (target, UOp(Ops.STORE, dtypes.void, (target, x.uop))))
+    if (base := buffer_base(target)) is None: return self  # several devices: written when realized
+    writes.pending.add(base, self.uop, self._device)
+    # another tensor viewing the buffer does not hold the write: it runs now (frontend/writes.py)
+    if not is_plain_buffer(target) or writes.views.others(base, self): self.realize()
     return self
 
   # ---- data out ----
@@ -313,6 +328,36 @@ class Tensor(MultiMixin, ActivationsMixin, LinalgMixin, SelectMixin, IndexingMix
   def data(self) -> Any: return self.numpy()
 
 
+def _realize_with_writes(tensors: list[Tensor]) -> None:
+  """Realize `tensors` and run every pending write, computing first (in the same command buffer)
+  each live lazy value that reads the old contents of a written buffer: it keeps the values it
+  was made from (frontend/writes.py). A target that is a view of a written buffer is read after
+  the writes, in a realize of its own."""
+  live = all_tensors.alive()
+  # a write no live tensor holds any more is gone with it (a failed @function trace put its
+  # tensors back): what still reads it runs it
+  written, afters, devices = writes.pending.take({t.uop: None for t in live})
+  todo = [t for t in tensors if not engine.is_realized(t.uop)]
+  views = [t for t in todo if buffer_base(t.uop) in written]
+  if views: todo = [t for t in todo if buffer_base(t.uop) not in written]
+  stale = writes.stale_readers([t.uop for t in live], written, afters)
+  targets = {t.uop: t.device for t in todo}
+  for u, d in zip((*afters, *stale), (*devices, *(_device_of(u, live) for u in stale))):
+    targets.setdefault(u, d)
+  try:
+    if targets: _apply_map(engine.realize(list(targets), list(targets.values())))
+  except BaseException:  # nothing ran: the writes stay pending
+    for base, after, dev in zip(written, afters, devices): writes.pending.add(base, after, dev)
+    raise
+  engine.mark_written(written)
+  if views: Tensor.realize_all(*views)
+
+
+def _device_of(u: UOp, live: list[Tensor]) -> str:
+  """The device of the live tensor holding `u`."""
+  return next(t.device for t in live if t.uop is u)
+
+
 def _apply_map(mapping: dict[UOp, UOp]) -> None:
   """Point every live tensor that uses a realized node at the buffer now holding it, and remember
   what computed each buffer (not for writes, and never behind a requires_grad leaf). The graphs
@@ -328,15 +373,19 @@ def _apply_map(mapping: dict[UOp, UOp]) -> None:
   new_of = {**mapping, **dict(zip(lazy, _substitute_all(lazy, mapping)))} if lazy else mapping
   for t, u in zip(live, olds):
     # another thread may have pointed t elsewhere meanwhile (an assign): keep its value then
-    if (new := new_of.get(u)) is not None and t.uop is u: t.uop = new
+    if (new := new_of.get(u)) is not None and t.uop is u:
+      t.uop = new
+      if new.op in _VIEWS: writes.views.note(t)
     if t.__dict__.get("_requires_grad"): leaves.add(t.uop)
   kept = [old for old, new in mapping.items() if old.op not in _WRITES and new not in leaves]
   # a target's history: its graph with every other target in it read from that one's buffer
   if len(mapping) == 1:  # no other target: the graph as it is
-    for old in kept: engine.history[mapping[old]] = old
+    for old in kept: engine.history[mapping[old]] = (old, engine.write_epoch)
     return
   srcs = iter(_substitute_all([s for old in kept for s in old.src], mapping))
-  for old in kept: engine.history[mapping[old]] = old.with_src(tuple(next(srcs) for _ in old.src))
+  for old in kept:
+    engine.history[mapping[old]] = (old.with_src(tuple(next(srcs) for _ in old.src)),
+                                    engine.write_epoch)
 
 
 def _substitute_all(roots: list[UOp], mapping: dict[UOp, UOp]) -> list[UOp]:
@@ -348,6 +397,7 @@ def _substitute_all(roots: list[UOp], mapping: dict[UOp, UOp]) -> list[UOp]:
 # looked up once: `Ops.X` is slow on Python 3.11, and realize asks these of every live tensor
 _WRITES, _LEAVES = (Ops.AFTER, Ops.CONTIGUOUS), (Ops.BUFFER, Ops.CONST)
 _RESHAPE, _BUFFER = Ops.RESHAPE, Ops.BUFFER
+_VIEWS = frozenset((Ops.BUFFER, *GroupOp.Movement))  # the ops a view of a buffer can end in
 
 
 def _nest(flat: list, shape: Sequence[int]) -> Any:

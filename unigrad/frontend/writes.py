@@ -1,0 +1,104 @@
+"""In-place writes and the lazy values they must not change: PyTorch's rule for a lazy library.
+
+The rule (README, "Lazy values and in-place writes"):
+- a value computed from tensors (any op that is not a view) is what its inputs held when it was
+  created: an `assign` made later (an optimizer step, a slice write) does not change it, whether
+  it was realized before the write or is realized after it;
+- a view of a realized buffer (reshape, permute, slice, expand...) shares the buffer's memory, like
+  a PyTorch view: reading it shows every write to the buffer, pending ones included;
+- every pending write is seen by every later read: any realize, and any read of values (`numpy`,
+  `tolist`, `item`, DLPack), first runs every write still pending.
+
+How: `Tensor.assign` records its write here (`pending`: the buffer and the AFTER node that writes
+it). The realize that runs the pending writes also computes, in the same command buffer (the
+scheduler orders reads of a buffer before writes to it), every live lazy value that reads a
+written buffer's old contents (`stale_readers`), so those values keep their inputs' old values.
+A write runs at once when another live tensor views the same buffer (`views`: a value computed
+from that view after the assign must see the write), or when it writes through a view that is
+not the whole buffer (a slice): the tensors holding the buffer do not hold the pending write.
+"""
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterable
+from typing import Any
+
+from unigrad.dtype import dtypes
+from unigrad.schedule.callify import buffer_base
+from unigrad.uop import Ops, UOp
+
+
+class PendingWrites:
+  """The writes made by `assign` that no realize has run yet: buffer node -> the AFTER node that
+  writes it (a later write of the same buffer reads the earlier one's result, so the last one
+  stands for both), with its device."""
+
+  def __init__(self) -> None:
+    self._writes: dict[UOp, tuple[UOp, str]] = {}
+
+  def __bool__(self) -> bool: return bool(self._writes)
+
+  def add(self, base: UOp, after: UOp, device: str) -> None: self._writes[base] = (after, device)
+
+  def take(self, held: dict[UOp, None]) -> tuple[dict[UOp, None], list[UOp], list[str]]:
+    """(written buffers, AFTER nodes, their devices) of the writes that a tensor still holds
+    (in `held`), all forgotten here: the caller runs them."""
+    writes, self._writes = self._writes, {}
+    kept = {b: w for b, w in writes.items() if w[0] in held}
+    return dict.fromkeys(kept), [a for a, _ in kept.values()], [d for _, d in kept.values()]
+
+  def writes(self, base: UOp) -> bool: return base in self._writes
+
+
+pending = PendingWrites()
+
+
+class Views:
+  """Per buffer, the tensors made as views of it (held weakly): the tensors an assign to the
+  buffer must reach. Kept on the BUFFER node; dead references are dropped as the list grows."""
+  attr = "_map_views"
+
+  def note(self, t: Any) -> None:
+    """Remember `t` if its value is a view of a buffer."""
+    if (base := buffer_base(t.uop)) is None: return
+    d = base.__dict__
+    if (refs := d.get(self.attr)) is None: refs = d[self.attr] = [weakref.ref(t), 8]
+    else: refs.insert(-1, weakref.ref(t))
+    if len(refs) > refs[-1]: self._prune(refs)
+
+  def _prune(self, refs: list) -> None:
+    alive = [r for r in refs[:-1] if r() is not None]
+    refs[:] = [*alive, 2 * len(alive) + 8]
+
+  def others(self, base: UOp, t: Any) -> bool:
+    """Whether a live tensor other than `t` views `base` now."""
+    for r in base.__dict__.get(self.attr, [None])[:-1]:
+      if (v := r()) is not None and v is not t and buffer_base(v.uop) is base: return True
+    return False
+
+
+views = Views()
+_LEAVES, _PARAM, _FUNCTION = (Ops.BUFFER, Ops.CONST), Ops.PARAM, Ops.FUNCTION
+
+
+def stale_readers(candidates: Iterable[UOp], written: dict[UOp, None],
+                  afters: list[UOp]) -> list[UOp]:
+  """The nodes of `candidates` that read a buffer of `written` as it is before the writes (not
+  through one of the writes' AFTER nodes) and are values, not views of the buffer (a view shows
+  the write). Their graphs are walked once together: a training step's gradients share one."""
+  roots = [u for u in dict.fromkeys(candidates) if u.op not in _LEAVES and buffer_base(u) is None]
+  if not roots: return []
+  stop = set(afters)
+  sink = UOp(Ops.SINK, dtypes.void, tuple(roots))
+  # per node: 1 reads an old buffer, 2 reads a free PARAM (a function's placeholder while it is
+  # traced: such a value cannot be realized on its own, it stays lazy), 3 both. A write's AFTER
+  # reads the new contents; a FUNCTION's body is its own world (its PARAMs are its arguments).
+  state: dict[UOp, int] = {}
+  for u in sink.toposort(bodies=False):
+    if u in stop:
+      state[u] = 0
+      continue
+    st = 1 if u in written else 2 if u.op is _PARAM else 0
+    for s in (u.src[1:] if u.op is _FUNCTION else u.src): st |= state[s]
+    state[u] = st
+  return [u for u in roots if state.get(u, 0) == 1]
