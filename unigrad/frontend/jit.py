@@ -5,7 +5,9 @@ A replay runs none of the function's Python code: no graph building, scheduling 
 only the captured launches (one native call per device where the device batches them, see
 engine/jit.py). What a replay does and does not repeat:
 - Inputs: every Tensor in the arguments (lists, tuples and dicts are walked) is realized first;
-  the replay swaps its buffer in for the one the capture saw.
+  the replay swaps its buffer in for the one the capture saw. An input is a value: the function
+  sees its buffer, not the graph that computed it (autograd inside does not reach through a
+  gathered `X[idx]` to X).
 - Side effects on buffers (optimizer `assign`s, BatchNorm running statistics) repeat: the kernels
   that wrote them are replayed.
 - Random numbers: each replay draws fresh numbers exactly as an eager call would (the capture
@@ -104,6 +106,7 @@ class TinyJit:
     while len(self.entries) > max(1, int(JIT_CAPTURES)): self.entries.pop(next(iter(self.entries)))
     entry.calls += 1
     if entry.program is not None: return _replay(entry, inputs, var_vals)
+    inputs = [_as_value(t) for t in inputs]  # the function sees each input as a value
     call_args, call_kwargs = unflatten_tensors(tree, inputs)
     if entry.calls == 1: return _realized(self.fxn(*call_args, **call_kwargs))
     with capture() as cap:
@@ -141,6 +144,17 @@ def _prepare(inputs: list[Tensor]) -> list[Tensor]:
     seen.add(buffer_base(t.uop))
     out.append(t)
   return out
+
+
+def _as_value(t: Tensor) -> Tensor:
+  """`t` as the function must see it: its buffer, with no autograd history behind it. A realized
+  gather `X[idx]` remembers the graph that computed it (engine.history), and backward would
+  differentiate that graph instead, reading X and this call's `idx` rather than the input's
+  buffer: a replay swaps in the new input, but such kernels would still read the old `idx`.
+  The same Buffer under a fresh BUFFER node has no history."""
+  if t.uop not in engine.history or (base := buffer_base(t.uop)) is None: return t
+  fresh = engine.buffer_from(engine.buffer_of(base))
+  return Tensor._from_uop(t.uop.substitute({base: fresh}), t.device)
 
 
 def _realized(result: Any) -> Any:
