@@ -13,7 +13,8 @@ engine/jit.py). What a replay does and does not repeat:
 - Random numbers: each replay draws fresh numbers exactly as an eager call would (the capture
   records which buffers hold a random stream's (key, counter) and refills them).
 - Outputs: the returned Tensors are views of buffers the program owns; the next call overwrites
-  them (copy one with `.clone()` to keep it). Non-Tensor results are returned as captured.
+  them (copy one with `.clone()` to keep it). Passed back as the next call's inputs (a
+  recurrence's state) they are copied first. Non-Tensor results are returned as captured.
 - Python code is not replayed: reading tensor values (`item`, `tolist`, `numpy`) inside the
   function while it is captured raises `CaptureError`; a Python branch on a non-Tensor argument
   is safe (each distinct non-Tensor argument value gets its own capture), on outside state not.
@@ -61,6 +62,7 @@ class Entry:
   out_tree: Any = None
   out_uops: tuple[tuple[UOp, Any], ...] = ()
   out_reads_input: tuple[bool, ...] = ()  # per result: does its view read an input's buffer
+  owned: frozenset = frozenset()  # the Buffers of the results a replay writes (not inputs')
 
 
 class TinyJit:
@@ -118,6 +120,9 @@ class TinyJit:
     entry.out_uops = tuple((t.uop, t.device) for t in outs.values())
     ins = set(entry.input_nodes)  # the results that read an input (returned as it is, a view)
     entry.out_reads_input = tuple(any(n in ins for n in t.uop.toposort()) for t in outs.values())
+    entry.owned = frozenset(engine.buffer_of(t.uop).base for t, reads in
+                            zip(outs.values(), entry.out_reads_input)
+                            if not reads and buffer_base(t.uop) is not None)
     return result
 
   def _check_skeleton(self, tree: Any) -> None:
@@ -167,11 +172,20 @@ def _realized(result: Any) -> Any:
 
 def _replay(entry: Entry, inputs: list[Tensor], var_vals: dict[str, int]) -> Any:
   assert entry.program is not None
+  inputs = [_unowned(entry, t) for t in inputs]
   entry.program.replay([engine.buffer_of(t.uop) for t in inputs], var_vals)
   sub = {old: buffer_base(t.uop) for old, t in zip(entry.input_nodes, inputs)}
   outs = [Tensor._from_uop(_rebind(u.substitute(sub) if reads else u, var_vals), dev)
           for (u, dev), reads in zip(entry.out_uops, entry.out_reads_input)]
   return unflatten_tensors(entry.out_tree, outs)
+
+
+def _unowned(entry: Entry, t: Tensor) -> Tensor:
+  """`t`, copied first if its buffer is one of the replay's own results (a result fed back as
+  the next call's input, `(a, b) -> (b, a + b)`): the replay would overwrite it while reading it,
+  or return it as a view of an input after writing its next value into it."""
+  if engine.buffer_of(t.uop).base not in entry.owned: return t
+  return t.contiguous().realize()
 
 
 def _input_key(t: Tensor) -> Any:
