@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from unigrad.engine import realize as engine
+from unigrad.engine.interrupts import deferred_interrupts
 from unigrad.engine.jit import CapturedProgram, capture, is_capturing
 from unigrad.frontend.function import (TensorLeaf, flatten_tensors, structure_key,
                                        tensor_signature, unflatten_tensors)
@@ -173,7 +174,8 @@ def _realized(result: Any) -> Any:
 def _replay(entry: Entry, inputs: list[Tensor], var_vals: dict[str, int]) -> Any:
   assert entry.program is not None
   inputs = [_unowned(entry, t) for t in inputs]
-  entry.program.replay([engine.buffer_of(t.uop) for t in inputs], var_vals)
+  with deferred_interrupts():  # a Ctrl-C waits for every launch of the replay
+    entry.program.replay([engine.buffer_of(t.uop) for t in inputs], var_vals)
   sub = {old: buffer_base(t.uop) for old, t in zip(entry.input_nodes, inputs)}
   outs = [Tensor._from_uop(_rebind(u.substitute(sub) if reads else u, var_vals), dev)
           for (u, dev), reads in zip(entry.out_uops, entry.out_reads_input)]

@@ -15,6 +15,7 @@ from typing import Any
 from unigrad.dtype import (FP8S, DType, dtypes, from_bytes, from_numpy_name, to_bytes, to_dtype,
                            to_numpy_name)
 from unigrad.engine import realize as engine
+from unigrad.engine.interrupts import deferred_interrupts
 from unigrad.frontend.activations import ActivationsMixin
 from unigrad.frontend.composite import CompositeMixin
 from unigrad.frontend.creation import CreationMixin
@@ -183,14 +184,16 @@ class Tensor(MultiMixin, ActivationsMixin, LinalgMixin, SelectMixin, IndexingMix
     if others:
       Tensor.realize_all(self, *others)
       return self
-    with engine.realize_lock:  # realize_all for one tensor (the eager hot path)
+    # realize_all for one tensor (the eager hot path); a Ctrl-C waits until the tensors point at
+    # what the launches wrote (engine/interrupts.py)
+    with engine.realize_lock, deferred_interrupts():
       if not engine.is_realized(u := self.uop): _apply_map(engine.realize([u], [self._device]))
     return self
 
   @staticmethod
   def realize_all(*tensors: Tensor) -> None:
     """Realize `tensors` together. Threads realize one at a time (the engine's lock)."""
-    with engine.realize_lock:
+    with engine.realize_lock, deferred_interrupts():
       todo = [t for t in tensors if not engine.is_realized(t.uop)]
       if not todo: return
       mapping = engine.realize([t.uop for t in todo], [t.device for t in todo])
