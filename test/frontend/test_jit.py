@@ -362,3 +362,12 @@ def test_results_fed_back_as_inputs_lstm_state():
     c = f.sigmoid() * c + i.sigmoid() * g.tanh()
     return (o.sigmoid() * c.tanh()).realize(), c.realize()
   _feed_back(cell, (np.zeros((2, 4), np.float32), np.zeros((2, 4), np.float32)))
+
+
+def test_numpy_argument_at_a_recycled_address_follows_its_contents():
+  @TinyJit
+  def f(x, arr): return (x + Tensor(arr)).contiguous()
+  for i in range(30):
+    arr = np.full(3, float(i // 3), np.float32)  # each value three times: eager, capture, replay
+    assert f(Tensor.zeros(3), arr).tolist() == [float(i // 3)] * 3
+    del arr

@@ -17,7 +17,8 @@ engine/jit.py). What a replay does and does not repeat:
   recurrence's state) they are copied first. Non-Tensor results are returned as captured.
 - Python code is not replayed: reading tensor values (`item`, `tolist`, `numpy`) inside the
   function while it is captured raises `CaptureError`; a Python branch on a non-Tensor argument
-  is safe (each distinct non-Tensor argument value gets its own capture), on outside state not.
+  is safe (each distinct non-Tensor argument value gets its own capture: a numpy array by its
+  contents, another unhashable object by identity), on outside state not.
 - A new input signature (shapes, dtypes, devices, non-Tensor argument values, `Tensor.training`)
   starts over for that signature (an eager call, then a capture); the last `JIT_CAPTURES`
   signatures are kept. A different number or kind of arguments (a Tensor where the first call
