@@ -1,4 +1,7 @@
 """TinyJit: eager first call, capture on the second, replays of the captured kernels after."""
+import sys
+import threading
+
 import numpy as np
 import pytest
 
@@ -371,3 +374,75 @@ def test_numpy_argument_at_a_recycled_address_follows_its_contents():
     arr = np.full(3, float(i // 3), np.float32)  # each value three times: eager, capture, replay
     assert f(Tensor.zeros(3), arr).tolist() == [float(i // 3)] * 3
     del arr
+
+
+def _in_threads(*workers) -> None:
+  """Run each worker in a thread of its own; re-raise the first failure."""
+  errors = []
+
+  def run(work):
+    try: work()
+    except BaseException as e: errors.append(e)  # noqa: BLE001 (re-raised below)
+  threads = [threading.Thread(target=run, args=(w,)) for w in workers]
+  for t in threads: t.start()
+  for t in threads: t.join()
+  if errors: raise errors[0]
+
+
+def test_jit_shared_by_two_threads_gives_each_its_own_results():
+  """Regression: two threads calling one jit got 25-51 wrong results of 600. A jit runs one call
+  at a time; its results are overwritten by the next call from any thread, so each thread
+  reads (or clones) them under `jit.lock`."""
+  w = Tensor(np.arange(12, dtype=np.float32).reshape(4, 3))
+  wn = w.numpy()
+
+  @TinyJit
+  def f(x): return (x @ w).relu() + 1, x.sum()
+
+  def results(xv: np.ndarray, clone: bool) -> tuple[np.ndarray, float]:
+    with f.lock:
+      out, s = f(Tensor(xv))
+      if not clone: return out.numpy(), s.item()
+      out, s = out.clone().realize(), s.clone().realize()
+    return out.numpy(), s.item()
+
+  def work(seed: int, clone: bool):
+    rng = np.random.default_rng(seed)
+    for _ in range(300):
+      xv = rng.standard_normal((2, 4)).astype(np.float32)
+      out, s = results(xv, clone)
+      np.testing.assert_allclose(out, np.maximum(xv @ wn, 0) + 1, rtol=1e-5)
+      np.testing.assert_allclose(s, xv.sum(), rtol=1e-5, atol=1e-5)
+  _in_threads(lambda: work(0, False), lambda: work(1, True))
+  assert len(f.entries) == 1
+
+
+def test_capture_records_only_its_own_thread():
+  """Regression: the active capture was global: another thread's realize was recorded into it
+  and its reads raised CaptureError. One thread captures over and over (reset), another
+  realizes and reads meanwhile."""
+  w = Tensor(np.arange(12, dtype=np.float32).reshape(4, 3))
+  wn = w.numpy()
+  done = threading.Event()
+
+  @TinyJit
+  def f(x): return (x @ w).realize().relu() + 1
+
+  def capture_often():
+    rng = np.random.default_rng(0)
+    try:
+      for i in range(60):
+        if i % 3 == 0: f.reset()
+        xv = rng.standard_normal((2, 4)).astype(np.float32)
+        np.testing.assert_allclose(f(Tensor(xv)).numpy(), np.maximum(xv @ wn, 0) + 1, rtol=1e-5)
+    finally: done.set()
+
+  def eager():
+    rng = np.random.default_rng(1)
+    while not done.is_set():
+      xv = rng.standard_normal((2, 4)).astype(np.float32)
+      np.testing.assert_allclose(((Tensor(xv) * 2) @ w).numpy(), xv * 2 @ wn, rtol=1e-5)
+  interval = sys.getswitchinterval()
+  sys.setswitchinterval(1e-5)  # switch threads often: inside the captures too
+  try: _in_threads(capture_often, eager)
+  finally: sys.setswitchinterval(interval)

@@ -26,12 +26,18 @@ engine/jit.py). What a replay does and does not repeat:
 - Symbolic shapes: a bound `Variable` passed as an argument or in an input's shape is part of
   the program, not of the signature: a new value replays the same kernels with the value passed
   at launch (no recompile, no recapture).
+- Threads: a jit runs one call at a time (its reentrant `jit.lock`). Its results are its own
+  buffers, overwritten by the next call from any thread: a thread sharing a jit holds `jit.lock`
+  across a call and the reads of its results (`with step.lock: loss = step(x).item()`), or
+  clones them inside it (`.clone().realize()`). A capture records only its own thread's
+  launches: other threads may realize and read values meanwhile.
 - `jit.reset()` forgets every capture (needed if a captured tensor's storage was replaced, e.g.
   by `Tensor.replace`). `JIT=0` runs the function eagerly on every call.
 """
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -80,6 +86,7 @@ class TinyJit:
     self.fxn = fxn
     self.entries: dict[Any, Entry] = {}
     self.skeleton: Any = None
+    self.lock = threading.RLock()  # one call at a time (see the module docstring: Threads)
     functools.update_wrapper(self, fxn)
 
   def __get__(self, obj: Any, objtype: Any = None) -> Any:
@@ -87,8 +94,9 @@ class TinyJit:
 
   def reset(self) -> None:
     """Forget every capture: the next call runs eagerly, the one after captures again."""
-    self.entries.clear()
-    self.skeleton = None
+    with self.lock:
+      self.entries.clear()
+      self.skeleton = None
 
   @property
   def captured(self) -> CapturedProgram | None:
@@ -98,6 +106,9 @@ class TinyJit:
 
   def __call__(self, *args: Any, **kwargs: Any) -> Any:
     if not JIT or is_capturing(): return self.fxn(*args, **kwargs)  # inside another capture
+    with self.lock: return self._call(args, kwargs)
+
+  def _call(self, args: tuple, kwargs: dict[str, Any]) -> Any:
     found: dict[int, Tensor] = {}
     tree = flatten_tensors((args, kwargs), found)
     self._check_skeleton(tree)
@@ -113,6 +124,10 @@ class TinyJit:
     inputs = [_as_value(t) for t in inputs]  # the function sees each input as a value
     call_args, call_kwargs = unflatten_tensors(tree, inputs)
     if entry.calls == 1: return _realized(self.fxn(*call_args, **call_kwargs))
+    return self._capture(entry, inputs, call_args, call_kwargs)
+
+  def _capture(self, entry: Entry, inputs: list[Tensor], call_args: Any, call_kwargs: Any) -> Any:
+    """Run the function once more, recording its launches into `entry`'s program."""
     with capture() as cap:
       result = _realized(self.fxn(*call_args, **call_kwargs))
     entry.program = CapturedProgram.from_capture(cap, [engine.buffer_of(t.uop) for t in inputs])
@@ -175,7 +190,8 @@ def _realized(result: Any) -> Any:
 def _replay(entry: Entry, inputs: list[Tensor], var_vals: dict[str, int]) -> Any:
   assert entry.program is not None
   inputs = [_unowned(entry, t) for t in inputs]
-  with deferred_interrupts():  # a Ctrl-C waits for every launch of the replay
+  # one launch at a time with other threads' realizes; a Ctrl-C waits for every launch
+  with engine.realize_lock, deferred_interrupts():
     entry.program.replay([engine.buffer_of(t.uop) for t in inputs], var_vals)
   sub = {old: buffer_base(t.uop) for old, t in zip(entry.input_nodes, inputs)}
   outs = [Tensor._from_uop(_rebind(u.substitute(sub) if reads else u, var_vals), dev)
