@@ -1,6 +1,8 @@
 """TinyJit: eager first call, capture on the second, replays of the captured kernels after."""
+import importlib.util
 import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -446,3 +448,23 @@ def test_capture_records_only_its_own_thread():
   sys.setswitchinterval(1e-5)  # switch threads often: inside the captures too
   try: _in_threads(capture_often, eager)
   finally: sys.setswitchinterval(interval)
+
+
+def _bench_module(name: str):
+  """bench/<name>.py imported as a module (bench/ is scripts, not a package)."""
+  path = Path(__file__).resolve().parents[2] / "bench" / f"{name}.py"
+  spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
+  module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # (its dataclasses)
+  spec.loader.exec_module(module)
+  return module
+
+
+def test_jit_training_soak_runs_in_flat_memory():
+  """The short version of `python bench/jit_soak.py` (2,000 steps): after a warm-up, jitted
+  training steps on gathered batches keep no Tensor, Buffer or memory per step."""
+  soak = _bench_module("jit_soak")
+  samples = soak.soak(160, 40, 40, lambda s: None)
+  assert len(samples) == 4
+  assert soak.growth(samples, 8.0) is None
+  leaking = [soak.Sample(40, 0, 10, 5), soak.Sample(80, 0, 11, 5)]
+  assert "Tensors grew" in soak.growth(leaking, 8.0)
