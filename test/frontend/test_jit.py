@@ -404,7 +404,7 @@ def test_jit_shared_by_two_threads_gives_each_its_own_results():
   def results(xv: np.ndarray, clone: bool) -> tuple[np.ndarray, float]:
     with f.lock:
       out, s = f(Tensor(xv))
-      if not clone: return out.numpy(), s.item()
+      if not clone: return out.numpy().copy(), s.item()  # numpy() shares the jit's buffer
       out, s = out.clone().realize(), s.clone().realize()
     return out.numpy(), s.item()
 

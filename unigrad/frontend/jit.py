@@ -28,9 +28,10 @@ engine/jit.py). What a replay does and does not repeat:
   at launch (no recompile, no recapture).
 - Threads: a jit runs one call at a time (its reentrant `jit.lock`). Its results are its own
   buffers, overwritten by the next call from any thread: a thread sharing a jit holds `jit.lock`
-  across a call and the reads of its results (`with step.lock: loss = step(x).item()`), or
-  clones them inside it (`.clone().realize()`). A capture records only its own thread's
-  launches: other threads may realize and read values meanwhile.
+  across a call and the reads of its results (`with step.lock: loss = step(x).item()`;
+  `numpy()` shares the buffer: `.numpy().copy()`), or clones them inside it
+  (`.clone().realize()`). A capture records only its own thread's launches: other threads may
+  realize and read values meanwhile.
 - `jit.reset()` forgets every capture (needed if a captured tensor's storage was replaced, e.g.
   by `Tensor.replace`). `JIT=0` runs the function eagerly on every call.
 """
