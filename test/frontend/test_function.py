@@ -198,3 +198,41 @@ def test_nested_function_gradient_reaches_outer_inputs_read_before_the_inner_cal
   ((tx * tw).sum(0) + (tx * tw.exp()).sum(0) * 2).sum().backward()
   np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-6)
   np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-6)
+
+
+def _arrays_at_recycled_addresses(n: int):
+  """`n` numpy arrays with new contents each, each deleted before the next is made (numpy then
+  reuses the freed address: keyed by `id()`, every one found the first one's trace)."""
+  for i in range(n):
+    arr = np.full(3, float(i), np.float32)
+    yield i, arr
+    del arr
+
+
+def test_numpy_argument_at_a_recycled_address_follows_its_contents():
+  @function
+  def f(x, arr): return x + Tensor(arr)
+  for i, arr in _arrays_at_recycled_addresses(20):
+    assert f(Tensor.zeros(3), arr).tolist() == [float(i)] * 3
+  arr = np.full(3, 30.0, np.float32)
+  assert f(Tensor.zeros(3), arr).tolist() == [30.0] * 3
+  arr += 1  # the same array, new contents
+  assert f(Tensor.zeros(3), arr).tolist() == [31.0] * 3
+  assert f(Tensor.zeros(3), np.full(3, 5.0, np.float32)).tolist() == [5.0] * 3  # equal: reused
+  assert f.trace_count == 22
+
+
+def test_unhashable_argument_is_kept_by_its_trace():
+  """Other unhashable arguments are keyed by identity; the trace holds them, so a new object
+  cannot take a traced one's address."""
+  class Scale:
+    __hash__ = None
+
+    def __init__(self, k): self.k = k
+
+  @function
+  def f(x, s): return x * s.k
+  for k in range(10):
+    s = Scale(k)
+    assert f(Tensor([1.0]), s).tolist() == [float(k)]
+    del s

@@ -1,4 +1,9 @@
 """TinyJit: eager first call, capture on the second, replays of the captured kernels after."""
+import importlib.util
+import sys
+import threading
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -274,3 +279,192 @@ def test_embedding_lookup_captures_and_replays_new_indices():
   for ids in ([1, 2, 3], [0, 9, 4], [5, 5, 7], [8, 0, 1]):
     np.testing.assert_allclose(f(Tensor(ids, dtype=dtypes.int32)).numpy(), w[ids] * 2, rtol=1e-6)
   assert f.captured is not None
+
+
+def _sgd_linear(jit: bool, batch, steps: int = 5) -> np.ndarray:
+  """`steps` of SGD on a linear model, each on `batch(X, Y, step)`; returns the weights."""
+  Tensor.manual_seed(3)
+  rng = np.random.default_rng(0)
+  X = Tensor(rng.random((50, 8), dtype=np.float32)).realize()
+  Y = Tensor(rng.random((50, 1), dtype=np.float32)).realize()
+  w = Tensor(np.full((8, 1), 0.1, np.float32), requires_grad=True).realize()
+  opt = nn.optim.SGD([w], lr=0.1)
+
+  def step(x, y):
+    opt.zero_grad()
+    loss = ((x @ w - y) ** 2).mean()
+    loss.backward()
+    Tensor.realize_all(loss, *opt.schedule_step())
+    return loss
+  fn = TinyJit(step) if jit else step
+  for k in range(steps): fn(*batch(X, Y, k))
+  return w.numpy()
+
+
+def _numpy_index(X, Y, k):
+  idx = Tensor(np.random.default_rng(k).integers(0, 50, 10).astype(np.int32))
+  return X[idx], Y[idx]
+
+
+def _randint_index(X, Y, k):
+  idx = Tensor.randint(0, 50, (10,))
+  return X[idx], Y[idx]
+
+
+def _realized_gather(X, Y, k):
+  a, b = _numpy_index(X, Y, k)
+  return a.realize(), b.realize()
+
+
+def _slice_views(X, Y, k): return X[7 * k:7 * k + 10], Y[7 * k:7 * k + 10]
+
+
+def _computed_from_realized(X, Y, k):
+  a, b = _slice_views(X, Y, k)
+  return (a * 2).realize() + 1, (b + 1).realize() * 3
+
+
+@pytest.mark.parametrize("batch", [_numpy_index, _randint_index, _realized_gather, _slice_views,
+                                   _computed_from_realized])
+def test_gathered_and_view_inputs_train_like_eager(batch):
+  """f(X[idx], Y[idx]): a realized input remembers the graph that computed it (autograd sees
+  through it), so backward read X and the capture's idx instead of the input: every replay
+  trained on the capture's batch. An input is a value: each call trains on its own batch."""
+  np.testing.assert_allclose(_sgd_linear(True, batch), _sgd_linear(False, batch), atol=1e-6)
+
+
+def _feed_back(step, state: tuple, n: int = 10) -> list:
+  """`n` calls of `step`, each on the results of the one before, jitted and eagerly."""
+  jit, eager = TinyJit(step), step
+  ja, ea = tuple(Tensor(s) for s in state), tuple(Tensor(s) for s in state)
+  for _ in range(n):
+    ja, ea = jit(*ja), eager(*ea)
+    for j, e in zip(ja, ea): np.testing.assert_allclose(j.numpy(), e.numpy(), rtol=1e-5)
+  return [t.tolist() for t in ja]
+
+
+def test_results_fed_back_as_inputs_swap():
+  assert _feed_back(lambda a, b: (b, a), ([1.0], [2.0]), 5) == [[2.0], [1.0]]
+  assert _feed_back(lambda a, b: (b * 1, a * 1), ([1.0], [2.0]), 5) == [[2.0], [1.0]]
+  m = np.array([[0.0, 1.0], [1.0, 0.0]], np.float32)
+  _feed_back(lambda a, b: (b @ Tensor(m), a @ Tensor(m)), ([[1.0, 2.0]], [[3.0, 4.0]]), 5)
+
+
+def test_results_fed_back_as_inputs_fibonacci():
+  """(a, b) -> (b, a + b): the first result is a view of input b, the second the replay's own
+  buffer; fed back, that buffer was both an input and what the replay writes."""
+  assert _feed_back(lambda a, b: (b, a + b), ([0.0], [1.0])) == [[55.0], [89.0]]
+  assert _feed_back(lambda a, b: (b * 1, a + b), ([0.0], [1.0])) == [[55.0], [89.0]]
+
+
+def test_results_fed_back_as_inputs_lstm_state():
+  rng = np.random.default_rng(0)
+  wx, wh = (Tensor(rng.standard_normal((4, 16)).astype(np.float32) * 0.5) for _ in range(2))
+  x = Tensor(rng.standard_normal((2, 4)).astype(np.float32))
+
+  def cell(h, c):
+    i, f, g, o = (x @ wx + h @ wh).chunk(4, dim=1)
+    c = f.sigmoid() * c + i.sigmoid() * g.tanh()
+    return (o.sigmoid() * c.tanh()).realize(), c.realize()
+  _feed_back(cell, (np.zeros((2, 4), np.float32), np.zeros((2, 4), np.float32)))
+
+
+def test_numpy_argument_at_a_recycled_address_follows_its_contents():
+  @TinyJit
+  def f(x, arr): return (x + Tensor(arr)).contiguous()
+  for i in range(30):
+    arr = np.full(3, float(i // 3), np.float32)  # each value three times: eager, capture, replay
+    assert f(Tensor.zeros(3), arr).tolist() == [float(i // 3)] * 3
+    del arr
+
+
+def _in_threads(*workers) -> None:
+  """Run each worker in a thread of its own; re-raise the first failure."""
+  errors = []
+
+  def run(work):
+    try: work()
+    except BaseException as e: errors.append(e)  # noqa: BLE001 (re-raised below)
+  threads = [threading.Thread(target=run, args=(w,)) for w in workers]
+  for t in threads: t.start()
+  for t in threads: t.join()
+  if errors: raise errors[0]
+
+
+def test_jit_shared_by_two_threads_gives_each_its_own_results():
+  """Regression: two threads calling one jit got 25-51 wrong results of 600. A jit runs one call
+  at a time; its results are overwritten by the next call from any thread, so each thread
+  reads (or clones) them under `jit.lock`."""
+  w = Tensor(np.arange(12, dtype=np.float32).reshape(4, 3))
+  wn = w.numpy()
+
+  @TinyJit
+  def f(x): return (x @ w).relu() + 1, x.sum()
+
+  def results(xv: np.ndarray, clone: bool) -> tuple[np.ndarray, float]:
+    with f.lock:
+      out, s = f(Tensor(xv))
+      if not clone: return out.numpy().copy(), s.item()  # numpy() shares the jit's buffer
+      out, s = out.clone().realize(), s.clone().realize()
+    return out.numpy(), s.item()
+
+  def work(seed: int, clone: bool):
+    rng = np.random.default_rng(seed)
+    for _ in range(300):
+      xv = rng.standard_normal((2, 4)).astype(np.float32)
+      out, s = results(xv, clone)
+      np.testing.assert_allclose(out, np.maximum(xv @ wn, 0) + 1, rtol=1e-5)
+      np.testing.assert_allclose(s, xv.sum(), rtol=1e-5, atol=1e-5)
+  _in_threads(lambda: work(0, False), lambda: work(1, True))
+  assert len(f.entries) == 1
+
+
+def test_capture_records_only_its_own_thread():
+  """Regression: the active capture was global: another thread's realize was recorded into it
+  and its reads raised CaptureError. One thread captures over and over (reset), another
+  realizes and reads meanwhile."""
+  w = Tensor(np.arange(12, dtype=np.float32).reshape(4, 3))
+  wn = w.numpy()
+  done = threading.Event()
+
+  @TinyJit
+  def f(x): return (x @ w).realize().relu() + 1
+
+  def capture_often():
+    rng = np.random.default_rng(0)
+    try:
+      for i in range(60):
+        if i % 3 == 0: f.reset()
+        xv = rng.standard_normal((2, 4)).astype(np.float32)
+        np.testing.assert_allclose(f(Tensor(xv)).numpy(), np.maximum(xv @ wn, 0) + 1, rtol=1e-5)
+    finally: done.set()
+
+  def eager():
+    rng = np.random.default_rng(1)
+    while not done.is_set():
+      xv = rng.standard_normal((2, 4)).astype(np.float32)
+      np.testing.assert_allclose(((Tensor(xv) * 2) @ w).numpy(), xv * 2 @ wn, rtol=1e-5)
+  interval = sys.getswitchinterval()
+  sys.setswitchinterval(1e-5)  # switch threads often: inside the captures too
+  try: _in_threads(capture_often, eager)
+  finally: sys.setswitchinterval(interval)
+
+
+def _bench_module(name: str):
+  """bench/<name>.py imported as a module (bench/ is scripts, not a package)."""
+  path = Path(__file__).resolve().parents[2] / "bench" / f"{name}.py"
+  spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
+  module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # (its dataclasses)
+  spec.loader.exec_module(module)
+  return module
+
+
+def test_jit_training_soak_runs_in_flat_memory():
+  """The short version of `python bench/jit_soak.py` (2,000 steps): after a warm-up, jitted
+  training steps on gathered batches keep no Tensor, Buffer or memory per step."""
+  soak = _bench_module("jit_soak")
+  samples = soak.soak(160, 40, 40, lambda s: None)
+  assert len(samples) == 4
+  assert soak.growth(samples, 8.0) is None
+  leaking = [soak.Sample(40, 0, 10, 5), soak.Sample(80, 0, 11, 5)]
+  assert "Tensors grew" in soak.growth(leaking, 8.0)

@@ -503,7 +503,18 @@ class Capture:
     self.var_vals: dict[str, int] = {}
 
 
-capturing: list[Capture] = []  # the active capture (at most one)
+class CaptureStack(threading.local):
+  """The calling thread's active capture (at most one): a capture records only its own thread's
+  launches, and another thread may realize and read values meanwhile."""
+
+  def __init__(self) -> None: self.stack: list[Capture] = []
+  def __bool__(self) -> bool: return bool(self.stack)
+  def __getitem__(self, i: int) -> Capture: return self.stack[i]
+  def append(self, cap: Capture) -> None: self.stack.append(cap)
+  def pop(self) -> Capture: return self.stack.pop()
+
+
+capturing = CaptureStack()
 
 
 class CaptureError(RuntimeError):

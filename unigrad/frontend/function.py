@@ -21,6 +21,7 @@ inside it raises `FunctionError`. Use `TinyJit` for whole steps with side effect
 from __future__ import annotations
 
 import functools
+import hashlib
 import threading
 import weakref
 from collections.abc import Callable
@@ -71,15 +72,37 @@ def _leaf(index: int) -> TensorLeaf: return TensorLeaf(index)  # (every jitted c
 
 
 def structure_key(tree: Any) -> Any:
-  """A hashable key of the non-Tensor part of the arguments (unhashable objects by identity;
-  floats by their bits: 0.0 and -0.0 trace apart, a nan finds its trace again)."""
+  """A hashable key of the non-Tensor part of the arguments: floats by their bits (0.0 and -0.0
+  trace apart, a nan finds its trace again), numpy arrays by their value (a trace holds what the
+  array held), other unhashable objects by identity (kept alive by the key)."""
   if isinstance(tree, (list, tuple)): return (type(tree).__name__, *map(structure_key, tree))
   if isinstance(tree, dict): return ("dict", *((k, structure_key(v)) for k, v in tree.items()))
   if type(tree) is float: return ("float", float_bits(tree))
+  if type(tree).__name__ == "ndarray" and type(tree).__module__ == "numpy" and \
+      not tree.dtype.hasobject:
+    return ("ndarray", tree.dtype.str, tree.shape, _digest(tree))
   try:
     hash(tree)
     return (type(tree).__name__, tree)
-  except TypeError: return ("id", id(tree))
+  except TypeError: return ("id", ByIdentity(tree))
+
+
+def _digest(arr: Any) -> bytes:
+  """A digest of a numpy array's bytes (row-major)."""
+  data = arr if arr.flags.c_contiguous else arr.tobytes()
+  return hashlib.blake2b(data, digest_size=16).digest()
+
+
+class ByIdentity:
+  """An unhashable argument in a key: equal only to itself. The key holds it, so while a trace
+  is kept no other object can take its address (keyed by `id()` alone, a new object at a
+  recycled address found the old one's trace)."""
+  __slots__ = ("obj",)
+
+  def __init__(self, obj: Any) -> None: self.obj = obj
+  def __hash__(self) -> int: return id(self.obj)
+  def __eq__(self, other: object) -> bool:
+    return isinstance(other, ByIdentity) and other.obj is self.obj
 
 
 def tensor_signature(t: Tensor) -> tuple[tuple[sint, ...], DType, Any]:

@@ -5,16 +5,20 @@ A replay runs none of the function's Python code: no graph building, scheduling 
 only the captured launches (one native call per device where the device batches them, see
 engine/jit.py). What a replay does and does not repeat:
 - Inputs: every Tensor in the arguments (lists, tuples and dicts are walked) is realized first;
-  the replay swaps its buffer in for the one the capture saw.
+  the replay swaps its buffer in for the one the capture saw. An input is a value: the function
+  sees its buffer, not the graph that computed it (autograd inside does not reach through a
+  gathered `X[idx]` to X).
 - Side effects on buffers (optimizer `assign`s, BatchNorm running statistics) repeat: the kernels
   that wrote them are replayed.
 - Random numbers: each replay draws fresh numbers exactly as an eager call would (the capture
   records which buffers hold a random stream's (key, counter) and refills them).
 - Outputs: the returned Tensors are views of buffers the program owns; the next call overwrites
-  them (copy one with `.clone()` to keep it). Non-Tensor results are returned as captured.
+  them (copy one with `.clone()` to keep it). Passed back as the next call's inputs (a
+  recurrence's state) they are copied first. Non-Tensor results are returned as captured.
 - Python code is not replayed: reading tensor values (`item`, `tolist`, `numpy`) inside the
   function while it is captured raises `CaptureError`; a Python branch on a non-Tensor argument
-  is safe (each distinct non-Tensor argument value gets its own capture), on outside state not.
+  is safe (each distinct non-Tensor argument value gets its own capture: a numpy array by its
+  contents, another unhashable object by identity), on outside state not.
 - A new input signature (shapes, dtypes, devices, non-Tensor argument values, `Tensor.training`)
   starts over for that signature (an eager call, then a capture); the last `JIT_CAPTURES`
   signatures are kept. A different number or kind of arguments (a Tensor where the first call
@@ -22,17 +26,25 @@ engine/jit.py). What a replay does and does not repeat:
 - Symbolic shapes: a bound `Variable` passed as an argument or in an input's shape is part of
   the program, not of the signature: a new value replays the same kernels with the value passed
   at launch (no recompile, no recapture).
+- Threads: a jit runs one call at a time (its reentrant `jit.lock`). Its results are its own
+  buffers, overwritten by the next call from any thread: a thread sharing a jit holds `jit.lock`
+  across a call and the reads of its results (`with step.lock: loss = step(x).item()`;
+  `numpy()` shares the buffer: `.numpy().copy()`), or clones them inside it
+  (`.clone().realize()`). A capture records only its own thread's launches: other threads may
+  realize and read values meanwhile.
 - `jit.reset()` forgets every capture (needed if a captured tensor's storage was replaced, e.g.
   by `Tensor.replace`). `JIT=0` runs the function eagerly on every call.
 """
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from unigrad.engine import realize as engine
+from unigrad.engine.interrupts import deferred_interrupts
 from unigrad.engine.jit import CapturedProgram, capture, is_capturing
 from unigrad.frontend.function import (TensorLeaf, flatten_tensors, structure_key,
                                        tensor_signature, unflatten_tensors)
@@ -59,6 +71,7 @@ class Entry:
   out_tree: Any = None
   out_uops: tuple[tuple[UOp, Any], ...] = ()
   out_reads_input: tuple[bool, ...] = ()  # per result: does its view read an input's buffer
+  owned: frozenset = frozenset()  # the Buffers of the results a replay writes (not inputs')
 
 
 class TinyJit:
@@ -74,6 +87,7 @@ class TinyJit:
     self.fxn = fxn
     self.entries: dict[Any, Entry] = {}
     self.skeleton: Any = None
+    self.lock = threading.RLock()  # one call at a time (see the module docstring: Threads)
     functools.update_wrapper(self, fxn)
 
   def __get__(self, obj: Any, objtype: Any = None) -> Any:
@@ -81,8 +95,9 @@ class TinyJit:
 
   def reset(self) -> None:
     """Forget every capture: the next call runs eagerly, the one after captures again."""
-    self.entries.clear()
-    self.skeleton = None
+    with self.lock:
+      self.entries.clear()
+      self.skeleton = None
 
   @property
   def captured(self) -> CapturedProgram | None:
@@ -92,6 +107,9 @@ class TinyJit:
 
   def __call__(self, *args: Any, **kwargs: Any) -> Any:
     if not JIT or is_capturing(): return self.fxn(*args, **kwargs)  # inside another capture
+    with self.lock: return self._call(args, kwargs)
+
+  def _call(self, args: tuple, kwargs: dict[str, Any]) -> Any:
     found: dict[int, Tensor] = {}
     tree = flatten_tensors((args, kwargs), found)
     self._check_skeleton(tree)
@@ -104,8 +122,13 @@ class TinyJit:
     while len(self.entries) > max(1, int(JIT_CAPTURES)): self.entries.pop(next(iter(self.entries)))
     entry.calls += 1
     if entry.program is not None: return _replay(entry, inputs, var_vals)
+    inputs = [_as_value(t) for t in inputs]  # the function sees each input as a value
     call_args, call_kwargs = unflatten_tensors(tree, inputs)
     if entry.calls == 1: return _realized(self.fxn(*call_args, **call_kwargs))
+    return self._capture(entry, inputs, call_args, call_kwargs)
+
+  def _capture(self, entry: Entry, inputs: list[Tensor], call_args: Any, call_kwargs: Any) -> Any:
+    """Run the function once more, recording its launches into `entry`'s program."""
     with capture() as cap:
       result = _realized(self.fxn(*call_args, **call_kwargs))
     entry.program = CapturedProgram.from_capture(cap, [engine.buffer_of(t.uop) for t in inputs])
@@ -115,6 +138,9 @@ class TinyJit:
     entry.out_uops = tuple((t.uop, t.device) for t in outs.values())
     ins = set(entry.input_nodes)  # the results that read an input (returned as it is, a view)
     entry.out_reads_input = tuple(any(n in ins for n in t.uop.toposort()) for t in outs.values())
+    entry.owned = frozenset(engine.buffer_of(t.uop).base for t, reads in
+                            zip(outs.values(), entry.out_reads_input)
+                            if not reads and buffer_base(t.uop) is not None)
     return result
 
   def _check_skeleton(self, tree: Any) -> None:
@@ -143,6 +169,17 @@ def _prepare(inputs: list[Tensor]) -> list[Tensor]:
   return out
 
 
+def _as_value(t: Tensor) -> Tensor:
+  """`t` as the function must see it: its buffer, with no autograd history behind it. A realized
+  gather `X[idx]` remembers the graph that computed it (engine.history), and backward would
+  differentiate that graph instead, reading X and this call's `idx` rather than the input's
+  buffer: a replay swaps in the new input, but such kernels would still read the old `idx`.
+  The same Buffer under a fresh BUFFER node has no history."""
+  if t.uop not in engine.history or (base := buffer_base(t.uop)) is None: return t
+  fresh = engine.buffer_from(engine.buffer_of(base))
+  return Tensor._from_uop(t.uop.substitute({base: fresh}), t.device)
+
+
 def _realized(result: Any) -> Any:
   """`result` with every Tensor in it realized (in one run)."""
   found: dict[int, Tensor] = {}
@@ -153,11 +190,22 @@ def _realized(result: Any) -> Any:
 
 def _replay(entry: Entry, inputs: list[Tensor], var_vals: dict[str, int]) -> Any:
   assert entry.program is not None
-  entry.program.replay([engine.buffer_of(t.uop) for t in inputs], var_vals)
+  inputs = [_unowned(entry, t) for t in inputs]
+  # one launch at a time with other threads' realizes; a Ctrl-C waits for every launch
+  with engine.realize_lock, deferred_interrupts():
+    entry.program.replay([engine.buffer_of(t.uop) for t in inputs], var_vals)
   sub = {old: buffer_base(t.uop) for old, t in zip(entry.input_nodes, inputs)}
   outs = [Tensor._from_uop(_rebind(u.substitute(sub) if reads else u, var_vals), dev)
           for (u, dev), reads in zip(entry.out_uops, entry.out_reads_input)]
   return unflatten_tensors(entry.out_tree, outs)
+
+
+def _unowned(entry: Entry, t: Tensor) -> Tensor:
+  """`t`, copied first if its buffer is one of the replay's own results (a result fed back as
+  the next call's input, `(a, b) -> (b, a + b)`): the replay would overwrite it while reading it,
+  or return it as a view of an input after writing its next value into it."""
+  if engine.buffer_of(t.uop).base not in entry.owned: return t
+  return t.contiguous().realize()
 
 
 def _input_key(t: Tensor) -> Any:

@@ -15,6 +15,7 @@ from typing import Any
 from unigrad.dtype import (FP8S, DType, dtypes, from_bytes, from_numpy_name, to_bytes, to_dtype,
                            to_numpy_name)
 from unigrad.engine import realize as engine
+from unigrad.engine.interrupts import deferred_interrupts
 from unigrad.frontend.activations import ActivationsMixin
 from unigrad.frontend.composite import CompositeMixin
 from unigrad.frontend.creation import CreationMixin
@@ -188,7 +189,9 @@ class Tensor(MultiMixin, ActivationsMixin, LinalgMixin, SelectMixin, IndexingMix
     if others:
       Tensor.realize_all(self, *others)
       return self
-    with engine.realize_lock:  # realize_all for one tensor (the eager hot path)
+    # realize_all for one tensor (the eager hot path); a Ctrl-C waits until the tensors point at
+    # what the launches wrote (engine/interrupts.py)
+    with engine.realize_lock, deferred_interrupts():
       if writes.pending: _realize_with_writes([self])
       elif not engine.is_realized(u := self.uop): _apply_map(engine.realize([u], [self._device]))
     return self
@@ -197,7 +200,7 @@ class Tensor(MultiMixin, ActivationsMixin, LinalgMixin, SelectMixin, IndexingMix
   def realize_all(*tensors: Tensor) -> None:
     """Realize `tensors` together, with every write still pending (frontend/writes.py). Threads
     realize one at a time (the engine's lock)."""
-    with engine.realize_lock:
+    with engine.realize_lock, deferred_interrupts():
       if writes.pending: return _realize_with_writes(list(tensors))
       todo = [t for t in tensors if not engine.is_realized(t.uop)]
       if not todo: return

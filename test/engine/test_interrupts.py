@@ -1,0 +1,186 @@
+"""A Ctrl-C (SIGINT) during a realize: delivered after it, never between its launches and the
+tensors being pointed at what they wrote (that applied an optimizer step twice)."""
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from unigrad import Tensor, TinyJit, nn
+from unigrad.engine import jit as engine_jit
+from unigrad.engine import realize as engine_realize
+from unigrad.engine.interrupts import deferred_interrupts
+from unigrad.helpers import GlobalCounters
+
+
+def _interrupt() -> None: os.kill(os.getpid(), signal.SIGINT)
+
+
+def test_interrupt_inside_the_block_is_raised_when_it_ends():
+  reached = []
+  with pytest.raises(KeyboardInterrupt):
+    with deferred_interrupts():
+      _interrupt()
+      time.sleep(0.01)  # the handler has run by now: it only recorded the signal
+      reached.append(1)
+  assert reached == [1]
+  assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_nested_blocks_deliver_at_the_outermost():
+  reached = []
+  with pytest.raises(KeyboardInterrupt):
+    with deferred_interrupts():
+      with deferred_interrupts(): _interrupt()
+      time.sleep(0.01)
+      reached.append(1)
+  assert reached == [1]
+
+
+def test_previous_handler_is_restored_and_called_once():
+  calls = []
+  old = signal.signal(signal.SIGINT, lambda signum, frame: calls.append(signum))
+  try:
+    with deferred_interrupts():
+      _interrupt()
+      _interrupt()
+      time.sleep(0.01)
+      assert calls == []
+    assert calls == [signal.SIGINT]
+    assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+  finally: signal.signal(signal.SIGINT, old)
+
+
+def test_other_threads_leave_the_handler_alone():
+  seen = []
+
+  def work():
+    with deferred_interrupts(): seen.append(signal.getsignal(signal.SIGINT))
+  t = threading.Thread(target=work)
+  t.start()
+  t.join()
+  assert seen == [signal.default_int_handler]
+
+
+def _model(device: str) -> tuple[list[Tensor], nn.optim.Adam]:
+  rng = np.random.default_rng(0)
+  w = Tensor(rng.standard_normal((4, 3)).astype(np.float32), device, requires_grad=True)
+  b = Tensor(rng.standard_normal(3).astype(np.float32), device, requires_grad=True)
+  Tensor.realize_all(w, b)
+  return [w, b], nn.optim.Adam([w, b], lr=0.1)
+
+
+X = np.random.default_rng(1).standard_normal((5, 4)).astype(np.float32)
+
+
+def _step_fn(params: list[Tensor], opt: nn.optim.Adam):
+  """A training step on `xt`: the loss, its backward and Adam's update in one realize."""
+  def step(xt: Tensor) -> Tensor:
+    opt.zero_grad()
+    w, b = params
+    loss = ((xt @ w + b) ** 2).mean()
+    loss.backward()
+    Tensor.realize_all(loss, *opt.schedule_step())
+    return loss
+  return step
+
+
+def _state(params: list[Tensor], opt: nn.optim.Adam) -> list[np.ndarray]:
+  """Parameters and Adam's moments, realized (a pending assign is applied by this read)."""
+  return [t.numpy().copy() for t in (*params, *opt.m, *opt.v)]
+
+
+def _trajectory(device: str, steps: int) -> list[list[np.ndarray]]:
+  """The states before and after each of `steps` uninterrupted eager steps."""
+  params, opt = _model(device)
+  step = _step_fn(params, opt)
+  states = [_state(params, opt)]
+  for _ in range(steps):
+    step(Tensor(X, device))
+    states.append(_state(params, opt))
+  return states
+
+
+def _steps_applied(state: list[np.ndarray], trajectory: list[list[np.ndarray]]) -> int:
+  """How many steps `state` is from the start (the index of the trajectory's equal state)."""
+  for i, s in enumerate(trajectory):
+    if all(np.array_equal(a, b) for a, b in zip(state, s)): return i
+  raise AssertionError("the state is on no step of the eager trajectory")
+
+
+def _interrupt_after(n: int, fn):
+  """`fn`, wrapped to send SIGINT to this process after its `n`-th call."""
+  calls = [0]
+
+  def wrapped(*args, **kwargs):
+    out = fn(*args, **kwargs)
+    calls[0] += 1
+    if calls[0] == n: _interrupt()
+    return out
+  return wrapped
+
+
+def test_interrupted_optimizer_step_is_applied_once(monkeypatch):
+  """Regression: SIGINT after a kernel of an optimizer step (PYTHON launches one kernel at a
+  time) left the writes done and the parameters still holding their assigns: the next read
+  applied the step again. Interrupted after each of its kernels in turn, it completes, once."""
+  trajectory = _trajectory("PYTHON", 2)
+  params, opt = _model("PYTHON")
+  step = _step_fn(params, opt)
+  before = GlobalCounters.kernel_count
+  step(Tensor(X, "PYTHON"))
+  kernels = GlobalCounters.kernel_count - before
+  assert kernels >= 2
+  for k in range(1, kernels + 1):
+    params, opt = _model("PYTHON")
+    step = _step_fn(params, opt)
+    step(Tensor(X, "PYTHON"))
+    monkeypatch.setattr(engine_realize, "_count", _interrupt_after(k, engine_realize._count))
+    with pytest.raises(KeyboardInterrupt): step(Tensor(X, "PYTHON"))
+    monkeypatch.undo()
+    assert _steps_applied(_state(params, opt), trajectory) == 2
+
+
+def test_interrupted_jit_replay_is_applied_once(monkeypatch):
+  """The same for a TinyJit replay: interrupted after any of its launches, it completes, and
+  the next replay is the next step."""
+  trajectory = _trajectory("PYTHON", 4)
+  launches = None
+  for k in range(1, 99):
+    params, opt = _model("PYTHON")
+    step = TinyJit(_step_fn(params, opt))
+    for _ in range(2): step(Tensor(X, "PYTHON"))  # eager, capture
+    launches = launches or len(step.captured.launches)
+    if k > launches: break
+    monkeypatch.setattr(engine_jit, "_launch", _interrupt_after(k, engine_jit._launch))
+    with pytest.raises(KeyboardInterrupt): step(Tensor(X, "PYTHON"))
+    monkeypatch.undo()
+    assert _steps_applied(_state(params, opt), trajectory) == 3
+    step(Tensor(X, "PYTHON"))
+    assert _steps_applied(_state(params, opt), trajectory) == 4
+  assert launches >= 2
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_sigint_from_a_timer_thread_never_doubles_a_step(jit):
+  """A real Ctrl-C at a random moment of each of 30 steps: afterwards the parameters and
+  moments are those of one more step (or none, if it came before the realize), never two."""
+  trajectory = _trajectory("CPU", 31)
+  params, opt = _model("CPU")
+  step = TinyJit(_step_fn(params, opt)) if jit else _step_fn(params, opt)
+  rng = np.random.default_rng(2)
+  applied = 0
+  for _ in range(30):
+    timer = threading.Timer(rng.uniform(0, 0.003), _interrupt)
+    try:
+      timer.start()
+      step(Tensor(X, "CPU"))
+      timer.join()
+      time.sleep(0.005)  # the signal arrives here if the step finished first
+    except KeyboardInterrupt:
+      timer.join()
+    now = _steps_applied(_state(params, opt), trajectory)
+    assert now in (applied, applied + 1)
+    applied = now
