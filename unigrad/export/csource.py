@@ -173,6 +173,10 @@ def render_source(name: str, plan: ExportPlan, kernels: dict[UOp, KernelSource],
   for launch in plan.launches:
     kernel = kernels.get(launch.kernel)
     body += _launch(names, kernel, tuple(plan.slots[s] for s in launch.slots))
+  for dst, src in plan.copies:  # an output holding the same value as an earlier one
+    spec = outs[dst]
+    body += _launch(names, None, (Slot(Category.OUTPUT, dst, spec.numel, spec.dtype),
+                                  Slot(Category.OUTPUT, src, spec.numel, spec.dtype)))
   indent = "    " if batched else "  "
   lines = [indent + ln for ln in body]
   if batched: lines = ["  for (int b = 0; b < batch; b++) {", *lines, "  }"]
