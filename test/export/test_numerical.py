@@ -12,7 +12,7 @@ from unigrad.export.csource import KernelSource
 from unigrad.renderer.cstyle import PRELUDE, CRenderer
 from unigrad.uop import Ops
 
-from export.helpers import MLP, build_driver, needs_cc, run_driver, same_bits
+from export.helpers import MLP, build_driver, compile_strict, needs_cc, run_driver, same_bits
 
 pytestmark = needs_cc
 
@@ -208,9 +208,35 @@ def test_bad_specs_raise():
   with pytest.raises(TypeError, match="Tensor or a"): NumericalFunction(lambda x: x, [2, 3])
   with pytest.raises(TypeError, match="needs a function"):
     NumericalFunction(3, ((2,), dtypes.float32))
-  for bad in ("my-fn", "main", "int", "__x"):
-    with pytest.raises(ValueError, match="C identifier"):
-      NumericalFunction(lambda x: x, ((2,), dtypes.float32), name=bad)
+
+
+@pytest.mark.parametrize("name, why", [
+  ("my-fn", "not a C identifier"), ("1x", "not a C identifier"), ("", "not a C identifier"),
+  ("int", "keyword"), ("class", "keyword"), ("and", "keyword"), ("nullptr", "keyword"),
+  ("__x", "reserved"), ("_X", "reserved"), ("_x", "reserved"), ("main", "entry point"),
+  ("sin", "C library"), ("expf", "C library"), ("malloc", "C library"), ("printf", "C library"),
+  ("memcpy", "C library"), ("isnan", "C library"), ("size_t", "C library"),
+  ("uint32_t", "C library"), ("read", "C library"), ("float_v8", "kernels' code"),
+  ("unigrad_oob", "kernels' code")])
+def test_a_name_a_c_file_cannot_define_is_refused(name, why):
+  with pytest.raises(ValueError, match=f"cannot name the exported C function: it .*{why}"):
+    NumericalFunction(lambda x: x, ((2,), dtypes.float32), name=name)
+
+
+def test_a_function_named_like_a_libc_function_exports_as_fn():
+  def exp(x): return x.exp()
+  def predict(x): return x * 2
+  assert NumericalFunction(exp, ((2,), dtypes.float32)).name == "fn"
+  assert NumericalFunction(predict, ((2,), dtypes.float32)).name == "predict"
+
+
+@pytest.mark.parametrize("build", ["gcc", "clang"])
+def test_a_public_name_equal_to_a_kernel_name_renames_the_kernel(build, tmp_path):
+  kernel = next(iter(NumericalFunction(lambda x: x * 2, ((3,), dtypes.float32)).rendered_kernels))
+  nf = NumericalFunction(lambda x: x * 2, ((3,), dtypes.float32), name=kernel)
+  assert kernel not in nf.rendered_kernels and f"void {kernel}(const float *in0" in nf.source
+  compile_strict(tmp_path, nf.source, build)
+  np.testing.assert_array_equal(nf(Tensor([1.0, 2.0, 3.0])).numpy(), [2.0, 4.0, 6.0])
 
 
 def test_calling_with_wrong_inputs_raises(mlp):
