@@ -13,9 +13,9 @@ target's baseline registers (the AVX-512 width of the machine that exported them
 without -mavx512f), the ABI warning of gcc and clang for the always-inlined vector helpers is
 switched off in the file; gcc still prints an informational note about them (no error;
 `-Wno-psabi` or `-march=native` removes it). The file compiles with `-Wall -Wextra -Werror`
-under gcc and clang (csource.py); the public name is checked by names.py. Floating-point contraction must stay off
-as on the CPU device (`-std=c11` gives it with gcc, the file tells clang with a pragma, gcc in C++
-or GNU mode needs `-ffp-contract=off` on FMA targets).
+under gcc and clang (csource.py); the public name is checked by names.py. Floating-point
+contraction must stay off as on the CPU device (`-std=c11` gives it with gcc, the file tells
+clang with a pragma, gcc in C++ or GNU mode needs `-ffp-contract=off` on FMA targets).
 """
 from __future__ import annotations
 
