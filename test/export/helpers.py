@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "examples"))
 from train_digits import DigitsCNN  # noqa: E402
 
-__all__ = ["DigitsCNN", "MLP", "same_bits", "needs_cc", "build_driver", "run_driver", "cc"]
+__all__ = ["DigitsCNN", "MLP", "same_bits", "needs_cc", "build_driver", "run_driver", "cc",
+           "STRICT_BUILDS", "compile_strict"]
 
 needs_cc = pytest.mark.skipif(find_c_compiler() is None, reason="no C compiler")
 
@@ -35,6 +36,24 @@ class MLP:
   def __call__(self, x: Tensor) -> tuple[Tensor, Tensor]:
     logits = self.l2(self.l1(x).gelu())
     return logits, logits.softmax(-1)
+
+
+# gcc and clang, as C11 and as C++: an exported file must build warning-free under each
+STRICT_BUILDS = {"gcc": ["gcc", "-std=c11"], "clang": ["clang", "-std=c11"],
+                 "g++": ["g++", "-x", "c++"], "clang++": ["clang++", "-x", "c++"]}
+STRICT_FLAGS = ["-O2", "-Wall", "-Wextra", "-Werror"]
+
+
+def compile_strict(folder: Path, source: str, build: str) -> None:
+  """Compile `source` to an object with STRICT_BUILDS[build] and -Wall -Wextra -Werror (no
+  -march: the baseline target, where wide vector helpers are most likely to warn); skips when
+  that compiler is missing; asserts no error and no warning."""
+  argv = STRICT_BUILDS[build]
+  if shutil.which(argv[0]) is None: pytest.skip(f"no {argv[0]}")
+  (folder / "strict.c").write_text(source)
+  cmd = [*argv, *STRICT_FLAGS, "-c", "strict.c", "-o", "strict.o"]
+  proc = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0 and "warning" not in proc.stderr, f"{' '.join(cmd)}:\n{proc.stderr}"
 
 
 def same_bits(a: Tensor, b: Tensor) -> bool:
@@ -80,8 +99,8 @@ def build_driver(folder: Path, name: str, source: str, header: str,
   (folder / "driver.c").write_text(driver)
   exe = folder / f"{name}_driver"
   lang = ["-x", "c++"] if cxx else ["-std=c11"]
-  cmd = [cxx or cc(), *lang, "-O2", "-Wall", "-Werror", "-Wno-psabi", "driver.c", f"{name}.c",
-         "-o", str(exe), "-lm"]
+  cmd = [cxx or cc(), *lang, "-O2", "-Wall", "-Werror", "driver.c", f"{name}.c", "-o", str(exe),
+         "-lm"]
   proc = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr
   return exe

@@ -7,12 +7,12 @@ import pytest
 
 from unigrad import Context, Tensor, dtypes, function
 from unigrad.codegen.pipeline import full_rewrite
-from unigrad.export import Category, ExportError, NumericalFunction, TensorSpec
+from unigrad.export import Category, ExportError, NumericalFunction, TensorSpec, svmap
 from unigrad.export.csource import KernelSource
 from unigrad.renderer.cstyle import PRELUDE, CRenderer
 from unigrad.uop import Ops
 
-from export.helpers import MLP, needs_cc, same_bits
+from export.helpers import MLP, build_driver, compile_strict, needs_cc, run_driver, same_bits
 
 pytestmark = needs_cc
 
@@ -96,6 +96,60 @@ def test_outputs_aliasing_inputs_get_their_own_row_major_buffer(fn):
   assert same_bits(x, Tensor.arange(12, dtype=dtypes.float32).reshape(3, 4))  # input untouched
 
 
+W3 = Tensor([5.0, -6.0, 7.5]).realize()
+REPEATS = {
+  "walrus": lambda x: ((y := x * 2), y),
+  "equal_values": lambda x: (x * 2, x * 2),
+  "input_twice": lambda x: (x, x),
+  "input_between": lambda x: (x, x + 1, x),
+  "weight_twice": lambda x: (W3, W3),
+  "constant_twice": lambda x: ((c := Tensor.ones(3)), c),
+  "nested": lambda x: [((y := x + 1), (y, x)), y],
+  "views_of_one_value": lambda x: ((y := x * 2)[1:], y, y[:2], y[1:]),
+}
+
+
+@pytest.mark.parametrize("fn", REPEATS.values(), ids=REPEATS.keys())
+def test_a_tensor_returned_twice_is_two_outputs_each_written(fn):
+  nf = NumericalFunction(fn, ((3,), dtypes.float32), name="rep")
+  x = Tensor([1.0, -2.0, 3.5]).realize()
+  refs = [r.numpy() for r in _leaves(fn(x))]
+  assert nf.header.count("float *out") == len(refs) == len(nf.output_specs)
+  outs = nf(x)
+  assert isinstance(outs, tuple) and len(outs) == len(refs)
+  for got, ref in zip(outs, refs): np.testing.assert_array_equal(got.numpy(), ref)
+
+
+def _leaves(tree):
+  return [tree] if isinstance(tree, Tensor) else [t for x in tree for t in _leaves(x)]
+
+
+@pytest.mark.parametrize("fn", [lambda x: x, lambda x: W3, lambda x: Tensor.full((2, 3), 4.0)],
+                         ids=["input", "weight", "constant"])
+def test_a_function_returning_an_input_or_a_constant_exports(fn):
+  nf = NumericalFunction(fn, ((3,), dtypes.float32), name="one")
+  x = Tensor([1.0, -2.0, 3.5]).realize()
+  np.testing.assert_array_equal(nf(x).numpy(), fn(x).numpy())
+
+
+def test_an_output_returned_twice_is_written_by_a_c_program(tmp_path):
+  nf = NumericalFunction(lambda x: ((y := x * 2), y), ((3,), dtypes.float32), name="twice")
+  assert "float *out0, float *out1" in nf.header
+  exe = build_driver(tmp_path, "twice", nf.source, nf.header, [("float", 3)],
+                     [("float", 3), ("float", 3)])
+  x = Tensor([1.0, -2.0, 3.5]).realize()
+  assert run_driver(exe, [x]) == bytes((x * 2).realize()._bytes()) * 2
+
+
+def test_a_batched_output_returned_twice_is_written_for_every_example():
+  nf = NumericalFunction(svmap(lambda x: ((y := x.sum()), y, x)), ((4, 3), dtypes.float32))
+  x = Tensor.randn(5, 3).realize()
+  s0, s1, same = nf(x)
+  np.testing.assert_array_equal(s0.numpy(), s1.numpy())
+  np.testing.assert_allclose(s0.numpy(), x.numpy().sum(1), rtol=1e-6)
+  np.testing.assert_array_equal(same.numpy(), x.numpy())
+
+
 def test_dtypes_int_bool_and_emulated_half():
   def f(i, h):
     return (i * 3) > 4, (h * 2).cast(dtypes.float32), h.cast(dtypes.bfloat16) + 1
@@ -154,9 +208,35 @@ def test_bad_specs_raise():
   with pytest.raises(TypeError, match="Tensor or a"): NumericalFunction(lambda x: x, [2, 3])
   with pytest.raises(TypeError, match="needs a function"):
     NumericalFunction(3, ((2,), dtypes.float32))
-  for bad in ("my-fn", "main", "int", "__x"):
-    with pytest.raises(ValueError, match="C identifier"):
-      NumericalFunction(lambda x: x, ((2,), dtypes.float32), name=bad)
+
+
+@pytest.mark.parametrize("name, why", [
+  ("my-fn", "not a C identifier"), ("1x", "not a C identifier"), ("", "not a C identifier"),
+  ("int", "keyword"), ("class", "keyword"), ("and", "keyword"), ("nullptr", "keyword"),
+  ("__x", "reserved"), ("_X", "reserved"), ("_x", "reserved"), ("main", "entry point"),
+  ("sin", "C library"), ("expf", "C library"), ("malloc", "C library"), ("printf", "C library"),
+  ("memcpy", "C library"), ("isnan", "C library"), ("size_t", "C library"),
+  ("uint32_t", "C library"), ("read", "C library"), ("float_v8", "kernels' code"),
+  ("unigrad_oob", "kernels' code")])
+def test_a_name_a_c_file_cannot_define_is_refused(name, why):
+  with pytest.raises(ValueError, match=f"cannot name the exported C function: it .*{why}"):
+    NumericalFunction(lambda x: x, ((2,), dtypes.float32), name=name)
+
+
+def test_a_function_named_like_a_libc_function_exports_as_fn():
+  def exp(x): return x.exp()
+  def predict(x): return x * 2
+  assert NumericalFunction(exp, ((2,), dtypes.float32)).name == "fn"
+  assert NumericalFunction(predict, ((2,), dtypes.float32)).name == "predict"
+
+
+@pytest.mark.parametrize("build", ["gcc", "clang"])
+def test_a_public_name_equal_to_a_kernel_name_renames_the_kernel(build, tmp_path):
+  kernel = next(iter(NumericalFunction(lambda x: x * 2, ((3,), dtypes.float32)).rendered_kernels))
+  nf = NumericalFunction(lambda x: x * 2, ((3,), dtypes.float32), name=kernel)
+  assert kernel not in nf.rendered_kernels and f"void {kernel}(const float *in0" in nf.source
+  compile_strict(tmp_path, nf.source, build)
+  np.testing.assert_array_equal(nf(Tensor([1.0, 2.0, 3.0])).numpy(), [2.0, 4.0, 6.0])
 
 
 def test_calling_with_wrong_inputs_raises(mlp):

@@ -375,6 +375,84 @@ def test_inplace_rejects_a_result_of_higher_kind():
     b += 1
 
 
+INPLACE_OPERANDS = {name: (dtypes.float32, [1.5, -2.0, 3.25, 4.0], 2.5) for name, _ in INPLACE}
+INPLACE_OPERANDS.update({name: (dtypes.int32, [12, -7, 5, 1], 3) for name, _ in INPLACE_INT})
+
+
+@pytest.mark.parametrize("op", INPLACE + INPLACE_INT, ids=[n for n, _ in INPLACE + INPLACE_INT])
+def test_inplace_operators_update_numpy_and_dlpack_views(op):
+  name, torch_op = op
+  dt, x, y = INPLACE_OPERANDS[name]
+  t = Tensor(x, dtype=dt, device="CPU").realize()
+  array, consumer, alias = t.numpy(), torch.from_dlpack(t), t
+  getattr(t, name)(y)
+  expected = torch_op(torch.tensor(x, dtype=consumer.dtype), y)
+  assert alias is t
+  np.testing.assert_allclose(array, expected.numpy(), rtol=1e-6)
+  np.testing.assert_allclose(consumer.numpy(), expected.numpy(), rtol=1e-6)
+
+
+def test_inplace_operator_statement_updates_a_numpy_view():
+  t = Tensor([1.0, 2.0]).realize()
+  a = t.numpy()
+  t += 1
+  np.testing.assert_array_equal(a, [2.0, 3.0])
+
+
+def test_inplace_operator_on_a_view_writes_its_base():
+  t = Tensor.arange(6).float().reshape(2, 3).contiguous().realize()
+  a = t.numpy()
+  row, col = t[1], t[:, 0]
+  row += 10
+  col *= -1
+  expected = torch.arange(6).float().reshape(2, 3)
+  expected[1] += 10
+  expected[:, 0] *= -1
+  np.testing.assert_array_equal(a, expected.numpy())
+  np.testing.assert_array_equal(t.numpy(), expected.numpy())
+
+
+def test_inplace_operator_result_of_higher_kind_raises_pytorchs_error():
+  with pytest.raises(RuntimeError) as theirs: torch.tensor([1, 2]).__iadd__(1.5)
+  i = Tensor([1, 2]).realize()
+  with pytest.raises(RuntimeError) as ours: i += 1.5
+  assert str(ours.value) == str(theirs.value)
+  assert i.tolist() == [1, 2]
+
+
+def test_inplace_operator_on_a_leaf_that_requires_grad_raises_outside_no_grad():
+  w = Tensor([1.0, 2.0], requires_grad=True)
+  with pytest.raises(RuntimeError, match="a leaf Variable that requires grad is being used in an "
+                                         "in-place operation"):
+    w += 1
+  (w * w).sum().backward()
+  with Tensor.no_grad(): w -= 0.25 * w.grad  # an optimizer step
+  assert w.requires_grad and w.tolist() == [0.5, 1.0]
+  w.grad = None
+  (w * w).sum().backward()
+  assert w.grad.tolist() == [1.0, 2.0]
+
+
+def _chain_add(w, m): y = w * 2; y += 1; return (y * y).sum()
+def _read_before(w, m): y = w * 2; z = y * 3; y += 1; return (z + y * y).sum()
+def _chain_mul(w, m): y = w * 2; y *= w; return y.sum()
+def _chain_many(w, m): y = w * 3; y += w; y *= 2; y -= w * w; return (y * w).sum()
+def _chain_of_realized(w, m):
+  y = w * 3
+  if m is not torch: y = y.realize()
+  y += w
+  return (y * w).sum()
+
+
+@pytest.mark.parametrize("loss", [_chain_add, _read_before, _chain_mul, _chain_many,
+                                  _chain_of_realized], ids=lambda f: f.__name__[1:])
+def test_inplace_operator_on_a_non_leaf_keeps_gradients_exact(loss):
+  w, wt = Tensor([1.0, 2.0], requires_grad=True), torch.tensor([1.0, 2.0], requires_grad=True)
+  loss(w, Tensor).backward()
+  loss(wt, torch).backward()
+  np.testing.assert_allclose(w.grad.numpy(), wt.grad.numpy(), rtol=1e-6)
+
+
 def test_reflected_shifts_pos_abs():
   t = Tensor([1, 2, 3], device="CPU")
   tt = torch.tensor([1, 2, 3])

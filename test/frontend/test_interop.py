@@ -3,7 +3,11 @@ runtime/dlpack.py). Memory sharing is proven by writing through one side and rea
 lifetimes by dropping the exporter and checking its buffer outlives the consumer."""
 import ctypes
 import gc
+import os
+import subprocess
+import sys
 import weakref
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -242,6 +246,37 @@ def test_dlpack_export_bad_input():
   if Device.device_class("CL").is_available():
     with pytest.raises(BufferError, match="CL"): torch.from_dlpack(Tensor([1.0], device="CL"))
   with pytest.raises(BufferError): Tensor.ones(2, device="NULL").__dlpack_device__()
+
+
+# ---- alive at interpreter exit ----
+
+ROOT = Path(__file__).resolve().parents[2]
+# what stays alive until the modules are torn down: in sys under a _name (cleared in the first
+# pass over sys, after the other modules), in a reference cycle (collected at the very end) and in
+# the main module; one interpreter per direction
+ALIVE_AT_EXIT = {
+  "dlpack_consumers": ["sys._keep = torch.from_dlpack(Tensor.ones(10).contiguous().realize())",
+                       "a = A(); a.me = a; a.d = torch.from_dlpack(Tensor([1.0]).realize())",
+                       "sys._np = np.from_dlpack(Tensor.ones(10).contiguous().realize())",
+                       "sys._capsule = Tensor.ones(10).contiguous().realize().__dlpack__()",
+                       "d = torch.from_dlpack(Tensor.ones(1 << 16).contiguous().realize())"],
+  "numpy_views": ["sys._keep = Tensor.ones(1 << 20).contiguous().realize().numpy()",
+                  "a = A(); a.me = a; a.v = (Tensor.ones(10) * 2).realize().numpy()"],
+  "dlpack_producers": ["sys._keep = Tensor.from_dlpack(torch.ones(10)); sys._keep.realize()",
+                       "a = A(); a.me = a; a.t = Tensor.from_dlpack(torch.ones(1 << 20))",
+                       "sys._np = Tensor.from_dlpack(np.ones(10))",
+                       "t = Tensor.from_dlpack(torch.ones(9)); sys._a = torch.from_dlpack(t)"],
+}
+
+
+@pytest.mark.parametrize("kept", ALIVE_AT_EXIT.values(), ids=ALIVE_AT_EXIT.keys())
+def test_dlpack_and_numpy_sharing_alive_at_exit_exits_cleanly(kept):
+  script = "\n".join(["import sys, numpy as np, torch", "from unigrad import Tensor",
+                      "class A: pass", *kept])
+  env = {**os.environ, "PYTHONPATH": str(ROOT)}
+  proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
+                        timeout=300)
+  assert proc.returncode == 0 and proc.stderr == "", (proc.returncode, proc.stderr)
 
 
 # ---- from_blob ----

@@ -8,10 +8,11 @@ kernels as `static` functions, the constants as `static const` unions of their e
 their typed values, one `static` scratch array per intermediate dtype (shared by lifetime, the
 memory plan), and `void NAME(const T0 *in0, ..., T *out0, ...)` calling the kernels in order.
 Invariants: the file needs no header but `<stdint.h>` and `<stddef.h>`, no library but libm,
-compiles with `cc -std=c11 -O2 -Wall -Werror` and as C++ (`restrict` and `_Bool` are mapped);
-float16/bfloat16 arrays are 16-bit patterns (`uint16_t`); a kernel with THREAD chunks runs them
-in a loop, in parallel under OpenMP (`-fopenmp`) when the compiler has it; the function keeps
-state in its static scratch arrays, so two calls must not run at the same time.
+compiles with `-std=c11 -O2 -Wall -Wextra -Werror` under gcc and clang, and as C++ (`restrict`
+and `_Bool` are mapped), with or without `-march=native`; float16/bfloat16 arrays are 16-bit
+patterns (`uint16_t`); a kernel with THREAD chunks runs them in a loop, in parallel under OpenMP
+(`-fopenmp`) when the compiler has it; the function keeps state in its static scratch arrays, so
+two calls must not run at the same time.
 """
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ __all__ = ["KernelSource", "render_header", "render_source", "c_type"]
 
 # what C11 and C++ spell differently; no contraction of a*b+c into an fma the kernels did not ask
 # for (gcc: -ffp-contract=off, the default with -std=c11); vector helpers wider than the target's
-# baseline registers are inlined, so gcc's ABI warning about them (-Wpsabi) does not apply
+# baseline registers are static, called only from this file, so the ABI warning of gcc and clang
+# about them (-Wpsabi) does not apply
 PORTABILITY = """\
 #include <stddef.h>
 #ifdef __cplusplus
@@ -37,10 +39,23 @@ PORTABILITY = """\
 #endif
 #if defined(__clang__)
 #pragma clang fp contract(off)
+#if __has_warning("-Wpsabi")
+#pragma clang diagnostic ignored "-Wpsabi"
+#endif
 #elif defined(__GNUC__)
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 """
+# the prelude and helpers are a small library of which a file calls a part (a float32 file never
+# rounds to half: `__rh` is unused), and a kernel takes its `core_id` even when it runs one chunk:
+# these two warnings are off for the kernels' part of the file only, the public function is checked
+KERNEL_WARNINGS_OFF = """\
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+#endif"""
+KERNEL_WARNINGS_ON = "#if defined(__GNUC__)\n#pragma GCC diagnostic pop\n#endif"
 HEX_PER_LINE = 8
 
 
@@ -160,11 +175,12 @@ def render_source(name: str, plan: ExportPlan, kernels: dict[UOp, KernelSource],
   build = (f"/* build: cc {' '.join(BUILD_FLAGS)} -c {name}.c  (any C11 or C++ compiler of the gcc "
            "or clang family;\n * -march=native only for speed, -fopenmp runs THREAD chunks in "
            "parallel) */")
-  parts = [render_header(name, ins, outs, mapped), build, PORTABILITY, PRELUDE, *helpers.values(),
-           "\n".join(parallel), ""]
+  parts = [render_header(name, ins, outs, mapped), build, PORTABILITY, KERNEL_WARNINGS_OFF,
+           PRELUDE, *helpers.values(), "\n".join(parallel), ""]
   # each kernel stays a function of its own, as on the CPU device: inlined into the public
   # function, gcc optimizes the loops worse (the digits CNN ran ~2x slower)
   parts += [f"static __attribute__((noinline)) {k.function}" for k in kernels.values()]
+  parts.append(KERNEL_WARNINGS_ON)
   parts += [_constant(f"{name}_c{i}", d, dt)
             for i, (d, dt) in enumerate(zip(plan.constants, plan.constant_dtypes))]
   parts += [f"static {STORAGE[dt]} {names.scratch(dt)}[{max(n, 1)}] __attribute__((aligned(64)));"
@@ -173,6 +189,10 @@ def render_source(name: str, plan: ExportPlan, kernels: dict[UOp, KernelSource],
   for launch in plan.launches:
     kernel = kernels.get(launch.kernel)
     body += _launch(names, kernel, tuple(plan.slots[s] for s in launch.slots))
+  for dst, src in plan.copies:  # an output holding the same value as an earlier one
+    spec = outs[dst]
+    body += _launch(names, None, (Slot(Category.OUTPUT, dst, spec.numel, spec.dtype),
+                                  Slot(Category.OUTPUT, src, spec.numel, spec.dtype)))
   indent = "    " if batched else "  "
   lines = [indent + ln for ln in body]
   if batched: lines = ["  for (int b = 0; b < batch; b++) {", *lines, "  }"]

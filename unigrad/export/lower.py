@@ -5,7 +5,8 @@ Produces: an `ExportPlan`: the schedule (`LINEAR` of kernel CALLs over PARAM slo
 same callify and create_schedule as `Tensor.realize`, less the kernels fold.py ran at export
 time), the category of every slot used (seed 003's four: input, output, constant, intermediate),
 the constants' bytes, each intermediate's place in a per-dtype scratch array (the memory plan,
-schedule/memory.py), and the launches.
+schedule/memory.py), the launches, and the copies that fill an output holding the same value as
+an earlier one (a Tensor returned twice: each output is written).
 Invariants: constants are the captured values realized once, row-major, and the results of
 folded kernels, their bytes read here (embedded later as `static const` arrays with these exact
 bits), numbered in order of first use; the scheduling works on the
@@ -40,6 +41,7 @@ class ExportPlan:
   constant_dtypes: tuple[DType, ...]
   scratch: dict[DType, int]  # dtype -> elements of its static scratch array
   launches: tuple[Launch, ...]
+  copies: tuple[tuple[int, int], ...] = ()  # (output, earlier output of the same value), in order
 
 
 def lower(tr: Trace) -> ExportPlan:
@@ -47,13 +49,14 @@ def lower(tr: Trace) -> ExportPlan:
   consts = [_realized(u) for u in tr.captured]
   args = (*(h.uop for h in tr.placeholders), *consts)
   f = tr.function.replace(src=(tr.function.src[0], *args))
-  targets = [UOp(Ops.GETTUPLE, None, (f,), i) for i in range(len(tr.outputs))]
+  targets = [UOp(Ops.GETTUPLE, None, (f,), i) for i in range(len(tr.function.src[0].src))]
   inlined = inline_functions(targets)
   res = callify(inlined, [EXPORT_DEVICE] * len(inlined))
   known: dict[UOp, tuple[Category, int]] = {}
   for i, h in enumerate(tr.placeholders): known[_base(h.uop)] = (Category.INPUT, i)
   for i, c in enumerate(consts): known.setdefault(_base(c), (Category.CONSTANT, i))
-  for i, t in enumerate(inlined): known[_base(res.becomes[t])] = (Category.OUTPUT, i)
+  copies, written = _output_copies([_base(res.becomes[inlined[r]]) for r in tr.results])
+  for b, i in written.items(): known[b] = (Category.OUTPUT, i)
   made = {_base(v) for v in res.becomes.values()}  # buffers callify made for the graph's values
   slots: dict[int, Slot] = {}
   for s, b in enumerate(res.bufs):
@@ -75,7 +78,19 @@ def lower(tr: Trace) -> ExportPlan:
   scratch = _place_intermediates(launches, slots)
   schedule = UOp(Ops.LINEAR, linear.dtype, tuple(linear.src[i] for i in kept))
   return ExportPlan(schedule, slots, tuple(values[s] for s in const_slots),
-                    tuple(slots[s].dtype for s in const_slots), scratch, launches)
+                    tuple(slots[s].dtype for s in const_slots), scratch, launches, copies)
+
+
+def _output_copies(bases: list[UOp]) -> tuple[tuple[tuple[int, int], ...], dict[UOp, int]]:
+  """Given the buffer each output's value lands in: the kernels write each buffer into its first
+  output, and every later output of the same buffer is copied from that one. Returns the
+  copies (output, source output) and buffer -> the output the kernels write."""
+  written: dict[UOp, int] = {}
+  copies = []
+  for i, b in enumerate(bases):
+    if b in written: copies.append((i, written[b]))
+    else: written[b] = i
+  return tuple(copies), written
 
 
 def _realized(u: UOp) -> UOp:

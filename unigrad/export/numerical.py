@@ -10,16 +10,16 @@ width, its THREAD chunks), so an exported function computes exactly what `Tensor
 bit for bit. Their vectors are GCC/clang vector extensions, which any gcc or clang compiles for
 any target (`-march=native` only makes them faster). Where the kernels use vectors wider than the
 target's baseline registers (the AVX-512 width of the machine that exported them, compiled
-without -mavx512f), gcc's ABI warning for the always-inlined vector helpers is switched off in
-the file; gcc still prints an informational note about them (no error; `-Wno-psabi` or
-`-march=native` removes it). Floating-point contraction must stay off
-as on the CPU device (`-std=c11` gives it with gcc, the file tells clang with a pragma, gcc in C++
-or GNU mode needs `-ffp-contract=off` on FMA targets).
+without -mavx512f), the ABI warning of gcc and clang for the always-inlined vector helpers is
+switched off in the file; gcc still prints an informational note about them (no error;
+`-Wno-psabi` or `-march=native` removes it). The file compiles with `-Wall -Wextra -Werror`
+under gcc and clang (csource.py); the public name is checked by names.py. Floating-point
+contraction must stay off as on the CPU device (`-std=c11` gives it with gcc, the file tells
+clang with a pragma, gcc in C++ or GNU mode needs `-ffp-contract=off` on FMA targets).
 """
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +29,7 @@ from unigrad.codegen.pipeline import full_rewrite
 from unigrad.engine.realize import renderer_for
 from unigrad.export.csource import KernelSource, render_header, render_source
 from unigrad.export.lower import ExportPlan, Slot, lower
+from unigrad.export.names import name_problem
 from unigrad.export.native import BUILD_FLAGS, NativeFunction, compile_library
 from unigrad.export.trace import EXPORT_DEVICE, ExportError, TensorSpec, Trace, to_spec, trace
 from unigrad.export.vmap import VmapError, vmap
@@ -39,12 +40,6 @@ from unigrad.uop import Ops, UOp
 
 __all__ = ["NumericalFunction"]
 
-C_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-# names a C or C++ program cannot give its function
-RESERVED = frozenset("""auto bool break case char const continue default do double else enum extern
-float for goto if inline int long main register restrict return short signed sizeof static struct
-switch typedef union unsigned void volatile while class delete new namespace operator private
-protected public template this throw try catch virtual""".split())
 
 
 @dataclass(frozen=True, init=False)
@@ -70,8 +65,9 @@ class NumericalFunction:
                threads: int | None = None):
     if not callable(fn): raise TypeError(f"NumericalFunction needs a function, got {fn!r}")
     specs = tuple(to_spec(x, f"example input {i}") for i, x in enumerate(example_inputs))
-    if name is not None and (not C_NAME.match(name) or name in RESERVED or name.startswith("__")):
-      raise ValueError(f"name {name!r} is not a C identifier a program can define")
+    if name is not None and (why := name_problem(name)) is not None:
+      raise ValueError(f"name {name!r} cannot name the exported C function: it {why}; "
+                       "choose another name")
     if threads is not None and (not isinstance(threads, int) or threads < 1):
       raise ValueError(f"threads must be an int >= 1 or None, got {threads!r}")
     object.__setattr__(self, "fn", fn)
@@ -85,12 +81,11 @@ class NumericalFunction:
 
   @functools.cached_property
   def name(self) -> str:
-    """The public C function's name: `name=`, else the function's name when it is a C
-    identifier, else `fn`."""
+    """The public C function's name: `name=`, else the function's name when it can name a C
+    function (names.py: not `<lambda>`, `exp` or `int`), else `fn`."""
     if self.export_name is not None: return self.export_name
     fn_name = getattr(self.fn, "__name__", "")
-    ok = C_NAME.match(fn_name) and fn_name not in RESERVED and not fn_name.startswith("__")
-    return fn_name if ok else "fn"
+    return fn_name if isinstance(fn_name, str) and name_problem(fn_name) is None else "fn"
 
   @functools.cached_property
   def batched(self) -> bool:
@@ -149,7 +144,7 @@ class NumericalFunction:
     ren = renderer_for(EXPORT_DEVICE)
     assert isinstance(ren, CRenderer)
     out: dict[UOp, KernelSource] = {}
-    taken: set[str] = set()
+    taken = {self.name}  # a kernel never takes the public function's name
     for launch in self._plan.launches:
       if launch.kernel.op is Ops.COPY or launch.kernel in out: continue
       linear = full_rewrite(launch.kernel, ren)

@@ -4,12 +4,15 @@ Consumes: a Python function on Tensors and one `TensorSpec` per input.
 Produces: a `Trace`: `FUNCTION(TUPLE(results...), *placeholders, *captured)` (built by
 `unigrad.function`, so captured tensors such as model weights are lifted to PARAMs exactly as
 `@function` does), the output specs and the placeholders.
-Invariants: every result is a Tensor; multi-dimensional results are made contiguous (row-major
-output buffers, whatever view chain produced them) and results that are views of an input are
-made contiguous too: the two fixups of seed 003 (tinygrad needs `+ 0` for the second; here a
-CONTIGUOUS result always gets an output buffer of its own, so a view of an input becomes a copy
-kernel, and bool results keep their dtype). Reading a traced value in
-Python (data-dependent control flow) raises `ExportError` at trace time.
+Invariants: every result is a Tensor; each Tensor the function returns is an output of its own,
+in order, even when the same Tensor (or the same value) is returned twice: the FUNCTION holds
+each distinct value once and `Trace.results` says which one each output holds;
+multi-dimensional results are made contiguous (row-major output buffers, whatever view chain
+produced them) and results that are views of an input are made contiguous too: the two fixups of
+seed 003 (tinygrad needs `+ 0` for the second; here a CONTIGUOUS result always gets an output
+buffer of its own, so a view of an input becomes a copy kernel, and bool results keep their
+dtype). Reading a traced value in Python (data-dependent control flow) raises `ExportError` at
+trace time.
 """
 from __future__ import annotations
 
@@ -71,10 +74,12 @@ def _dtype(x: Any, where: str) -> DType:
 @dataclass(frozen=True)
 class Trace:
   """A traced function: its FUNCTION node (placeholders, then captured values, as arguments),
-  the placeholders and the output specs."""
+  the placeholders, the output specs, and for output i the index of the FUNCTION's result it
+  holds (`results[i]`; two outputs of the same value share one)."""
   function: UOp
   placeholders: tuple[Tensor, ...]
   outputs: tuple[TensorSpec, ...]
+  results: tuple[int, ...]
 
   @property
   def captured(self) -> tuple[UOp, ...]:
@@ -85,7 +90,8 @@ class Trace:
 def trace(fn: Callable[..., Any], specs: Sequence[TensorSpec], name: str) -> Trace:
   """Run `fn` once on `Tensor.empty` placeholders (see the module docstring)."""
   holders = tuple(Tensor.empty(*s.shape, dtype=s.dtype, device=EXPORT_DEVICE) for s in specs)
-  traced = function(_with_fixups(fn, name))
+  results: list[int] = []
+  traced = function(_with_fixups(fn, name, results))
   try: outs = traced(*holders)
   except CallifyError as e:
     raise ExportError(f"{name}: the function reads the value of a traced tensor in Python "
@@ -95,24 +101,40 @@ def trace(fn: Callable[..., Any], specs: Sequence[TensorSpec], name: str) -> Tra
   except FunctionError as e: raise ExportError(f"{name}: {e}") from e
   f = outs[0].uop.src[0]
   assert f.op is Ops.FUNCTION, f"expected GETTUPLE(FUNCTION), got {f.op}"
-  specs_out = tuple(TensorSpec(tuple(int(s) for s in t.shape), t.dtype) for t in outs)
-  return Trace(f, holders, specs_out)
+  specs_out = tuple(TensorSpec(tuple(int(s) for s in outs[r].shape), outs[r].dtype)
+                    for r in results)
+  return Trace(f, holders, specs_out, tuple(results))
 
 
-def _with_fixups(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
-  """`fn` returning a tuple of Tensors, with seed 003's two fixups applied."""
+def _with_fixups(fn: Callable[..., Any], name: str, results: list[int]) -> Callable[..., Any]:
+  """`fn` returning a tuple of its distinct result values, with seed 003's two fixups applied;
+  fills `results` with the index of the value each returned Tensor holds, in order."""
 
   def fixed(*args: Tensor) -> tuple[Tensor, ...]:
     params = {a.uop for a in args}
     result = fn(*args)
-    found: dict[int, Tensor] = {}
-    tree = flatten_tensors(result, found)
+    tree = flatten_tensors(result, {})
     if not isinstance(result, (Tensor, tuple, list)) or _has_non_tensor(tree):
       raise ExportError(f"{name} returned {_describe(result)}; an exported function must "
                         "return a Tensor or a tuple/list of Tensors")
-    return tuple(_fixup(t, params) for t in found.values())
+    distinct: dict[UOp, int] = {}  # a value -> its index among the function's results
+    values: list[Tensor] = []
+    results.clear()
+    for leaf in _leaves(result):
+      t = _fixup(leaf, params)
+      if t.uop not in distinct:
+        distinct[t.uop] = len(values)
+        values.append(t)
+      results.append(distinct[t.uop])
+    return tuple(values)
   fixed.__name__ = name
   return fixed
+
+
+def _leaves(tree: Tensor | tuple | list) -> list[Tensor]:
+  """Every Tensor of a returned tree of tuples and lists, in order, repeats included."""
+  if isinstance(tree, Tensor): return [tree]
+  return [t for x in tree for t in _leaves(x)]
 
 
 def _has_non_tensor(tree: Any) -> bool:

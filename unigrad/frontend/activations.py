@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from unigrad.dtype import LOW_FLOATS, DType, dtypes, finite_max, least_upper_float
 from unigrad.frontend.dtypes import _category
 from unigrad.frontend.elementwise import LOG2E, WIDER_FLOAT, scalar_operand
+from unigrad.frontend.gradient import in_autograd_graph, is_grad_enabled
 from unigrad.frontend.traced import traced
 from unigrad.uop import Ops, UOp
 
@@ -226,6 +227,18 @@ def _softplus(y: Tensor) -> Tensor:
   """log(1 + exp(y)) = max(y, 0) + log1p(exp(-|y|)), with one condition for both kinks."""
   pos = y > 0
   return pos.where(y, 0.0) + _log1p(pos.where(-y, y).exp())
+
+
+# PyTorch's names of the dtypes (its ScalarType), for errors worded as PyTorch words them
+TORCH_NAMES = {dtypes.bool: "Bool", dtypes.uint8: "Byte", dtypes.int8: "Char",
+               dtypes.int16: "Short", dtypes.int32: "Int", dtypes.int64: "Long",
+               dtypes.uint16: "UInt16", dtypes.uint32: "UInt32", dtypes.uint64: "UInt64",
+               dtypes.float16: "Half", dtypes.bfloat16: "BFloat16", dtypes.float32: "Float",
+               dtypes.float64: "Double", dtypes.fp8e4m3: "Float8_e4m3fn",
+               dtypes.fp8e5m2: "Float8_e5m2"}
+
+
+def _torch_name(dt: DType) -> str: return TORCH_NAMES.get(dt, dt.name)
 
 
 # ---- the mixin ----
@@ -503,12 +516,22 @@ class ActivationsMixin:
 
   # ---- in-place and remaining Python operators ----
   def _inplace(self, r: Tensor) -> Tensor:
-    """Write the result of an augmented assignment into this tensor (PyTorch's rule: the result
-    may not be of a higher kind, bool < integer < float, than the tensor)."""
+    """Write the result `r` of an augmented assignment (`t += x`) into this tensor's storage,
+    now, as PyTorch does: numpy arrays and DLPack consumers sharing the storage, and views of
+    it, see the new values. PyTorch's rules: the result may not be of a higher kind (bool <
+    integer < float) than the tensor, and a leaf that requires grad may not be written outside
+    no_grad. A tensor computed from one (a non-leaf of an autograd graph) is not written: the
+    statement rebinds the name to the result, whose gradient is exact; other references to the
+    old tensor keep its value (writes through assign are not differentiated yet)."""
     if _category(r.dtype) > _category(self.dtype):
-      raise RuntimeError(f"result type {r.dtype!r} can't be cast to the desired output type "
-                         f"{self.dtype!r}")
-    return self.assign(r.cast(self.dtype))
+      raise RuntimeError(f"result type {_torch_name(r.dtype)} can't be cast to the desired "
+                         f"output type {_torch_name(self.dtype)}")
+    if self.requires_grad and is_grad_enabled():
+      raise RuntimeError("a leaf Variable that requires grad is being used in an in-place "
+                         "operation.")
+    value = r.cast(self.dtype)
+    if in_autograd_graph(self.uop): return value
+    return self.assign(value).realize()
 
   def __iadd__(self, x: Any) -> Tensor: return self._inplace(self.add(x))
   def __isub__(self, x: Any) -> Tensor: return self._inplace(self.sub(x))

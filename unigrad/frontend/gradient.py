@@ -350,6 +350,11 @@ class NoGrad(contextlib.ContextDecorator):
 _NO_GRAD = NoGrad()
 
 
+def is_grad_enabled() -> bool:
+  """Whether ops record gradients in this thread (`Tensor.no_grad` off; torch.is_grad_enabled)."""
+  return not _grad_mode.disabled
+
+
 class TensorMeta(type):
   """Tensor's metaclass: makes `Tensor.no_grad` both a flag and a context manager."""
 
@@ -398,6 +403,17 @@ def detach_if_no_grad(u: UOp) -> UOp:
 # live tensors with requires_grad True, by id (a WeakSet would compare Tensors with their __eq__)
 _leaves: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
 _leaves_lock = threading.Lock()  # other threads add leaves while backward() lists them
+
+
+def in_autograd_graph(u: UOp) -> bool:
+  """Whether a gradient can flow from `u` to a live tensor that requires grad (in PyTorch's
+  words: `u` has a grad_fn or is such a leaf): never under no_grad, for a detached or non-float
+  value, or while no tensor requires grad."""
+  if _grad_mode.disabled or u.grad_free: return False
+  with _leaves_lock: live = [t.uop for t in _leaves.values()]
+  if not live: return False
+  nodes = engine.with_history(u).toposort()
+  return any(leaf in nodes for leaf in live)
 
 
 def own_identity(u: UOp, device: str) -> UOp:

@@ -30,6 +30,12 @@ def _overflow_bits(f: FP8Format) -> int:
   return tie if f.max_code & 1 else tie + 1
 
 
+def _specifiers(attr: str) -> str:
+  """`static inline`, or `static` and `attr` (a helper kept out of line: gcc warns about a
+  function both `inline` and `noinline`)."""
+  return f"static {attr}" if attr else "static inline "
+
+
 def _fp8_decode_fn(name: str, f: FP8Format, attr: str) -> str:
   """fp8 bits -> float: NaN/inf codes, normals by placing the fields, subnormals as m * 2**k."""
   if f.fnuz: nan = "b == 0x80"
@@ -37,7 +43,7 @@ def _fp8_decode_fn(name: str, f: FP8Format, attr: str) -> str:
   else: nan = "(b & 0x7f) == 0x7f"
   inf = f"  else if ((b & 0x7f) == {f.max_code + 1}) r.u = s | 0x7f800000;\n" if f.inf else ""
   sub = repr(math.ldexp(1.0, f.emin - f.man))
-  return (f"static inline {attr}float {name}(unsigned char b) {{\n"
+  return (f"{_specifiers(attr)}float {name}(unsigned char b) {{\n"
           f"  uint32_t s = (uint32_t)(b & 0x80) << 24, e = (b >> {f.man}) & {(1 << f.exp) - 1}, "
           f"m = b & {(1 << f.man) - 1}; __fu r;\n"
           f"  if ({nan}) r.u = 0x7fc00000 | s;\n{inf}"
@@ -55,7 +61,7 @@ def _fp8_encode_fn(name: str, f: FP8Format, attr: str) -> str:
   sub_shift = 150 + f.emin - f.man  # a subnormal's count of steps is mant >> (this - e)
   nan = f.nan_code(0) if f.fnuz else "s | 0x7f"
   over = f.overflow_code(0) if f.fnuz else f"s | {f.overflow_code(0)}"
-  return (f"static inline {attr}unsigned char {name}(float x) {{\n"
+  return (f"{_specifiers(attr)}unsigned char {name}(float x) {{\n"
           "  __fu v; v.f = x; uint32_t s = (v.u >> 24) & 0x80, a = v.u & 0x7fffffff;\n"
           f"  if (a > 0x7f800000) return {nan};\n"
           f"  if (a >= {_overflow_bits(f)}u) return {over};\n"
@@ -73,7 +79,7 @@ def _fp8_encode_fn(name: str, f: FP8Format, attr: str) -> str:
 
 def fp8_helpers(dt: DType, attr: str = "") -> dict[str, str]:
   """The C helpers of an 8-bit float: decode, encode and round (float -> nearest fp8 -> float);
-  `attr` goes on the conversions (the CPU's `noinline`)."""
+  `attr` goes on the conversions in place of `inline` (the CPU's `noinline`)."""
   dec, enc, rnd = FP8_HELPER_NAMES[dt]
   f = FP8_FORMATS[dt]
   return {dec: _fp8_decode_fn(dec, f, attr), enc: _fp8_encode_fn(enc, f, attr),

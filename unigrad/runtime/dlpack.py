@@ -6,7 +6,10 @@ capsule's managed tensor keeps the Buffer alive until the consumer calls its del
 an unconsumed capsule is collected). `import_capsule` takes a producer's capsule, renames it
 "used_..." as the protocol asks, and wraps the memory in a Buffer whose owner calls the
 producer's deleter when the last unigrad reference goes. Both the DLPack 1.x versioned struct
-("dltensor_versioned") and the legacy one ("dltensor") are read and written.
+("dltensor_versioned") and the legacy one ("dltensor") are read and written. Either side may
+still be alive while the interpreter tears its modules down (a torch tensor kept in a global):
+the callbacks a consumer calls are never freed, and neither they nor `_Owner.__del__` read module
+globals, which are cleared by then.
 
 Devices: host memory (CPU, PYTHON) is kDLCPU, CUDA:n is (kDLCUDA, n); others cannot be shared.
 """
@@ -114,18 +117,33 @@ class _Export:
 
 
 _exports: dict[int, _Export] = {}  # managed-struct address -> its export
+_Destructor = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 
-@_Deleter
-def _release_export(managed: int | None) -> None:
-  if managed is not None: _exports.pop(managed, None)
+def _immortal(callback: Any) -> Any:
+  """`callback`, never freed: a consumer alive at interpreter exit (a module-level torch tensor)
+  calls its deleter while the modules are torn down, after this module's globals are cleared;
+  a freed ctypes callback is a jump into freed memory (a segfault at exit)."""
+  _api.Py_IncRef(ctypes.py_object(callback))
+  return callback
 
 
-@ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-def _capsule_destructor(capsule: int | None) -> None:
-  """An unconsumed capsule frees its managed tensor (a consumer renames what it takes)."""
-  for name in (_NAME, _NAME_V):
-    if _raw_is_valid(capsule, name): _release_export(_raw_get_pointer(capsule, name))
+def _export_callbacks(exports: dict[int, _Export]) -> tuple[Any, Any]:
+  """The managed tensors' deleter and the capsules' destructor. They read no module globals
+  (cleared at exit, when a consumer may still call them): what they use is bound here."""
+  is_valid, get_pointer, names = _raw_is_valid, _raw_get_pointer, (_NAME, _NAME_V)
+
+  def release(managed: int | None) -> None:
+    if managed is not None: exports.pop(managed, None)
+
+  def destroy_capsule(capsule: int | None) -> None:
+    """An unconsumed capsule frees its managed tensor (a consumer renames what it takes)."""
+    for name in names:
+      if is_valid(capsule, name): release(get_pointer(capsule, name))
+  return _immortal(_Deleter(release)), _immortal(_Destructor(destroy_capsule))
+
+
+_release_export, _capsule_destructor = _export_callbacks(_exports)
 
 
 def export_capsule(buf: Buffer, shape: Sequence[int], strides: Sequence[int], offset: int,
@@ -155,13 +173,15 @@ def export_capsule(buf: Buffer, shape: Sequence[int], strides: Sequence[int], of
 # ---- import ----
 
 class _Owner:
-  """Holds an imported managed tensor; its producer's deleter runs when this goes."""
+  """Holds an imported managed tensor; its producer's deleter runs when this goes (at exit too:
+  `__del__` reads no module globals, which are cleared by then)."""
 
-  def __init__(self, managed: Any) -> None: self.managed = managed
+  def __init__(self, managed: Any) -> None:
+    self.managed, self.address = managed, ctypes.addressof(managed)
 
   def __del__(self) -> None:
     managed = getattr(self, "managed", None)
-    if managed is not None and managed.deleter: managed.deleter(ctypes.addressof(managed))
+    if managed is not None and managed.deleter: managed.deleter(self.address)
 
 
 @dataclass
