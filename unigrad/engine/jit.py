@@ -27,7 +27,7 @@ from unigrad.schedule.memory import Lifetime, plan_memory
 from unigrad.engine.realize import (Capture, Runner, _count, capturing, launch_values, record_copy,
                                     record_launch)
 
-__all__ = ["capture", "CapturedProgram", "is_capturing"]
+__all__ = ["capture", "CapturedProgram", "is_capturing", "outside_capture"]
 
 
 @contextlib.contextmanager
@@ -41,6 +41,15 @@ def capture() -> Iterator[Capture]:
 
 
 def is_capturing() -> bool: return bool(capturing)
+
+
+@contextlib.contextmanager
+def outside_capture() -> Iterator[None]:
+  """A block whose launches the active capture (if any) does not record."""
+  cap = capturing.pop() if capturing else None
+  try: yield
+  finally:
+    if cap is not None: capturing.append(cap)
 
 
 @dataclass

@@ -494,13 +494,16 @@ class CapturedLaunch:
 class Capture:
   """What a TinyJit capture records of the runs inside it (engine/jit.py reads it): each
   launch, which buffers are intermediates (arena views), the buffers whose contents a replay
-  must refill first, and the variable values the runs used."""
+  must refill first, the variable values the runs used, the buffers its assigns write and the
+  lazy values made before it (the frontend's writes read these two)."""
 
   def __init__(self) -> None:
     self.launches: list[CapturedLaunch] = []
     self.intermediates: dict[Buffer, None] = {}
     self.refills: list[tuple[Buffer, Callable[[], bytes]]] = []
     self.var_vals: dict[str, int] = {}
+    self.written: dict[UOp, None] = {}  # the buffers the captured assigns write (frontend/writes)
+    self.before: dict[UOp, None] = {}  # the lazy values that were live when the capture began
 
 
 class CaptureStack(threading.local):

@@ -40,7 +40,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from unigrad.engine import realize as engine
@@ -48,7 +48,7 @@ from unigrad.engine.interrupts import deferred_interrupts
 from unigrad.engine.jit import CapturedProgram, capture, is_capturing
 from unigrad.frontend.function import (TensorLeaf, flatten_tensors, structure_key,
                                        tensor_signature, unflatten_tensors)
-from unigrad.frontend.tensor import Tensor
+from unigrad.frontend.tensor import Tensor, all_tensors, realize_stale_values
 from unigrad.knobs import JIT, JIT_CAPTURES
 from unigrad.schedule.callify import buffer_base
 from unigrad.uop import UOp
@@ -72,6 +72,7 @@ class Entry:
   out_uops: tuple[tuple[UOp, Any], ...] = ()
   out_reads_input: tuple[bool, ...] = ()  # per result: does its view read an input's buffer
   owned: frozenset = frozenset()  # the Buffers of the results a replay writes (not inputs')
+  written: dict[UOp, None] = field(default_factory=dict)  # the buffers its assigns write
 
 
 class TinyJit:
@@ -130,7 +131,9 @@ class TinyJit:
   def _capture(self, entry: Entry, inputs: list[Tensor], call_args: Any, call_kwargs: Any) -> Any:
     """Run the function once more, recording its launches into `entry`'s program."""
     with capture() as cap:
+      cap.before = {t.uop: None for t in all_tensors.alive()}
       result = _realized(self.fxn(*call_args, **call_kwargs))
+    entry.written = cap.written
     entry.program = CapturedProgram.from_capture(cap, [engine.buffer_of(t.uop) for t in inputs])
     entry.input_nodes = tuple(buffer_base(t.uop) for t in inputs)
     outs: dict[int, Tensor] = {}
@@ -193,7 +196,9 @@ def _replay(entry: Entry, inputs: list[Tensor], var_vals: dict[str, int]) -> Any
   inputs = [_unowned(entry, t) for t in inputs]
   # one launch at a time with other threads' realizes; a Ctrl-C waits for every launch
   with engine.realize_lock, deferred_interrupts():
+    realize_stale_values(entry.written)  # lazy values reading what the replay overwrites
     entry.program.replay([engine.buffer_of(t.uop) for t in inputs], var_vals)
+    engine.mark_written(entry.written)
   sub = {old: buffer_base(t.uop) for old, t in zip(entry.input_nodes, inputs)}
   outs = [Tensor._from_uop(_rebind(u.substitute(sub) if reads else u, var_vals), dev)
           for (u, dev), reads in zip(entry.out_uops, entry.out_reads_input)]

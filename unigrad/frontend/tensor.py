@@ -16,6 +16,7 @@ from unigrad.dtype import (FP8S, DType, dtypes, from_bytes, from_numpy_name, to_
                            to_numpy_name)
 from unigrad.engine import realize as engine
 from unigrad.engine.interrupts import deferred_interrupts
+from unigrad.engine.jit import outside_capture
 from unigrad.frontend.activations import ActivationsMixin
 from unigrad.frontend.composite import CompositeMixin
 from unigrad.frontend.creation import CreationMixin
@@ -335,7 +336,8 @@ def _realize_with_writes(tensors: list[Tensor]) -> None:
   """Realize `tensors` and run every pending write, computing first (in the same command buffer)
   each live lazy value that reads the old contents of a written buffer: it keeps the values it
   was made from (frontend/writes.py). A target that is a view of a written buffer is read after
-  the writes, in a realize of its own."""
+  the writes, in a realize of its own. Under a TinyJit capture, the stale values made before the
+  capture began are computed outside it: a replay must not recompute them."""
   live = all_tensors.alive()
   # a write no live tensor holds any more is gone with it (a failed @function trace put its
   # tensors back): what still reads it runs it
@@ -343,22 +345,38 @@ def _realize_with_writes(tensors: list[Tensor]) -> None:
   todo = [t for t in tensors if not engine.is_realized(t.uop)]
   views = [t for t in todo if buffer_base(t.uop) in written]
   if views: todo = [t for t in todo if buffer_base(t.uop) not in written]
-  stale = writes.stale_readers([t.uop for t in live], written, afters)
-  targets = {t.uop: t.device for t in todo}
-  for u, d in zip((*afters, *stale), (*devices, *(_device_of(u, live) for u in stale))):
-    targets.setdefault(u, d)
-  try:
-    if targets: _apply_map(engine.realize(list(targets), list(targets.values())))
-  except BaseException:  # nothing ran: the writes stay pending
-    for base, after, dev in zip(written, afters, devices): writes.pending.add(base, after, dev)
-    raise
+  stale = _stale_values(live, written, afters)
+  if (cap := engine.capturing[-1] if engine.capturing else None) is not None:
+    cap.written.update(written)
+    outside = {u: d for u, d in stale.items() if u in cap.before}
+    with outside_capture(): _realize_values(outside)
+    stale = {u: d for u, d in stale.items() if u not in outside}
+  targets = {**{t.uop: t.device for t in todo}, **dict(zip(afters, devices)), **stale}
+  _realize_values(targets)
   engine.mark_written(written)
   if views: Tensor.realize_all(*views)
 
 
-def _device_of(u: UOp, live: list[Tensor]) -> str:
-  """The device of the live tensor holding `u`."""
-  return next(t.device for t in live if t.uop is u)
+def _stale_values(live: list[Tensor], written: dict[UOp, None],
+                  afters: list[UOp]) -> dict[UOp, str]:
+  """The live lazy values that read the old contents of a buffer in `written`, with devices."""
+  stale = writes.stale_readers([t.uop for t in live], written, afters)
+  if not stale: return {}
+  device_of = {t.uop: t.device for t in live}
+  return {u: device_of[u] for u in stale}
+
+
+def _realize_values(targets: dict[UOp, str]) -> None:
+  """Realize the nodes `targets` (node -> device) and point the live tensors at the results."""
+  if targets: _apply_map(engine.realize(list(targets), list(targets.values())))
+
+
+def realize_stale_values(written: dict[UOp, None]) -> None:
+  """Compute every live lazy value that reads a buffer of `written`, before something that is no
+  realize (a TinyJit replay) overwrites them; then mark them written."""
+  with engine.realize_lock:
+    if written and (stale := _stale_values(all_tensors.alive(), written, [])):
+      _realize_values(stale)
 
 
 def _apply_map(mapping: dict[UOp, UOp]) -> None:
