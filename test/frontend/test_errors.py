@@ -2,6 +2,7 @@
 or dtypes involved, raised at the user's call, before anything compiles or runs."""
 import numpy as np
 import pytest
+import torch
 
 from unigrad import Tensor
 from unigrad.dtype import dtypes
@@ -158,3 +159,78 @@ def test_out_of_range_class_indices_and_bad_probabilities_raise_at_the_call(devi
   for w, match in (([1.0, -1.0], "element < 0"), ([0.0, 0.0], "sum of probabilities"),
                    ([float("nan"), 1.0], "nan"), ([[1.0, 1.0], [0.0, 0.0]], "sum of")):
     with pytest.raises(RuntimeError, match=match): Tensor(w, device=device).multinomial(1)
+
+
+
+# ---- Python ints that do not fit, against PyTorch ----
+
+def where(c, a, b): return torch.where(c, a, b) if isinstance(c, torch.Tensor) else c.where(a, b)
+
+
+def int_tensors(lib: str) -> tuple:
+  """One-element int64, uint8 and int32 tensors of unigrad (lib "ours") or PyTorch."""
+  if lib == "torch": return tuple(torch.tensor([1], dtype=d) for d in (torch.int64, torch.uint8,
+                                                                       torch.int32))
+  return tuple(Tensor([1], dtype=d, device="PYTHON") for d in (dtypes.int64, dtypes.uint8,
+                                                                dtypes.int32))
+
+
+def store(t, v):
+  t[0] = v
+  return t
+
+
+BIG = 2 ** 70
+# (name, the same call in both libraries on (int64, uint8, int32) tensors, the exception)
+INT_SCALAR_ERRORS = [
+  ("add", lambda t: t[0] + BIG, OverflowError), ("radd", lambda t: BIG + t[0], OverflowError),
+  ("sub", lambda t: t[0] - BIG, OverflowError), ("rsub", lambda t: BIG - t[0], OverflowError),
+  ("mul", lambda t: t[0] * BIG, OverflowError), ("lt", lambda t: t[0] < BIG, OverflowError),
+  ("eq", lambda t: t[0] == BIG, OverflowError), ("ne", lambda t: t[0] != -BIG, OverflowError),
+  ("floordiv", lambda t: t[0] // BIG, OverflowError), ("and", lambda t: t[0] & BIG, OverflowError),
+  ("uint8 add", lambda t: t[1] + 2 ** 64, OverflowError),
+  ("where", lambda t: where(t[0] > 0, t[0], BIG), OverflowError),
+  ("where int32", lambda t: where(t[2] > 0, t[2], 2 ** 40), RuntimeError),
+  ("where uint8", lambda t: where(t[1] > 0, t[1], -256), RuntimeError),
+  ("clamp", lambda t: t[0].clamp(max=BIG), OverflowError),
+  ("clamp int32", lambda t: t[2].clamp(min=-2 ** 40), RuntimeError),
+  ("clamp uint8", lambda t: t[1].clamp(0, 256), RuntimeError),
+  ("masked_fill", lambda t: t[0].masked_fill(t[0] > 0, BIG), OverflowError),
+  ("masked_fill uint8", lambda t: t[1].masked_fill(t[1] > 0, 256), RuntimeError),
+  ("setitem int32", lambda t: store(t[2], 2 ** 40), RuntimeError),
+  ("setitem uint8", lambda t: store(t[1], -256), RuntimeError),
+]
+
+
+@pytest.mark.parametrize("name,op,exc", INT_SCALAR_ERRORS, ids=[e[0] for e in INT_SCALAR_ERRORS])
+def test_python_int_that_does_not_fit_raises_like_torch(name, op, exc, no_kernels):
+  """Regression: `Tensor([1]) + 2**70` gave [1] (the constant wrapped to 0). Beyond 64 bits every
+  op raises OverflowError; a value that fits 64 bits but not the dtype raises RuntimeError where
+  it is stored as a value (where, clamp, masked_fill, setitem), as in PyTorch."""
+  with pytest.raises(exc): op(int_tensors("torch"))
+  with pytest.raises(exc, match="64 bits" if exc is OverflowError else "without overflow"):
+    op(int_tensors("ours"))
+
+
+def test_python_int_creation_that_does_not_fit_raises_like_torch(no_kernels):
+  for full in (torch.full, Tensor.full):
+    with pytest.raises(OverflowError): full((2,), BIG)
+  with pytest.raises(RuntimeError): torch.full((2,), 2 ** 63, dtype=torch.int64)
+  with pytest.raises(RuntimeError, match="without overflow"):
+    Tensor.full((2,), 2 ** 63, dtype=dtypes.int64)
+  with pytest.raises(RuntimeError, match="200.*without overflow"):
+    Tensor.full((2,), 200, dtype=dtypes.int8)
+  with pytest.raises(OverflowError, match="64 bits"): Tensor.const(BIG)
+  with pytest.raises(OverflowError, match="64 bits"): Tensor([True]) + BIG  # promotes to int64
+
+
+def test_python_ints_within_64_bits_wrap_like_torch():
+  """Arithmetic and comparisons wrap a 64-bit int to the tensor's dtype; stored values accept an
+  unsigned dtype's negatives (uint8 -1 is 255), as PyTorch does."""
+  cases = [lambda t: t[1] + 300, lambda t: t[2] + 2 ** 40, lambda t: t[0] + 2 ** 63,
+           lambda t: t[2] < 2 ** 40, lambda t: t[1] + -1, lambda t: where(t[1] > 5, t[1], -1),
+           lambda t: t[1].clamp(min=-1), lambda t: store(t[1], -255)]
+  for op in cases:
+    assert op(int_tensors("ours")).tolist() == op(int_tensors("torch")).tolist()
+  assert Tensor.full((1,), -255, dtype=dtypes.uint8).tolist() == [1]
+  assert (Tensor([1.0]) + BIG).item() == float(BIG)  # a float tensor takes any int (rounded)

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from unigrad.dtype import DType, dtypes
 from unigrad.engine import realize as engine
 from unigrad.frontend.composite import _reversed_order, _to_last, is_nan
+from unigrad.frontend.dtypes import check_int_value
 from unigrad.frontend.movement import canonical_axis, getitem_basic
 from unigrad.frontend.reduce import host_values as _host_values
 from unigrad.uop import Ops
@@ -366,6 +367,7 @@ def _value_for(t: Tensor, value: Any) -> Tensor:
   if not hasattr(value, "uop"):
     if not isinstance(value, (bool, int, float, list, tuple)):
       raise TypeError(f"can't assign a {type(value).__name__} to a Tensor")
+    check_int_value(value, t.dtype)
     return type(t)(value, device=t.device).cast(t.dtype)
   if value.device != t.device:
     raise RuntimeError(f"setitem value is on {value.device}, the tensor on {t.device}")

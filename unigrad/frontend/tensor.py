@@ -18,6 +18,7 @@ from unigrad.engine import realize as engine
 from unigrad.frontend.activations import ActivationsMixin
 from unigrad.frontend.composite import CompositeMixin
 from unigrad.frontend.creation import CreationMixin
+from unigrad.frontend.dtypes import check_int_value
 from unigrad.frontend.elementwise import ElementwiseMixin
 from unigrad.frontend.gradient import GradientMixin, TensorMeta, detach_if_no_grad
 from unigrad.frontend.indexing import IndexingMixin
@@ -148,6 +149,7 @@ class Tensor(MultiMixin, ActivationsMixin, LinalgMixin, SelectMixin, IndexingMix
       raise TypeError(f"Tensor.const needs a Python bool, int or float, got {type(value).__name__}")
     dt = to_dtype(dtype) if dtype is not None else dtypes.from_py(value)
     dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
+    check_int_value(value, dt)
     return Tensor._from_uop(UOp.const(dt, value), dev)
 
   def element_size(self) -> int: return self.dtype.itemsize
