@@ -562,6 +562,20 @@ def bf16_to_float(b: int) -> float:
   return struct.unpack("<f", struct.pack("<I", (b & 0xFFFF) << 16))[0]
 
 
+MAX_BUFFER_BYTES = 2 ** 63 - 1  # the most bytes an allocation can ask for (a C ssize_t)
+
+
+def buffer_nbytes(size: int, dt: DType, device: Any) -> int:
+  """The bytes of a buffer of `size` `dt` elements on `device`; MemoryError naming the size when
+  no address space holds them, raised before anything is allocated."""
+  nbytes = size * dt.itemsize
+  if nbytes > MAX_BUFFER_BYTES:
+    raise MemoryError(f"{device}: a buffer of {size} {dt.name} elements ({nbytes} bytes) is "
+                      f"larger than an address space ({MAX_BUFFER_BYTES} bytes); nothing was "
+                      "allocated")
+  return nbytes
+
+
 def to_bytes(dt: DType, values: list) -> bytes:
   """Pack Python values as `dt` elements (little endian)."""
   if dt == dtypes.bfloat16:

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from unigrad import Tensor
+from unigrad import Tensor, UnboundVariableError, Variable
 from unigrad.dtype import dtypes
+from unigrad.runtime.device import Allocator, LRUAllocator
 
 
 @pytest.fixture
@@ -234,3 +235,69 @@ def test_python_ints_within_64_bits_wrap_like_torch():
     assert op(int_tensors("ours")).tolist() == op(int_tensors("torch")).tolist()
   assert Tensor.full((1,), -255, dtype=dtypes.uint8).tolist() == [1]
   assert (Tensor([1.0]) + BIG).item() == float(BIG)  # a float tensor takes any int (rounded)
+
+
+# ---- bad input that was accepted or unclear (issue 31, item 14) ----
+
+def test_len_of_a_symbolic_length_raises_type_error_saying_so():
+  t = Tensor.empty(Variable("n", 1, 8), 3, device="PYTHON")
+  with pytest.raises(TypeError, match=r"length is symbolic \(shape \(n, 3\)\)"): len(t)
+
+
+def test_flip_with_a_repeated_dim_raises_like_torch(a, no_kernels):
+  for dims in ((0, 0), (1, -1)):
+    with pytest.raises(RuntimeError, match="appears multiple times"): torch.ones(2, 3).flip(dims)
+    with pytest.raises(RuntimeError, match=f"dim {dims[0] % 2} appears multiple times"):
+      a.flip(dims)
+
+
+def test_in_place_setitem_on_a_leaf_that_requires_grad_raises_like_torch(no_kernels):
+  w, tw = Tensor([1.0, 2.0], requires_grad=True), torch.tensor([1.0, 2.0], requires_grad=True)
+  with pytest.raises(RuntimeError, match="leaf Variable that requires grad"): tw[0] = 5.0
+  with pytest.raises(RuntimeError, match="leaf Variable that requires grad.*in-place"): w[0] = 5.0
+  with pytest.raises(RuntimeError, match="leaf Variable"): w[w > 1] = 0.0
+
+
+def test_in_place_setitem_on_a_leaf_under_no_grad_is_allowed():
+  w = Tensor([1.0, 2.0], requires_grad=True)
+  with Tensor.no_grad(): w[0] = 5.0
+  assert w.tolist() == [5.0, 2.0] and w.requires_grad is True
+  (w * w).sum().backward()
+  assert w.grad.tolist() == [10.0, 4.0]
+
+
+def test_a_device_index_that_is_no_number_raises_value_error():
+  for bad in ("CPU:abc", "cpu:-1", "CPU:", "CPU:1:2"):
+    with pytest.raises(ValueError, match=f"device index {bad.split(':', 1)[1]!r}"):
+      Tensor([1.0], device=bad)
+  assert Tensor([1.0], device="cpu:0").device == "CPU"
+
+
+def test_requires_grad_that_is_no_bool_raises_type_error():
+  t = Tensor([1.0])
+  with pytest.raises(TypeError, match="requires_grad must be a bool or None, got str 'yes'"):
+    t.requires_grad = "yes"
+  with pytest.raises(TypeError, match="requires_grad must be a bool or None"):
+    Tensor([1.0], requires_grad=1)
+  assert t.requires_grad is None
+
+
+def test_a_buffer_too_big_for_memory_raises_memory_error_before_allocating(monkeypatch):
+  """Regression: a 2**64-element buffer raised OverflowError from mmap (or bytearray); now a
+  MemoryError naming the size, and no allocator is asked."""
+  def no_alloc(self, nbytes): raise AssertionError(f"tried to allocate {nbytes} bytes")
+  monkeypatch.setattr(Allocator, "alloc", no_alloc)
+  monkeypatch.setattr(LRUAllocator, "alloc", no_alloc)
+  big = "18446744073709551616 float elements"
+  for device in ("CPU", "PYTHON"):
+    with pytest.raises(MemoryError, match=big): Tensor.empty(2 ** 32, 2 ** 32, device=device)
+    with pytest.raises(MemoryError, match=big):
+      Tensor.zeros(2 ** 32, 2 ** 32, device=device).contiguous().realize()
+
+
+def test_realizing_an_empty_tensor_with_an_unbound_variable_names_it(no_kernels):
+  t = Tensor.empty(Variable("n", 1, 8), 3, device="PYTHON")
+  with pytest.raises(UnboundVariableError, match=r"'n' in \[1, 8\]"): t.realize()
+  with pytest.raises(UnboundVariableError, match="'n'"): Tensor.realize_all(t)
+  assert Tensor.empty(Variable("n", 1, 8).bind(2), 3, device="PYTHON").realize().concrete_shape \
+    == (2, 3)

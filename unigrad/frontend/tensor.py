@@ -163,7 +163,11 @@ class Tensor(MultiMixin, ActivationsMixin, LinalgMixin, SelectMixin, IndexingMix
 
   def __len__(self) -> int:
     if not self.shape: raise TypeError("len() of a 0-d tensor")
-    return self.shape[0]
+    if not isinstance(n := self.shape[0], int):
+      raise TypeError(f"len() of a tensor whose length is symbolic (shape "
+                      f"{shape_str(self.shape)}): len() needs an int; use .shape[0] (a size) or "
+                      ".concrete_shape[0]")
+    return n
 
   def __iter__(self) -> Iterator[Tensor]:
     """The sub-tensors along the first axis (like PyTorch, a 0-d tensor cannot be iterated)."""
@@ -187,13 +191,17 @@ class Tensor(MultiMixin, ActivationsMixin, LinalgMixin, SelectMixin, IndexingMix
       return self
     with engine.realize_lock:  # realize_all for one tensor (the eager hot path)
       if not engine.is_realized(u := self.uop): _apply_map(engine.realize([u], [self._device]))
+      else: _check_bound(u)
     return self
 
   @staticmethod
   def realize_all(*tensors: Tensor) -> None:
     """Realize `tensors` together. Threads realize one at a time (the engine's lock)."""
     with engine.realize_lock:
-      todo = [t for t in tensors if not engine.is_realized(t.uop)]
+      todo = []
+      for t in tensors:
+        if engine.is_realized(t.uop): _check_bound(t.uop)
+        else: todo.append(t)
       if not todo: return
       mapping = engine.realize([t.uop for t in todo], [t.device for t in todo])
       _apply_map(mapping)
@@ -313,6 +321,12 @@ class Tensor(MultiMixin, ActivationsMixin, LinalgMixin, SelectMixin, IndexingMix
 
   @property
   def data(self) -> Any: return self.numpy()
+
+
+def _check_bound(u: UOp) -> None:
+  """A buffer-backed tensor (`Tensor.empty(n, 4)`) realizes to nothing, but its symbolic sizes
+  need values as anything computed would: an unbound one raises UnboundVariableError naming it."""
+  if not all(type(s) is int for s in u.shape): concrete_shape(u.shape)
 
 
 def _apply_map(mapping: dict[UOp, UOp]) -> None:
