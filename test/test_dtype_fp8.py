@@ -156,6 +156,21 @@ def test_cast_to_fp8_on_device_matches_torch(device, dt):
 
 
 @pytest.mark.parametrize("dt", FP8S, ids=IDS)
+def test_fused_cast_of_inf_to_fp8_saturates_like_torch(device, dt):
+  """Regression: on PYTHON a cast to fp8 fused with a later read kept +-inf, where e4m3fn
+  saturates to +-448 and the fnuz formats give NaN (e5m2 keeps inf), as PyTorch and CPU do."""
+  x = np.float32([math.inf, -math.inf, 1e9, -1e9, math.nan, 1.0])
+  want = torch.from_numpy(x).to(TORCH[dt]).float().numpy()
+  t = Tensor(x, device=device)
+  stored = t.cast(dt).realize()
+  cases = {"unfused": stored.cast(dtypes.float32), "fused": (t * 1).cast(dt).cast(dtypes.float32),
+           "fused arithmetic": (t * 1).cast(dt).cast(dtypes.float32) * 1,
+           "constant": Tensor.full((1,), math.inf, device=device).cast(dt).cast(dtypes.float32)}
+  for name, got in cases.items():
+    assert same_floats(got.numpy(), want[:got.shape[0]]), name
+
+
+@pytest.mark.parametrize("dt", FP8S, ids=IDS)
 def test_cast_from_fp8_on_device_matches_torch(device, dt):
   codes = Tensor(np.arange(256, dtype=np.uint8), device=device).bitcast(dt)
   assert same_floats(codes.cast(dtypes.float32).numpy(), torch_decode(dt))

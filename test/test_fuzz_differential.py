@@ -155,3 +155,44 @@ def test_random_programs_agree_on_python_cpu_and_pytorch(program):
   cpu = run(program, "unigrad", "CPU")
   _same(cpu, want, program, "CPU vs PyTorch")
   _same(run(program, "unigrad", "PYTHON"), cpu, program, "PYTHON vs CPU")
+
+
+@st.composite
+def _slices(draw, n: int):
+  """A slice of an axis of size n: bounds out of range or None, any nonzero step or None."""
+  bound = st.one_of(st.none(), st.integers(-n - 2, n + 2))
+  step = st.one_of(st.none(), st.integers(-4, 4).filter(lambda s: s != 0))
+  return slice(draw(bound), draw(bound), draw(step))
+
+
+@st.composite
+def slice_programs(draw):
+  """(array, index, value): a float32 array of 1-3 axes (sizes 0-5), a basic index of one random
+  slice per axis (empty results included), now and then an int instead, and the value a write
+  stores there: a scalar or an array of the indexed view's shape."""
+  shape = tuple(draw(st.lists(st.integers(0, 5), min_size=1, max_size=3)))
+  a = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+  use_int = [n > 0 and draw(st.integers(0, 4)) == 0 for n in shape]
+  idx = tuple(draw(st.integers(-n, n - 1)) if i else draw(_slices(n))
+              for n, i in zip(shape, use_int))
+  view_shape = a[idx].shape
+  value = -1.0 if draw(st.booleans()) else -1 - np.arange(a[idx].size, dtype=np.float32)
+  return a, idx, value if isinstance(value, float) else value.reshape(view_shape)
+
+
+@pytest.mark.skipif(find_c_compiler() is None, reason="no C compiler")
+@settings(max_examples=int(FUZZ_EXAMPLES), deadline=None,
+          derandomize=int(FUZZ_EXAMPLES) <= FUZZ_EXAMPLES.default,
+          suppress_health_check=list(HealthCheck))
+@given(slice_programs())
+def test_random_slices_read_and_write_like_numpy(program):
+  """getitem and setitem of random basic slices (any step, empty ones) on PYTHON and CPU equal
+  numpy's; a write outside the view or the buffer fails here (CHECK_OOB is on in the suite)."""
+  a, idx, value = program
+  written = a.copy()
+  written[idx] = value
+  for device in ("PYTHON", "CPU"):
+    x = Tensor(a, device=device).realize()
+    _same(x[idx].numpy(), a[idx], program, f"{device} getitem")
+    x[idx] = value if isinstance(value, float) else Tensor(value, device=device)
+    _same(x.numpy(), written, program, f"{device} setitem")

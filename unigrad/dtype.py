@@ -511,11 +511,13 @@ def truncate(dt: DType, x: Any) -> Any:
 
 
 def _round_float(dt: DType, x: float) -> float:
-  if dt == dtypes.float64 or math.isnan(x) or math.isinf(x): return x
+  if math.isnan(x): return x  # keeps its sign bit for the store's encoding
+  # before infinities pass: e4m3fn has none (it saturates to +-448), the fnuz formats give NaN
+  if dt in FP8_FORMATS: return fp8_to_float(float_to_fp8(x, dt), dt)
+  if dt == dtypes.float64 or math.isinf(x): return x
   if dt == dtypes.float32: return _roundtrip("f", x)
   if dt == dtypes.float16:
     return _roundtrip("e", x) if abs(x) < 65520.0 else math.copysign(math.inf, x)
-  if dt in FP8_FORMATS: return fp8_to_float(float_to_fp8(x, dt), dt)
   # like PyTorch, a double reaches bfloat16 through float32 (rounded twice)
   return bf16_to_float(float_to_bf16(x))
 
@@ -558,6 +560,20 @@ def float_to_bf16(x: float) -> int:
 
 def bf16_to_float(b: int) -> float:
   return struct.unpack("<f", struct.pack("<I", (b & 0xFFFF) << 16))[0]
+
+
+MAX_BUFFER_BYTES = 2 ** 63 - 1  # the most bytes an allocation can ask for (a C ssize_t)
+
+
+def buffer_nbytes(size: int, dt: DType, device: Any) -> int:
+  """The bytes of a buffer of `size` `dt` elements on `device`; MemoryError naming the size when
+  no address space holds them, raised before anything is allocated."""
+  nbytes = size * dt.itemsize
+  if nbytes > MAX_BUFFER_BYTES:
+    raise MemoryError(f"{device}: a buffer of {size} {dt.name} elements ({nbytes} bytes) is "
+                      f"larger than an address space ({MAX_BUFFER_BYTES} bytes); nothing was "
+                      "allocated")
+  return nbytes
 
 
 def to_bytes(dt: DType, values: list) -> bytes:

@@ -2,9 +2,11 @@
 or dtypes involved, raised at the user's call, before anything compiles or runs."""
 import numpy as np
 import pytest
+import torch
 
-from unigrad import Tensor
+from unigrad import Tensor, UnboundVariableError, Variable
 from unigrad.dtype import dtypes
+from unigrad.runtime.device import Allocator, LRUAllocator
 
 
 @pytest.fixture
@@ -158,3 +160,144 @@ def test_out_of_range_class_indices_and_bad_probabilities_raise_at_the_call(devi
   for w, match in (([1.0, -1.0], "element < 0"), ([0.0, 0.0], "sum of probabilities"),
                    ([float("nan"), 1.0], "nan"), ([[1.0, 1.0], [0.0, 0.0]], "sum of")):
     with pytest.raises(RuntimeError, match=match): Tensor(w, device=device).multinomial(1)
+
+
+
+# ---- Python ints that do not fit, against PyTorch ----
+
+def where(c, a, b): return torch.where(c, a, b) if isinstance(c, torch.Tensor) else c.where(a, b)
+
+
+def int_tensors(lib: str) -> tuple:
+  """One-element int64, uint8 and int32 tensors of unigrad (lib "ours") or PyTorch."""
+  if lib == "torch": return tuple(torch.tensor([1], dtype=d) for d in (torch.int64, torch.uint8,
+                                                                       torch.int32))
+  return tuple(Tensor([1], dtype=d, device="PYTHON") for d in (dtypes.int64, dtypes.uint8,
+                                                                dtypes.int32))
+
+
+def store(t, v):
+  t[0] = v
+  return t
+
+
+BIG = 2 ** 70
+# (name, the same call in both libraries on (int64, uint8, int32) tensors, the exception)
+INT_SCALAR_ERRORS = [
+  ("add", lambda t: t[0] + BIG, OverflowError), ("radd", lambda t: BIG + t[0], OverflowError),
+  ("sub", lambda t: t[0] - BIG, OverflowError), ("rsub", lambda t: BIG - t[0], OverflowError),
+  ("mul", lambda t: t[0] * BIG, OverflowError), ("lt", lambda t: t[0] < BIG, OverflowError),
+  ("eq", lambda t: t[0] == BIG, OverflowError), ("ne", lambda t: t[0] != -BIG, OverflowError),
+  ("floordiv", lambda t: t[0] // BIG, OverflowError), ("and", lambda t: t[0] & BIG, OverflowError),
+  ("uint8 add", lambda t: t[1] + 2 ** 64, OverflowError),
+  ("where", lambda t: where(t[0] > 0, t[0], BIG), OverflowError),
+  ("where int32", lambda t: where(t[2] > 0, t[2], 2 ** 40), RuntimeError),
+  ("where uint8", lambda t: where(t[1] > 0, t[1], -256), RuntimeError),
+  ("clamp", lambda t: t[0].clamp(max=BIG), OverflowError),
+  ("clamp int32", lambda t: t[2].clamp(min=-2 ** 40), RuntimeError),
+  ("clamp uint8", lambda t: t[1].clamp(0, 256), RuntimeError),
+  ("masked_fill", lambda t: t[0].masked_fill(t[0] > 0, BIG), OverflowError),
+  ("masked_fill uint8", lambda t: t[1].masked_fill(t[1] > 0, 256), RuntimeError),
+  ("setitem int32", lambda t: store(t[2], 2 ** 40), RuntimeError),
+  ("setitem uint8", lambda t: store(t[1], -256), RuntimeError),
+]
+
+
+@pytest.mark.parametrize("name,op,exc", INT_SCALAR_ERRORS, ids=[e[0] for e in INT_SCALAR_ERRORS])
+def test_python_int_that_does_not_fit_raises_like_torch(name, op, exc, no_kernels):
+  """Regression: `Tensor([1]) + 2**70` gave [1] (the constant wrapped to 0). Beyond 64 bits every
+  op raises OverflowError; a value that fits 64 bits but not the dtype raises RuntimeError where
+  it is stored as a value (where, clamp, masked_fill, setitem), as in PyTorch."""
+  with pytest.raises(exc): op(int_tensors("torch"))
+  with pytest.raises(exc, match="64 bits" if exc is OverflowError else "without overflow"):
+    op(int_tensors("ours"))
+
+
+def test_python_int_creation_that_does_not_fit_raises_like_torch(no_kernels):
+  for full in (torch.full, Tensor.full):
+    with pytest.raises(OverflowError): full((2,), BIG)
+  with pytest.raises(RuntimeError): torch.full((2,), 2 ** 63, dtype=torch.int64)
+  with pytest.raises(RuntimeError, match="without overflow"):
+    Tensor.full((2,), 2 ** 63, dtype=dtypes.int64)
+  with pytest.raises(RuntimeError, match="200.*without overflow"):
+    Tensor.full((2,), 200, dtype=dtypes.int8)
+  with pytest.raises(OverflowError, match="64 bits"): Tensor.const(BIG)
+  with pytest.raises(OverflowError, match="64 bits"): Tensor([True]) + BIG  # promotes to int64
+
+
+def test_python_ints_within_64_bits_wrap_like_torch():
+  """Arithmetic and comparisons wrap a 64-bit int to the tensor's dtype; stored values accept an
+  unsigned dtype's negatives (uint8 -1 is 255), as PyTorch does."""
+  cases = [lambda t: t[1] + 300, lambda t: t[2] + 2 ** 40, lambda t: t[0] + 2 ** 63,
+           lambda t: t[2] < 2 ** 40, lambda t: t[1] + -1, lambda t: where(t[1] > 5, t[1], -1),
+           lambda t: t[1].clamp(min=-1), lambda t: store(t[1], -255)]
+  for op in cases:
+    assert op(int_tensors("ours")).tolist() == op(int_tensors("torch")).tolist()
+  assert Tensor.full((1,), -255, dtype=dtypes.uint8).tolist() == [1]
+  assert (Tensor([1.0]) + BIG).item() == float(BIG)  # a float tensor takes any int (rounded)
+
+
+# ---- bad input that was accepted or unclear (issue 31, item 14) ----
+
+def test_len_of_a_symbolic_length_raises_type_error_saying_so():
+  t = Tensor.empty(Variable("n", 1, 8), 3, device="PYTHON")
+  with pytest.raises(TypeError, match=r"length is symbolic \(shape \(n, 3\)\)"): len(t)
+
+
+def test_flip_with_a_repeated_dim_raises_like_torch(a, no_kernels):
+  for dims in ((0, 0), (1, -1)):
+    with pytest.raises(RuntimeError, match="appears multiple times"): torch.ones(2, 3).flip(dims)
+    with pytest.raises(RuntimeError, match=f"dim {dims[0] % 2} appears multiple times"):
+      a.flip(dims)
+
+
+def test_in_place_setitem_on_a_leaf_that_requires_grad_raises_like_torch(no_kernels):
+  w, tw = Tensor([1.0, 2.0], requires_grad=True), torch.tensor([1.0, 2.0], requires_grad=True)
+  with pytest.raises(RuntimeError, match="leaf Variable that requires grad"): tw[0] = 5.0
+  with pytest.raises(RuntimeError, match="leaf Variable that requires grad.*in-place"): w[0] = 5.0
+  with pytest.raises(RuntimeError, match="leaf Variable"): w[w > 1] = 0.0
+
+
+def test_in_place_setitem_on_a_leaf_under_no_grad_is_allowed():
+  w = Tensor([1.0, 2.0], requires_grad=True)
+  with Tensor.no_grad(): w[0] = 5.0
+  assert w.tolist() == [5.0, 2.0] and w.requires_grad is True
+  (w * w).sum().backward()
+  assert w.grad.tolist() == [10.0, 4.0]
+
+
+def test_a_device_index_that_is_no_number_raises_value_error():
+  for bad in ("CPU:abc", "cpu:-1", "CPU:", "CPU:1:2"):
+    with pytest.raises(ValueError, match=f"device index {bad.split(':', 1)[1]!r}"):
+      Tensor([1.0], device=bad)
+  assert Tensor([1.0], device="cpu:0").device == "CPU"
+
+
+def test_requires_grad_that_is_no_bool_raises_type_error():
+  t = Tensor([1.0])
+  with pytest.raises(TypeError, match="requires_grad must be a bool or None, got str 'yes'"):
+    t.requires_grad = "yes"
+  with pytest.raises(TypeError, match="requires_grad must be a bool or None"):
+    Tensor([1.0], requires_grad=1)
+  assert t.requires_grad is None
+
+
+def test_a_buffer_too_big_for_memory_raises_memory_error_before_allocating(monkeypatch):
+  """Regression: a 2**64-element buffer raised OverflowError from mmap (or bytearray); now a
+  MemoryError naming the size, and no allocator is asked."""
+  def no_alloc(self, nbytes): raise AssertionError(f"tried to allocate {nbytes} bytes")
+  monkeypatch.setattr(Allocator, "alloc", no_alloc)
+  monkeypatch.setattr(LRUAllocator, "alloc", no_alloc)
+  big = "18446744073709551616 float elements"
+  for device in ("CPU", "PYTHON"):
+    with pytest.raises(MemoryError, match=big): Tensor.empty(2 ** 32, 2 ** 32, device=device)
+    with pytest.raises(MemoryError, match=big):
+      Tensor.zeros(2 ** 32, 2 ** 32, device=device).contiguous().realize()
+
+
+def test_realizing_an_empty_tensor_with_an_unbound_variable_names_it(no_kernels):
+  t = Tensor.empty(Variable("n", 1, 8), 3, device="PYTHON")
+  with pytest.raises(UnboundVariableError, match=r"'n' in \[1, 8\]"): t.realize()
+  with pytest.raises(UnboundVariableError, match="'n'"): Tensor.realize_all(t)
+  assert Tensor.empty(Variable("n", 1, 8).bind(2), 3, device="PYTHON").realize().concrete_shape \
+    == (2, 3)

@@ -480,3 +480,88 @@ def test_setitem_with_an_empty_index_tensor_is_a_no_op():
   x = Tensor([1.0, 2, 3], device="PYTHON").contiguous().realize()
   x[Tensor.zeros(0, dtype=dtypes.int64, device="PYTHON")] = 1.0
   assert x.tolist() == [1.0, 2.0, 3.0]
+
+
+
+# ---- every basic slice of a small tensor, against numpy ----
+
+SWEEP_STEPS = (-3, -2, -1, 1, 2, 3, None)
+SWEEP_CASES = [((4,), 0), ((3, 4), 0), ((3, 4), 1)]  # (shape, the axis sliced)
+SWEEP_IDS = ["1d", "2d-dim0", "2d-dim1"]
+
+
+def every_slice(shape: tuple[int, ...], dim: int) -> list[tuple]:
+  """Each start/stop in [-n-1, n+1] or None, each step in SWEEP_STEPS, on axis `dim`."""
+  n = shape[dim]
+  bounds = [*range(-n - 1, n + 2), None]
+  lead = (slice(None),) * dim
+  return [(*lead, slice(a, b, c)) for a in bounds for b in bounds for c in SWEEP_STEPS]
+
+
+def slices_by_view(x: Tensor, idxs: list[tuple]) -> list[list[tuple]]:
+  """The indices grouped by the view of x they build. UOps are hash-consed, so indices of a group
+  build the same graph: whatever one reads or writes, every other does (the sweep realizes one
+  per group and checks the result against numpy's for each member)."""
+  groups: dict = {}
+  for idx in idxs: groups.setdefault(x[idx].uop, []).append(idx)
+  return list(groups.values())
+
+
+def sweep_groups(shape: tuple[int, ...], dim: int, device: str) -> list[list[tuple]]:
+  """Every slice's group on the PYTHON device; on CPU only the empty ones (a compile per view
+  would take a minute with a cold kernel cache; empty views compile nothing)."""
+  probe = Tensor.empty(*shape, device=device)
+  groups = slices_by_view(probe, every_slice(shape, dim))
+  if device == "PYTHON": return groups
+  return [g for g in groups if 0 in probe[g[0]].shape]
+
+
+@pytest.mark.parametrize("device", ["PYTHON", "CPU"])
+@pytest.mark.parametrize("shape,dim", SWEEP_CASES, ids=SWEEP_IDS)
+def test_every_slice_reads_like_numpy(shape, dim, device):
+  """Empty slices of any step read as empty (one realize for all the slices)."""
+  ref = np.arange(math.prod(shape), dtype=np.float32).reshape(shape)
+  x = Tensor(ref, device=device).realize()
+  groups = sweep_groups(shape, dim, device)
+  outs = [x[g[0]] for g in groups]
+  Tensor.realize(*outs)
+  for group, out in zip(groups, outs):
+    for idx in group: np.testing.assert_array_equal(out.numpy(), ref[idx], err_msg=f"x[{idx}]")
+
+
+@pytest.mark.parametrize("device", ["PYTHON", "CPU"])
+@pytest.mark.parametrize("value_kind", ["scalar", "tensor"])
+@pytest.mark.parametrize("shape,dim", SWEEP_CASES, ids=SWEEP_IDS)
+def test_every_slice_writes_like_numpy(shape, dim, value_kind, device):
+  """Each write (a value unique to it) changes exactly numpy's positions: an empty slice writes
+  nothing, and nothing lands outside the buffer (CHECK_OOB is on in the suite). The writes go
+  one after another into one tensor, checked after each."""
+  ref = np.zeros(shape, dtype=np.float32)
+  x = Tensor(ref, device=device).realize()
+  for k, group in enumerate(sweep_groups(shape, dim, device), start=1):
+    size, view_shape = ref[group[0]].size, ref[group[0]].shape
+    value = np.arange(size, dtype=np.float32).reshape(view_shape) + 100 * k
+    x[group[0]] = k if value_kind == "scalar" else Tensor(value, device=device)
+    got = x.numpy()
+    for idx in group:
+      ref[idx] = k if value_kind == "scalar" else value
+      np.testing.assert_array_equal(got, ref, err_msg=f"x[{idx}] = {value_kind}")
+
+
+def test_empty_negative_step_slice_write_stores_nothing():
+  """Regression: `v[0:2:-1] = 9` stored 9 one element before the buffer (a zero-trip loop whose
+  store codegen moved out of the loop, at the flipped view's offset -1)."""
+  v = Tensor.arange(4).float().contiguous().realize()
+  v[0:2:-1] = 9
+  assert v.tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_empty_stepped_slice_write_leaves_the_first_element():
+  """Regression: `x[1:1:2] = 9` overwrote element 0 (a whole row in 2-D)."""
+  x = Tensor.arange(4).float().contiguous().realize()
+  x[1:1:2] = 9
+  assert x.tolist() == [0.0, 1.0, 2.0, 3.0]
+  m = Tensor.arange(12).float().reshape(3, 4).contiguous().realize()
+  m[1:1:2] = 9
+  m[:, 3:0:2] = 9
+  assert m.tolist() == np.arange(12, dtype=np.float32).reshape(3, 4).tolist()

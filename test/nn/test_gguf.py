@@ -221,3 +221,12 @@ def test_ggml_data_to_tensor_rejects_bad_arguments():
   with pytest.raises(ValueError, match="unsupported ggml type"): ggml_data_to_tensor(t, 32, 99)
   with pytest.raises(ValueError, match="whole blocks"): ggml_data_to_tensor(t, 31, 8)
   with pytest.raises(ValueError, match="at least 68 bytes"): ggml_data_to_tensor(t, 64, 8)
+
+
+def test_gguf_duplicated_metadata_key_raises_format_error():
+  """Regression: a key given twice kept its last value silently (llama.cpp's gguf refuses it)."""
+  data = write_gguf({"general.name": "a", "general.nama": "b"}, [])
+  dup = data.replace(b"general.nama", b"general.name")
+  with pytest.raises(FormatError, match=r"metadata\[1\]\.key: duplicate key 'general.name'"):
+    gguf_load(dup)
+  assert gguf_load(data)[0] == {"general.name": "a", "general.nama": "b"}

@@ -285,6 +285,17 @@ def test_safe_save_rejects_bad_input(tmp_path):
     safe_save({"a": Tensor([1.0])}, tmp_path / "x", {"a": 1})
 
 
+def test_safe_save_of_a_non_tensor_value_raises_type_error(tmp_path):
+  """Regression: a non-Tensor value raised AttributeError ('int' object has no attribute
+  'dtype') and a non-dict one something else; nothing is written."""
+  for value in (3, [1.0, 2.0], np.ones(2, np.float32)):
+    with pytest.raises(TypeError, match=f"'b' is not a Tensor \\(got {type(value).__name__}\\)"):
+      safe_save({"a": Tensor([1.0]), "b": value}, tmp_path / "x.st")
+  with pytest.raises(TypeError, match="expected a dict of name -> Tensor, got list"):
+    safe_save([Tensor([1.0])], tmp_path / "x.st")
+  assert not (tmp_path / "x.st").exists()
+
+
 def valid_file() -> bytes:
   buf = io.BytesIO()
   arrays = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.arange(3, dtype=np.int16)}
@@ -332,6 +343,17 @@ def test_corrupted_files_raise_value_error(tmp_path, kind):
   (tmp_path / "c.st").write_bytes(CORRUPT[kind])
   with pytest.raises(ValueError, match="safetensors"): safe_load(tmp_path / "c.st")
   with pytest.raises(SafetensorsError): safe_load_metadata(CORRUPT[kind])
+
+
+@pytest.mark.parametrize("shape", [[2 ** 40, 2 ** 40, 0], [2 ** 32, 2 ** 32, 1], [0, 2 ** 70]])
+def test_safetensors_header_whose_shape_product_overflows_raises_before_allocating(shape):
+  """Regression: a zero after sizes whose product overflows 64 bits was accepted (an empty tensor
+  of shape (2**40, 2**40, 0)), and [0, 2**70] failed later in numpy; the library refuses both."""
+  data = with_header({"x": {"dtype": "F32", "shape": shape, "data_offsets": [0, 0]}}, b"")
+  with pytest.raises(Exception, match="overflow|expected usize"): safetensors.numpy.load(data)
+  before = GlobalCounters.mem_used
+  with pytest.raises(SafetensorsError, match=r"'x'.*overflow a 64-bit size"): safe_load(data)
+  assert GlobalCounters.mem_used == before
 
 
 @pytest.mark.parametrize("kind", ["header_too_long", "not_json", "past_end", "unknown_dtype"])

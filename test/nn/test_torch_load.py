@@ -5,6 +5,8 @@ import pickle
 import struct
 import tarfile
 import time
+import zipfile
+from collections import OrderedDict
 
 import numpy as np
 import pytest
@@ -155,3 +157,75 @@ def test_errors_name_the_file(tmp_path):
   (tmp_path / "junk.pth").write_bytes(b"\x80\x02junk")
   with pytest.raises(FormatError, match=r"junk\.pth"): torch_load(tmp_path / "junk.pth")
   with pytest.raises(TypeError, match="expected a path"): torch_load(42)
+
+
+# ---- compressed storages (zip bombs) ----
+
+class FakeStorage:
+  """A storage the pickle refers to by persistent id (key "0", `numel` float32 elements)."""
+
+  def __init__(self, numel: int) -> None: self.numel = numel
+
+
+class FakeTensor:
+  def __init__(self, numel: int) -> None: self.numel = numel
+
+  def __reduce__(self):
+    return (torch._utils._rebuild_tensor_v2,
+            (FakeStorage(self.numel), 0, (self.numel,), (1,), False, OrderedDict()))
+
+
+class StoragePickler(pickle.Pickler):
+  def persistent_id(self, obj):
+    if isinstance(obj, FakeStorage): return ("storage", torch.FloatStorage, "0", "cpu", obj.numel)
+    return None
+
+
+def zip_checkpoint(numel: int, member: bytes, declared: int | None = None) -> bytes:
+  """A torch.save-like archive: a pickle of one float32 tensor of `numel` elements and its
+  storage member compressed with deflate (its declared size forged to `declared` if given)."""
+  pkl = io.BytesIO()
+  StoragePickler(pkl, protocol=2).dump({"w": FakeTensor(numel)})
+  buf = io.BytesIO()
+  with zipfile.ZipFile(buf, "w") as zf:
+    zf.writestr("archive/data.pkl", pkl.getvalue())
+    zf.writestr("archive/data/0", member, compress_type=zipfile.ZIP_DEFLATED)
+  data = bytearray(buf.getvalue())
+  if declared is not None:  # the uncompressed size in data/0's central directory entry
+    at = data.index(b"PK\x01\x02archive/data/0"[:4], data.index(b"PK\x01\x02") + 4)
+    assert data[at + 46:at + 60] == b"archive/data/0"
+    data[at + 24:at + 28] = struct.pack("<I", declared)
+  return bytes(data)
+
+
+def refuse_storage_reads(monkeypatch) -> None:
+  """Fail the test if a storage member is decompressed (the pickle may be)."""
+  read = zipfile.ZipFile.read
+
+  def checked(self, name, *args):
+    if "/data/" in str(name): pytest.fail(f"{name} was decompressed")
+    return read(self, name, *args)
+  monkeypatch.setattr(zipfile.ZipFile, "read", checked)
+
+
+def test_compressed_storage_loads():
+  data = zip_checkpoint(4, np.arange(4, dtype=np.float32).tobytes())
+  np.testing.assert_array_equal(torch_load(data)["w"].numpy(), [0, 1, 2, 3])
+
+
+def test_zip_member_bigger_than_its_storage_is_refused_before_decompressing(monkeypatch):
+  """A small archive whose storage inflates to far more than the pickle reads (a zip bomb):
+  refused from the declared sizes, before anything is decompressed."""
+  data = zip_checkpoint(4, bytes(16 << 20))
+  assert len(data) < 100_000
+  refuse_storage_reads(monkeypatch)
+  with pytest.raises(FormatError, match="declares 16777216 bytes, but its storage needs 16"):
+    torch_load(data)
+
+
+def test_zip_member_that_inflates_beyond_deflate_limit_is_refused(monkeypatch):
+  """The pickle and the member both claim 2**31 bytes from a few compressed ones."""
+  data = zip_checkpoint(2 ** 29, bytes(4096), declared=2 ** 31)
+  refuse_storage_reads(monkeypatch)
+  with pytest.raises(FormatError, match="would inflate .* to 2147483648, more than 1100 times"):
+    torch_load(data)

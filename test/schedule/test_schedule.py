@@ -142,6 +142,14 @@ def test_zero_size_output_runs_no_kernel_on_python_device():
   assert Tensor.zeros(0, 3, device="PYTHON").numpy().shape == (0, 3)
 
 
+def test_store_into_an_empty_view_schedules_no_kernel():
+  """A write into an empty view of a non-empty buffer would be a zero-trip loop, whose store
+  codegen may move out of the loop (`x[1:1:2] = 9` wrote x[0]): it schedules nothing."""
+  x = Tensor.empty(3, 4)
+  for view in (x[1:1:2], x[0:2:-1], x[:, 3:0:2]):
+    assert kernels(view.assign(Tensor.empty(*view.shape))) == 0
+
+
 def test_empty_reduction_is_its_identity():
   assert Tensor.empty(3, 0, device="PYTHON").sum(1).tolist() == [0.0, 0.0, 0.0]
   assert Tensor.empty(2, 0).prod(1).tolist() == [1.0, 1.0]

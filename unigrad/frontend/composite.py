@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from unigrad.dtype import LOW_FLOATS, DType, dtypes, least_upper_float
-from unigrad.frontend.dtypes import result_type
+from unigrad.frontend.dtypes import check_int_value, result_type
 from unigrad.frontend.elementwise import LOG2E, scalar_operand
 from unigrad.frontend.movement import _normalize_pads, _shape_arg, canonical_axis
 from unigrad.frontend.nnops import is_nan, pool, take
@@ -556,6 +556,7 @@ class CompositeMixin:
     if lo is None and hi is None:
       raise RuntimeError("clamp: At least one of 'min' or 'max' must not be None")
     x = self.cast(result_type(self, *[v for v in (lo, hi) if v is not None]))
+    for v in (lo, hi): check_int_value(v, x.dtype)  # a bound is a value of x's dtype
     if lo is not None: x = x.maximum(lo)
     return x if hi is None else x.minimum(hi)
 

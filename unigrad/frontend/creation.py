@@ -7,8 +7,9 @@ import math
 import operator
 from typing import TYPE_CHECKING, Any
 
-from unigrad.dtype import DType, PtrDType, dtypes, to_dtype
+from unigrad.dtype import DType, PtrDType, buffer_nbytes, dtypes, to_dtype
 from unigrad.engine import realize as engine
+from unigrad.frontend.dtypes import check_int_value
 from unigrad.runtime.device import Buffer, Device
 from unigrad.uop import UOp, sint
 from unigrad.uop.variable import is_size, simplify_size
@@ -41,6 +42,7 @@ class CreationMixin:
     """An uninitialized tensor backed by a new buffer."""
     dims, dev = _shape(shape), _device(device)
     dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+    buffer_nbytes(math.prod(s if isinstance(s, int) else int(s.vmax) for s in dims), dt, dev)
     return cls._from_uop(engine.new_buffer(dev, dt, dims), dev)
 
   @classmethod
@@ -50,6 +52,7 @@ class CreationMixin:
     `Tensor.full((2, 2), 7)` is `[[7, 7], [7, 7]]` (int64, like PyTorch)."""
     dims, dev = _shape((shape,) if isinstance(shape, int) else (tuple(shape),)), _device(device)
     dt = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill_value)
+    check_int_value(fill_value, dt)
     const = cls._from_uop(UOp.const(dt, fill_value), dev)
     return const.reshape(*(1,) * len(dims)).expand(dims) if dims else const
 

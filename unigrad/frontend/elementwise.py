@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from unigrad.dtype import (FLOATS, LOW_FLOATS, SINTS, UINTS, DType, dtypes, least_upper_float,
                            to_dtype)
-from unigrad.frontend.dtypes import result_type, scalar_dtype
+from unigrad.frontend.dtypes import check_int_operand, check_int_value, result_type, scalar_dtype
 from unigrad.uop import Ops, UOp, shape_uop
 from unigrad.uop.properties import broadcast_shapes
 
@@ -137,6 +137,7 @@ def scalar_operand(dt: DType, v: int | float, shape: tuple) -> UOp:
   # a float keys by value but for zeros (0.0 == -0.0) and nans (never equal): by their bits
   key = (dt, v.hex() if type(v) is float and not (v and v == v) else v, shape)
   if (u := _scalar_operands.get(key)) is not None: return u
+  check_int_operand(v, dt)  # where every Python number operand becomes a constant
   u = UOp.const(dt, v)
   if shape:
     u = UOp(Ops.RESHAPE, dt, (u, shape_uop((1,) * len(shape))))
@@ -206,6 +207,7 @@ class ElementwiseMixin:
       return self._node(x.cast(dtype))
     if not isinstance(x, (int, float, bool)):
       raise TypeError(f"unsupported operand type {type(x).__name__} for a Tensor op")
+    check_int_operand(x, dtype)
     return UOp.const(dtype, x)
 
   def _broadcasted(self, x: Operand, y: Operand, dtype: DType | None = None,
@@ -503,6 +505,7 @@ class ElementwiseMixin:
     """x where self is true, else y (broadcast, promoted). `cond.where(a, b)`"""
     self._check_devices(x, y)
     dt = result_type(x, y)
+    for v in (x, y): check_int_value(v, dt)  # a branch is a value of dt: no wrapping
     cond = (self if self.dtype == dtypes.bool else self.ne(0)).uop
     # a Python number waits for the shape: its broadcast constant comes from scalar_operand
     ux = None if type(x) in NUMBERS else self._to_node(x, dt)

@@ -474,6 +474,8 @@ class GradientMixin:
 
   @requires_grad.setter
   def requires_grad(self, value: bool | None) -> None:
+    if value is not None and not isinstance(value, bool):
+      raise TypeError(f"requires_grad must be a bool or None, got {type(value).__name__} {value!r}")
     if value and not dtypes.is_float(self.dtype):
       raise RuntimeError("only Tensors of floating point dtype can require gradients, "
                          f"got {self.dtype!r}")

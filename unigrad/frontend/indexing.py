@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from unigrad.dtype import DType, dtypes
 from unigrad.engine import realize as engine
 from unigrad.frontend.composite import _reversed_order, _to_last, is_nan
+from unigrad.frontend.dtypes import check_int_value
 from unigrad.frontend.movement import canonical_axis, getitem_basic
 from unigrad.frontend.reduce import host_values as _host_values
 from unigrad.uop import Ops
@@ -361,11 +362,21 @@ def _set_masked(t: Tensor, mask: Tensor, v: Tensor) -> None:
   t.assign(selected.where(new, t)).realize()
 
 
+def _check_in_place(t: Tensor) -> None:
+  """An in-place write to a leaf that requires grad raises (its gradient would be of values it
+  no longer holds), as in PyTorch; under `Tensor.no_grad` it is allowed (an initialization)."""
+  if t.requires_grad and not type(t).no_grad:
+    raise RuntimeError("a leaf Variable that requires grad is being used in an in-place "
+                       "operation. (Write it under `with Tensor.no_grad():`, or to a detach()ed "
+                       "copy.)")
+
+
 def _value_for(t: Tensor, value: Any) -> Tensor:
   """A setitem value as a tensor of t's dtype on t's device."""
   if not hasattr(value, "uop"):
     if not isinstance(value, (bool, int, float, list, tuple)):
       raise TypeError(f"can't assign a {type(value).__name__} to a Tensor")
+    check_int_value(value, t.dtype)
     return type(t)(value, device=t.device).cast(t.dtype)
   if value.device != t.device:
     raise RuntimeError(f"setitem value is on {value.device}, the tensor on {t.device}")
@@ -467,6 +478,7 @@ class IndexingMixin:
     read per element); other advanced indices cost O(N) direct stores of the index positions (N
     indices) and an O(numel) pass; repeated indices: the last one wins.
     `x[1:, [0, 2]] = 0`"""
+    _check_in_place(self)
     v = _value_for(self, value)
     _own_storage(self)
     items = _normalize(idx, self)

@@ -40,6 +40,15 @@ def canonical_axis(axis: int, ndim: int) -> int:
   return axis + n if axis < 0 else axis
 
 
+def _distinct_axes(axes: list[int]) -> set[int]:
+  """Canonical axes as a set; an axis named twice raises RuntimeError, as in PyTorch's flip."""
+  seen: set[int] = set()
+  for a in axes:
+    if a in seen: raise RuntimeError(f"dim {a} appears multiple times in the list of dims")
+    seen.add(a)
+  return seen
+
+
 class MovementMixin:
   """reshape, permute, expand, pad, shrink, flip and indexing."""
   uop: UOp
@@ -183,7 +192,7 @@ class MovementMixin:
 
   def flip(self, *axis: Any) -> Tensor:
     """Reverse the order of elements along the given axes."""
-    axes = {canonical_axis(a, self.ndim) for a in _shape_arg(axis)}
+    axes = _distinct_axes([canonical_axis(a, self.ndim) for a in _shape_arg(axis)])
     if not axes: return self._wrap(self.uop)
     flags = tuple(i in axes for i in range(self.ndim))
     return self._wrap(UOp(Ops.FLIP, self.uop.dtype, (self.uop,), flags))

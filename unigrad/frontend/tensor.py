@@ -20,6 +20,7 @@ from unigrad.engine.jit import outside_capture
 from unigrad.frontend.activations import ActivationsMixin
 from unigrad.frontend.composite import CompositeMixin
 from unigrad.frontend.creation import CreationMixin
+from unigrad.frontend.dtypes import check_int_value
 from unigrad.frontend.elementwise import ElementwiseMixin
 from unigrad.frontend.gradient import GradientMixin, TensorMeta, detach_if_no_grad
 from unigrad.frontend.indexing import IndexingMixin
@@ -155,6 +156,7 @@ class Tensor(MultiMixin, ActivationsMixin, LinalgMixin, SelectMixin, IndexingMix
       raise TypeError(f"Tensor.const needs a Python bool, int or float, got {type(value).__name__}")
     dt = to_dtype(dtype) if dtype is not None else dtypes.from_py(value)
     dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
+    check_int_value(value, dt)
     return Tensor._from_uop(UOp.const(dt, value), dev)
 
   def element_size(self) -> int: return self.dtype.itemsize
@@ -168,7 +170,11 @@ class Tensor(MultiMixin, ActivationsMixin, LinalgMixin, SelectMixin, IndexingMix
 
   def __len__(self) -> int:
     if not self.shape: raise TypeError("len() of a 0-d tensor")
-    return self.shape[0]
+    if not isinstance(n := self.shape[0], int):
+      raise TypeError(f"len() of a tensor whose length is symbolic (shape "
+                      f"{shape_str(self.shape)}): len() needs an int; use .shape[0] (a size) or "
+                      ".concrete_shape[0]")
+    return n
 
   def __iter__(self) -> Iterator[Tensor]:
     """The sub-tensors along the first axis (like PyTorch, a 0-d tensor cannot be iterated)."""
@@ -195,6 +201,7 @@ class Tensor(MultiMixin, ActivationsMixin, LinalgMixin, SelectMixin, IndexingMix
     with engine.realize_lock, deferred_interrupts():
       if writes.pending: _realize_with_writes([self])
       elif not engine.is_realized(u := self.uop): _apply_map(engine.realize([u], [self._device]))
+      else: _check_bound(u)
     return self
 
   @staticmethod
@@ -203,7 +210,10 @@ class Tensor(MultiMixin, ActivationsMixin, LinalgMixin, SelectMixin, IndexingMix
     realize one at a time (the engine's lock)."""
     with engine.realize_lock, deferred_interrupts():
       if writes.pending: return _realize_with_writes(list(tensors))
-      todo = [t for t in tensors if not engine.is_realized(t.uop)]
+      todo = []
+      for t in tensors:
+        if engine.is_realized(t.uop): _check_bound(t.uop)
+        else: todo.append(t)
       if not todo: return
       mapping = engine.realize([t.uop for t in todo], [t.device for t in todo])
       _apply_map(mapping)
@@ -342,6 +352,8 @@ def _realize_with_writes(tensors: list[Tensor]) -> None:
   # a write no live tensor holds any more is gone with it (a failed @function trace put its
   # tensors back): what still reads it runs it
   written, afters, devices = writes.pending.take({t.uop: None for t in live})
+  for t in tensors:
+    if engine.is_realized(t.uop): _check_bound(t.uop)
   todo = [t for t in tensors if not engine.is_realized(t.uop)]
   views = [t for t in todo if buffer_base(t.uop) in written]
   if views: todo = [t for t in todo if buffer_base(t.uop) not in written]
@@ -377,6 +389,12 @@ def realize_stale_values(written: dict[UOp, None]) -> None:
   with engine.realize_lock:
     if written and (stale := _stale_values(all_tensors.alive(), written, [])):
       _realize_values(stale)
+
+
+def _check_bound(u: UOp) -> None:
+  """A buffer-backed tensor (`Tensor.empty(n, 4)`) realizes to nothing, but its symbolic sizes
+  need values as anything computed would: an unbound one raises UnboundVariableError naming it."""
+  if not all(type(s) is int for s in u.shape): concrete_shape(u.shape)
 
 
 def _apply_map(mapping: dict[UOp, UOp]) -> None:

@@ -212,6 +212,7 @@ def _header(r: _Reader) -> tuple[dict[str, Any], list[_TensorInfo], int]:
   kv: dict[str, Any] = {}
   for i in range(n_kv):
     key = r.string(f"metadata[{i}].key")
+    if key in kv: raise r.fail(f"metadata[{i}].key", f"duplicate key {key!r}")
     kv[key] = r.value(r.scalar("I", f"metadata {key!r}.type"), f"metadata {key!r}")
   align = kv.get("general.alignment", DEFAULT_ALIGNMENT)
   if not isinstance(align, int) or isinstance(align, bool) or align <= 0 or align & (align - 1):

@@ -175,6 +175,7 @@ SAFE_DTYPES: dict[str, DType] = {
 SAFE_NAMES: dict[DType, str] = {v: k for k, v in SAFE_DTYPES.items()}
 SAFE_ORDER: dict[str, int] = {name: i for i, name in enumerate(SAFE_DTYPES)}
 MAX_HEADER_SIZE = 100_000_000  # the library's limit
+MAX_NUMEL = 2 ** 63 - 1  # the largest element count (or dimension) a header may give
 
 
 @dataclass(frozen=True)
@@ -193,6 +194,18 @@ def _bad(msg: str) -> SafetensorsError: return SafetensorsError(f"safetensors: {
 def _is_int(x: Any) -> bool: return isinstance(x, int) and not isinstance(x, bool)
 
 
+def _check_shape_product(name: str, shape: list[int]) -> None:
+  """Each size and the element count, multiplied out left to right as the library does, stay
+  64-bit sizes (a zero later on does not excuse an overflow before it: `[2**40, 2**40, 0]` is
+  refused, as is `[0, 2**70]`)."""
+  numel = 1
+  for s in shape:
+    numel *= s
+    if s > MAX_NUMEL or numel > MAX_NUMEL:
+      raise _bad(f"tensor {name!r}: the sizes of shape {shape} (or their product) overflow a "
+                 "64-bit size")
+
+
 def _parse_entry(name: str, info: Any) -> SafeEntry:
   if not isinstance(info, dict) or set(info) != {"dtype", "shape", "data_offsets"}:
     raise _bad(f"tensor {name!r}: expected {{dtype, shape, data_offsets}}, got {info!r}")
@@ -200,6 +213,7 @@ def _parse_entry(name: str, info: Any) -> SafeEntry:
   if dt not in SAFE_DTYPES: raise _bad(f"tensor {name!r}: unsupported dtype {dt!r}")
   if not isinstance(shape, list) or not all(_is_int(s) and s >= 0 for s in shape):
     raise _bad(f"tensor {name!r}: shape must be a list of non-negative ints, got {shape!r}")
+  _check_shape_product(name, shape)
   if not isinstance(offs, list) or len(offs) != 2 or not all(_is_int(o) for o in offs):
     raise _bad(f"tensor {name!r}: data_offsets must be two ints, got {offs!r}")
   begin, end = offs
@@ -287,9 +301,14 @@ def safe_load_metadata(fn: FileLike) -> dict[str, str]:
 
 
 def _check_save_args(tensors: dict[str, Tensor], metadata: dict[str, str] | None) -> None:
+  if not isinstance(tensors, dict):
+    raise TypeError(f"safe_save: expected a dict of name -> Tensor, got {type(tensors).__name__}")
   for k, t in tensors.items():
     if not isinstance(k, str) or k == "__metadata__":
       raise ValueError(f"safe_save: invalid tensor name {k!r}")
+    if not isinstance(t, Tensor):
+      raise TypeError(f"safe_save: {k!r} is not a Tensor (got {type(t).__name__}); convert it "
+                      "with Tensor(...) first")
     if t.dtype not in SAFE_NAMES:
       raise TypeError(f"safe_save: {k!r} has dtype {t.dtype!r}, which safetensors lacks")
   if metadata is None: return

@@ -47,6 +47,7 @@ TORCH_STORAGES: dict[str, DType | None] = {
 TORCH_TENSOR_TYPES = frozenset(k.replace("Storage", "Tensor") for k in TORCH_STORAGES)
 LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 LEGACY_PROTOCOL = 1001
+MAX_INFLATION = 1100  # the most a compressed storage may grow (deflate's limit is about 1032:1)
 
 
 @dataclass(frozen=True)
@@ -230,11 +231,25 @@ def _plain_load(f: io.BytesIO) -> Any:
 
 # ---- zip archives ----
 
-def _member_bytes(zf: zipfile.ZipFile, data: memoryview, name: str) -> memoryview:
+def _check_inflation(info: zipfile.ZipInfo, needed: int) -> None:
+  """Refuse, before anything is decompressed, a compressed member bigger than the storage the
+  pickle reads from it, or bigger than its compressed bytes can inflate to (a zip bomb)."""
+  if info.file_size > needed:
+    raise FormatError(f"torch_load: member {info.filename!r} declares {info.file_size} bytes, "
+                      f"but its storage needs {needed}: refusing to decompress it")
+  if info.file_size > MAX_INFLATION * max(info.compress_size, 1):
+    raise FormatError(f"torch_load: member {info.filename!r} would inflate "
+                      f"{info.compress_size} compressed bytes to {info.file_size}, more than "
+                      f"{MAX_INFLATION} times (deflate's limit is 1032): refusing to decompress it")
+
+
+def _member_bytes(zf: zipfile.ZipFile, data: memoryview, name: str, needed: int) -> memoryview:
   """A zip member's bytes: a slice of the file when stored uncompressed (as torch.save writes
-  them; no copy, no CRC pass over gigabytes), else the decompressed copy."""
+  them; no copy, no CRC pass over gigabytes), else the decompressed copy, at most `needed`
+  bytes (the storage's size the pickle gives)."""
   info = zf.getinfo(name)
   if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 1:  # compressed or encrypted
+    _check_inflation(info, needed)
     return memoryview(zf.read(name))
   head = bytes(data[info.header_offset:info.header_offset + 30])
   if len(head) != 30 or head[:4] != b"PK\x03\x04":
@@ -260,7 +275,9 @@ def _load_zip(data: memoryview, device: str | None) -> Any:
       pid = _storage_pid(pid)
       key, dt = str(pid[2]), _storage_type(pid[1])
       if key not in storages:
-        raw = _member_bytes(zf, data, f"{root}data/{key}")
+        if not _is_int(pid[4]) or pid[4] < 0:
+          raise FormatError(f"torch_load: storage {key!r}: bad element count {pid[4]!r}")
+        raw = _member_bytes(zf, data, f"{root}data/{key}", pid[4] * dt.itemsize)
         storages[key] = Storage(_byteswapped(raw, dt.itemsize) if big_endian else raw, dt, {})
       return storages[key]
     return _TorchUnpickler(io.BytesIO(zf.read(pkl)), storage_for, device).load()

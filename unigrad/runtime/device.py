@@ -25,7 +25,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from unigrad.dtype import DType, PtrDType, dtypes, from_bytes
+from unigrad.dtype import DType, PtrDType, buffer_nbytes, dtypes, from_bytes
 from unigrad.helpers import GlobalCounters
 from unigrad.knobs import DEBUG, DEV, LRU
 from unigrad.renderer import Renderer
@@ -233,6 +233,15 @@ class Compiled:
 _canonical_names: dict[str, str] = {}  # a device name as given -> canonicalize's answer
 
 
+def _check_device_index(name: str, canonical: str) -> None:
+  """A device number after the colon ("CL:1") is a non-negative integer."""
+  if ":" not in canonical: return
+  index = name.strip().split(":", 1)[1]
+  if not index.isdecimal() or not index.isascii():
+    raise ValueError(f"device {name!r}: the device index {index!r} is not a non-negative integer "
+                     "(expected a name like 'CPU' or 'CPU:1')")
+
+
 class DeviceRegistry:
   """`Device[name]` opens a device once and caches it; `Device.DEFAULT` is the default name."""
   default_priority: tuple[str, ...] = ("CPU", "PYTHON")  # first available wins; the last is taken
@@ -249,6 +258,7 @@ class DeviceRegistry:
     if not isinstance(name, str) or not name.strip():
       raise ValueError(f"a device name must be a non-empty string, got {name!r}")
     canonical = name.strip().upper()
+    _check_device_index(name, canonical)
     canonical = canonical[:-2] if canonical.endswith(":0") else canonical
     if len(_canonical_names) < 1024: _canonical_names[name] = canonical  # every launch asks
     return canonical
@@ -350,7 +360,7 @@ class Buffer:
     self._wrapped = False
     self.device = Device.canonicalize(device)
     self.size, self.dtype = _check_size(size), _check_dtype(dtype)
-    self.nbytes = size * dtype.itemsize
+    self.nbytes = buffer_nbytes(size, dtype, self.device)
     self._allocator: Allocator | None = None  # the device's, looked up at the first use
     self._owner: Any = None  # what keeps wrapped memory alive (see `wrap`)
     self._address: int | None = None  # the raw address, once asked for (a launch's hot path)

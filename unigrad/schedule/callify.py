@@ -21,7 +21,7 @@ import math
 import weakref
 from dataclasses import dataclass, field
 
-from unigrad.dtype import AddrSpace, DType, dtypes
+from unigrad.dtype import AddrSpace, DType, buffer_nbytes, dtypes
 from unigrad.schedule.function import call_result, graph_nodes
 from unigrad.uop import GroupOp, NodeMap, Ops, ParamArg, UOp, shape_uop, sint
 from unigrad.uop.properties import as_shape
@@ -38,9 +38,11 @@ def new_buffer(device: str, dtype: DType, shape: tuple[sint, ...]) -> UOp:
   for s in shape:
     if type(s) is not int: break
   else:  # a static shape (every eager realize's output): buffer_view's work, straight
-    buf = fresh_node(Ops.BUFFER, dtype, (shape_uop((math.prod(shape),)),), arg)
+    buffer_nbytes(numel := math.prod(shape), dtype, device)
+    buf = fresh_node(Ops.BUFFER, dtype, (shape_uop((numel,)),), arg)
     return buf if len(shape) == 1 else fresh_node(Ops.RESHAPE, dtype, (buf, shape_uop(shape)))
-  buf = UOp(Ops.BUFFER, dtype, (shape_uop((max_numel(shape),)),), arg)
+  buffer_nbytes(numel := max_numel(shape), dtype, device)
+  buf = UOp(Ops.BUFFER, dtype, (shape_uop((numel,)),), arg)
   return buffer_view(buf, shape)
 
 

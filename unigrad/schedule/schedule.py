@@ -1,13 +1,13 @@
 """Schedule: order the kernels of a function into the command buffer.
 
 Consumes: the function body from callify (a SINK of STOREs over PARAMs 0..nargs-1).
-Produces: `LINEAR(CALL(kernel, *params)...)` (kernels writing zero elements are left out; an
-empty reduction is its identity, so no kernel has a zero-trip loop): each kernel's AST has its own
-PARAMs numbered from 0 in discovery order and RANGE ids renumbered, so identical kernels on other
-buffers have identical ASTs; the CALL's sources are the body's PARAMs (slots >= nargs are
-intermediates, allocated per run). Order: a kernel runs after the kernels whose results it reads
-(read-after-write) and before any kernel that overwrites a buffer state it reads
-(write-after-read).
+Produces: `LINEAR(CALL(kernel, *params)...)` (kernels writing zero elements are left out, those
+storing into an empty view of a non-empty buffer too; an empty reduction is its identity, so no
+kernel has a zero-trip loop): each kernel's AST has its own PARAMs numbered from 0 in discovery
+order and RANGE ids renumbered, so identical kernels on other buffers have identical ASTs; the
+CALL's sources are the body's PARAMs (slots >= nargs are intermediates, allocated per run). Order:
+a kernel runs after the kernels whose results it reads (read-after-write) and before any kernel
+that overwrites a buffer state it reads (write-after-read).
 """
 from __future__ import annotations
 
@@ -114,13 +114,35 @@ def kernel_name(ast: UOp) -> str:
   return "_".join([prefix, *sizes]) if sizes else prefix
 
 
+def _is_empty_range(r: UOp) -> bool:
+  return r.op is Ops.RANGE and r.src[0].op is Ops.CONST and r.src[0].arg == 0
+
+
+def _stores_nothing(item: UOp) -> bool:
+  """Whether a kernel's top-level item, `END(...END(STORE, r)..., r0)`, runs a zero-trip loop."""
+  while item.op is Ops.END:
+    if any(_is_empty_range(r) for r in item.src[1:]): return True
+    item = item.src[0]
+  return False
+
+
+def _writes_nothing(kernel: Kernel) -> bool:
+  """Whether a kernel stores no element: its buffer is empty, or every store is under a loop of
+  size 0 (a write into an empty view of a non-empty buffer, `x[1:1:2] = 9`). Such a kernel must
+  not run: a zero-trip range has no value, and codegen, folding an index that depends on it to a
+  constant, would move the store out of its loop (a write outside the view, or the buffer)."""
+  if kernel.writes.shape[0] == 0: return True
+  if kernel.ast.op is not Ops.SINK: return False
+  return all(_stores_nothing(item) for item in kernel.ast.src)
+
+
 def create_schedule(body: UOp, nargs: int, device: str) -> UOp:
   """The LINEAR of kernel CALLs computing `body` (see the module docstring)."""
   if SPEC >= 1: spec_tensor.verify(body)
   ctx = rangeify(body, nargs, device)
   calls = []
   for i in order_kernels(ctx.kernels):
-    if ctx.kernels[i].writes.shape[0] == 0: continue  # writes nothing: no kernel
+    if _writes_nothing(ctx.kernels[i]): continue
     if ctx.kernels[i].ast.op is Ops.COPY:  # CALL(COPY, dst, src): a buffer copy between devices
       ast = ctx.kernels[i].ast
       calls.append(UOp(Ops.CALL, dtypes.void, (ast.replace(src=()), *ast.src)))
