@@ -15,6 +15,7 @@ parameters; no `fused` flag.
 from __future__ import annotations
 
 from unigrad.dtype import DType, dtypes, least_upper_dtype
+from unigrad.engine.interrupts import deferred_interrupts
 from unigrad.frontend.tensor import Tensor
 from unigrad.frontend.traced import traced
 
@@ -66,7 +67,8 @@ class Optimizer:
   def schedule_step(self) -> list[Tensor]:
     """Assign the new values lazily; returns the tensors whose realization performs the step."""
     live = [i for i, p in enumerate(self.params) if p.grad is not None]
-    with Tensor.no_grad():
+    # a Ctrl-C waits until every update is assigned: half a step's assigns would run later
+    with Tensor.no_grad(), deferred_interrupts():
       new_values, state = self._step(live, [self._grad(i) for i in live])
       for i, v in zip(live, new_values): self.params[i].assign(v)
     return [*state, *self.params, *self.buffers]
