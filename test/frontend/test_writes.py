@@ -144,3 +144,14 @@ def test_pending_write_is_seen_by_a_dlpack_consumer():
   a = Tensor([1.0, 2.0]).realize()
   a.assign(Tensor([3.0, 4.0]))
   assert torch.from_dlpack(a).tolist() == [3.0, 4.0]
+
+
+def test_lazy_value_keeps_old_values_after_assign_on_several_devices():
+  devs = ("CPU:0", "CPU:1")
+  t = Tensor([1.0, 2.0]).to(devs).realize()
+  s = Tensor([1.0, 2.0, 3.0, 4.0]).shard(devs, axis=0).realize()
+  b, c = t * 10, s * 10
+  t.assign(Tensor([5.0, 6.0]).to(devs)).realize()
+  s.assign(Tensor([5.0, 6.0, 7.0, 8.0]).shard(devs, axis=0)).realize()
+  assert b.tolist() == [10.0, 20.0] and c.tolist() == [10.0, 20.0, 30.0, 40.0]
+  assert t.tolist() == [5.0, 6.0] and s.tolist() == [5.0, 6.0, 7.0, 8.0]

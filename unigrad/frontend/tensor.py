@@ -285,7 +285,10 @@ class Tensor(MultiMixin, ActivationsMixin, LinalgMixin, SelectMixin, IndexingMix
       self.realize()
     target = self.uop
     self.uop = UOp(Ops.AFTER, self.dtype, (target, UOp(Ops.STORE, dtypes.void, (target, x.uop))))
-    if (base := buffer_base(target)) is None: return self  # several devices: written when realized
+    if (base := buffer_base(target)) is None:  # several devices: their buffers, written now
+      for b in target.toposort():
+        if b.op is _BUFFER: writes.pending.add(b, self.uop, self._device)
+      return self.realize()
     writes.pending.add(base, self.uop, self._device)
     # another tensor viewing the buffer does not hold the write: it runs now (frontend/writes.py)
     if not is_plain_buffer(target) or writes.views.others(base, self): self.realize()
