@@ -205,3 +205,20 @@ def test_elementwise_value_of_many_loads_is_realized_before_a_broadcasting_reduc
   assert [len(k.src) - 1 for k in few.schedule().src] == [4], "2 loads: recomputed inline"
   an, bn, cn, wn = (t.numpy() for t in (a, b, c, w))
   np.testing.assert_allclose(many.numpy(), (an * bn + cn) @ wn.T, atol=1e-4, rtol=1e-4)
+
+
+def test_deep_graph_of_many_kernels_realizes_without_recursion_error():
+  """Sixty layers of matmul, norm and softmax (about 240 kernels) in one realize: rangeify builds
+  the realized inputs first instead of nesting one build per kernel boundary."""
+  rng = np.random.default_rng(0)
+  x0, w0 = rng.standard_normal((2, 16)).astype(np.float32), rng.standard_normal((16, 16))
+  w0 = (w0 / 4).astype(np.float32)
+  x, w, want = Tensor(x0), Tensor(w0), x0
+  for _ in range(60):
+    h = x @ w
+    x = (h * (h.square().mean(-1, keepdim=True) + 1e-5).rsqrt()).softmax(-1) * 16
+    hn = want @ w0
+    hn = hn / np.sqrt((hn ** 2).mean(-1, keepdims=True) + 1e-5)
+    want = np.exp(hn - hn.max(-1, keepdims=True))
+    want = want / want.sum(-1, keepdims=True) * 16
+  np.testing.assert_allclose(x.numpy(), want, rtol=1e-3, atol=1e-4)

@@ -685,4 +685,16 @@ def _build_store(ctx: RangeifyCtx, st: UOp) -> None:
     if u.op is Ops.AFTER:
       for dep in u.src[1:]:
         if dep.op is Ops.STORE: _build_store(ctx, dep)
+  _build_realized_below(ctx, st.src[1])
   _build_kernel(ctx, st, st)
+
+
+def _build_realized_below(ctx: RangeifyCtx, root: UOp) -> None:
+  """The kernels of the realized nodes below `root`, sources first: building a kernel then finds
+  every realized input built and never recurses into another (in a deep graph, one nested
+  build per kernel boundary went past Python's recursion limit: a 30-layer model in one
+  realize)."""
+  for u in root.toposort(lambda n: n.op not in (Ops.PARAM, Ops.AFTER)):
+    if u is root or u not in ctx.realize or u in ctx.buffers: continue
+    buf = _intermediate(ctx, u)
+    _build_kernel(ctx, UOp(Ops.STORE, dtypes.void, (_view(buf, u.shape), u)), u)
