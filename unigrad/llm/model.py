@@ -113,8 +113,10 @@ class Attention:
   def __call__(self, x: Tensor, start_pos: int | UOp, cos: Tensor, sin: Tensor) -> Tensor:
     cfg = self.cfg
     b, t, _ = x.shape
-    q = (x @ self.wq.T).reshape(b, t, cfg.n_heads, cfg.head_dim)
-    k = (x @ self.wk.T).reshape(b, t, cfg.n_kv_heads, cfg.head_dim)
+    # the projections are materialized before the rotation reads each output twice (fused, a
+    # pair's two dot products would be computed for each of its two outputs)
+    q = (x @ self.wq.T).contiguous().reshape(b, t, cfg.n_heads, cfg.head_dim)
+    k = (x @ self.wk.T).contiguous().reshape(b, t, cfg.n_kv_heads, cfg.head_dim)
     v = (x @ self.wv.T).reshape(b, t, cfg.n_kv_heads, cfg.head_dim)
     q, k = rotate(q, cos, sin), rotate(k, cos, sin)
     end = start_pos + t
@@ -143,8 +145,10 @@ class Block:
     self.w_gate = self.w_up = self.w_down = Tensor.empty(0)
 
   def __call__(self, x: Tensor, start_pos: int | UOp, cos: Tensor, sin: Tensor) -> Tensor:
-    h = x + self.attention(self.attention_norm(x), start_pos, cos, sin)
-    n = self.ffn_norm(h)
+    # the normed inputs are made contiguous: fused into the projections, the norm's reduction
+    # would be computed again for every output element
+    h = x + self.attention(self.attention_norm(x).contiguous(), start_pos, cos, sin)
+    n = self.ffn_norm(h).contiguous()
     return h + ((n @ self.w_gate.T).silu() * (n @ self.w_up.T)) @ self.w_down.T
 
 
