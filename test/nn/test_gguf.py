@@ -201,6 +201,12 @@ def test_gguf_metadata_alone_equals_gguf_loads_and_ignores_the_tensors(tmp_path)
     assert gguf_metadata(src) == kv
   head = data[:data.index(b"f32")]  # cut inside the tensor infos: metadata still reads
   assert gguf_metadata(head) == kv
+  vocab = write_gguf({"tokenizer.ggml.tokens": ["a", "b"]}, [])
+  a, b = struct.pack("<Q", 1) + b"a", struct.pack("<Q", 1) + b"b"
+  with pytest.raises(FormatError, match=r"'tokenizer.ggml.tokens'\[1\]: needs 1 bytes.*truncated"):
+    gguf_metadata(vocab[:vocab.index(a + b) + 17])
+  with pytest.raises(FormatError, match=r"'tokenizer.ggml.tokens'\[0\]: not UTF-8"):
+    gguf_metadata(vocab.replace(a + b, a[:8] + b"\xff" + b))
   (tmp_path / "empty.gguf").write_bytes(b"")
   with pytest.raises(FormatError, match=r"gguf_metadata: .*empty\.gguf.*field magic"):
     gguf_metadata(tmp_path / "empty.gguf")

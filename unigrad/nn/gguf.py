@@ -34,6 +34,7 @@ MAX_DIMS = 4  # GGML_MAX_DIMS
 SCALAR_FORMATS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q",
                   11: "q", 12: "d"}
 STRING, ARRAY = 8, 9
+_U64 = struct.Struct("<Q")
 
 
 def _f16_scale(b: Tensor, start: int) -> Tensor:
@@ -170,7 +171,24 @@ class _Reader:
       fmt = SCALAR_FORMATS[etype]
       return list(struct.unpack(f"<{count}{fmt}", self.take(count * struct.calcsize(fmt), field)))
     if count > len(self.data) - self.pos: raise self.fail(field, f"count {count} is too big")
+    if etype == STRING: return self.strings(count, field)
     return [self.value(etype, f"{field}[{i}]") for i in range(count)]
+
+  def strings(self, count: int, field: str) -> list[str]:
+    """`count` strings in a row (a vocabulary holds 100k) in one tight loop; the first one that
+    is cut short or not UTF-8 is read again by `string`, whose error names it."""
+    data, pos, size = self.data, self.pos, len(self.data)
+    out: list[str] = []
+    for _ in range(count):
+      if pos + 8 > size: break
+      end = pos + 8 + _U64.unpack_from(data, pos)[0]
+      if end > size: break
+      try: out.append(str(data[pos + 8:end], "utf-8"))
+      except UnicodeDecodeError: break
+      pos = end
+    self.pos = pos
+    while len(out) < count: out.append(self.string(f"{field}[{len(out)}]"))
+    return out
 
 
 @dataclass(frozen=True)
