@@ -175,8 +175,9 @@ def test_stream_decoder_holds_a_character_until_its_last_byte(tok):
   assert stream_pieces(tok, ids) == ["", "", "", "🎉", ""]
   assert stream_pieces(tok, ids[:2]) == ["", "", "\ufffd"]  # an unfinished one at the end
   stream = tok.stream()
-  assert [stream.feed(i) for i in tok.encode("日本")] and stream.flush() == ""
-  assert stream.feed(ids[0]) == "" and stream.flush() == "\ufffd"  # starts over after flush
+  assert "".join(stream.feed(i) for i in tok.encode("日本 🎉")) == stream.text == "日本 🎉"
+  assert stream.flush() == "" and stream.feed(ids[0]) == "" and stream.flush() == "\ufffd"
+  assert stream.text == "日本 🎉\ufffd"
 
 
 def test_special_tokens_whole_skipped_or_spelled_out(tok):

@@ -360,7 +360,7 @@ class StreamDecoder:
   """Text from ids fed one at a time, never a broken character: `feed(id)` returns the text
   completed by that token (a character whose bytes span tokens comes out whole with its last
   byte), `flush()` what is left (U+FFFD for an unfinished character). The pieces joined equal
-  `decode` of all the ids.
+  `decode` of all the ids; `text` is what has come out so far.
 
     stream = tok.stream()
     for i in ids: print(stream.feed(i), end="")
@@ -370,14 +370,23 @@ class StreamDecoder:
   def __init__(self, tokenizer: Tokenizer, skip_special_tokens: bool = False) -> None:
     self.tokenizer, self.skip_special_tokens = tokenizer, skip_special_tokens
     self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
+    self._pieces: list[str] = []
+
+  @property
+  def text(self) -> str:
+    """All the text given out since the stream started (what stop strings are searched in)."""
+    return "".join(self._pieces)
 
   def feed(self, token_id: int) -> str:
     """The text that `token_id` completes (often "" inside a multi-byte character)."""
-    return self._utf8.decode(self.tokenizer.token_bytes(token_id, self.skip_special_tokens))
+    out = self._utf8.decode(self.tokenizer.token_bytes(token_id, self.skip_special_tokens))
+    if out: self._pieces.append(out)
+    return out
 
   def flush(self) -> str:
-    """The end of the stream: bytes of an unfinished character become U+FFFD; the decoder can
-    then start a new stream."""
+    """The end of the stream: bytes of an unfinished character become U+FFFD (and join `text`).
+    Ids fed after it start on a character boundary again."""
     out = self._utf8.decode(b"", final=True)
     self._utf8.reset()
+    if out: self._pieces.append(out)
     return out
