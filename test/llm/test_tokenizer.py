@@ -113,6 +113,9 @@ def test_ids_equal_transformers_gguf_tokenizer_per_pre_tokenizer(tok, hf_tok, hf
   split, what transformers uses for `smollm` too). The other names' splits are compared below."""
   ours = Tokenizer(dataclasses.replace(tok.spec, pre=pre))
   theirs = hf_tok if pre == "gpt-2" else hf_build(pre)
+  # transformers' conversion leaves ignore_merges off; Llama-3's tokenizer.json has it on (no
+  # SmolLM2 token needs it: BPE builds every one from its own spelling)
+  if pre == "llama-bpe": theirs.backend_tokenizer.model.ignore_merges = True
   for text in CORPUS + FUZZ[:100]:
     assert ours.encode(text) == theirs.encode(text), (pre, text)
 
@@ -266,6 +269,22 @@ def test_tiny_vocabulary_equals_tokenizers_bpe():
     assert ours.decode(ours.encode(text)) == ref.decode(ref.encode(text).ids, False)
   assert ours.encode("<s><tool>", parse_special=False)[-1] == 2  # user-defined: always whole
   assert ours.decode([0, 2, 1], skip_special_tokens=True) == "<tool>"
+
+
+def test_llama3_pre_tokenizers_take_whole_tokens_before_merges():
+  """`ignore_merges`: a token no merge builds ("Ġhe" here) is still taken whole."""
+  kv = tiny_metadata(**{"tokenizer.ggml.pre": "llama-bpe"})
+  kv["tokenizer.ggml.tokens"] = kv["tokenizer.ggml.tokens"] + ["Ġhe"]
+  kv["tokenizer.ggml.token_type"] = kv["tokenizer.ggml.token_type"] + [1]
+  vocab = {t: i for i, t in enumerate(kv["tokenizer.ggml.tokens"])}
+  merges = [tuple(m.split(" ")) for m in TINY_MERGES]
+  for pre, ignore in (("llama-bpe", True), ("dbrx", False)):
+    ours = Tokenizer.from_metadata({**kv, "tokenizer.ggml.pre": pre})
+    ref = HFTokenizer(models.BPE(vocab, merges, ignore_merges=ignore))
+    ref.pre_tokenizer = reference_pre_tokenizer(pre)
+    for text in [" he said", " the hero", "he he  he"] + CORPUS:
+      assert ours.encode(text) == ref.encode(text).ids, (pre, text)
+    assert (vocab["Ġhe"] in ours.encode(" he")) == ignore
 
 
 # ---- bad input ----

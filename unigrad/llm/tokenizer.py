@@ -6,7 +6,8 @@ Encoding a text, stage by stage:
    (`tokenizers`' added tokens; `parse_special=False` leaves control tokens to be spelled out);
 2. pre-tokenize: the pre-tokenizer named by `tokenizer.ggml.pre` cuts each text into pieces by a
    sequence of regexes, each cutting the pieces of the one before (a regex's matches and the
-   spans between them are pieces, as `tokenizers`' Split with behaviour "isolated");
+   spans between them are pieces, as `tokenizers`' Split with behaviour "isolated"); for the
+   llama3 names a piece that is a token as a whole is that token (`ignore_merges`);
 3. symbols: a piece's UTF-8 bytes become the printable characters GPT-2 maps bytes to;
 4. BPE: the adjacent pair with the lowest merge rank is joined, the leftmost of equal ranks first,
    until no pair has a rank (a heap over a linked list, O(n log n)); each piece's ids are cached.
@@ -37,8 +38,8 @@ except ImportError as e:  # pragma: no cover - the `llm` extra installs it
   raise ImportError("unigrad.llm's tokenizer needs the `regex` package (Unicode classes such as "
                     "\\p{L}): pip install 'unigrad[llm]'") from e
 
-__all__ = ["Tokenizer", "TokenizerSpec", "StreamDecoder", "PRE_TOKENIZERS", "TokenType",
-           "tokenizer_spec", "pre_tokenize", "to_symbols"]
+__all__ = ["Tokenizer", "TokenizerSpec", "StreamDecoder", "PreTokenizer", "PRE_TOKENIZERS",
+           "TokenType", "tokenizer_spec", "pre_tokenize", "to_symbols"]
 
 
 class TokenType:
@@ -57,15 +58,27 @@ LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,
 QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
                r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
-# `tokenizer.ggml.pre` -> its splits, as llama.cpp groups the names
-PRE_TOKENIZERS: dict[str, tuple[str, ...]] = {
-  "gpt-2": (GPT2_SPLIT,), "phi-2": (GPT2_SPLIT,),
-  "smollm": (DIGIT_SPLIT, GPT2_SPLIT), "starcoder": (DIGIT_SPLIT, GPT2_SPLIT),
-  "refact": (DIGIT_SPLIT, GPT2_SPLIT), "command-r": (DIGIT_SPLIT, GPT2_SPLIT),
-  "llama-bpe": (LLAMA3_SPLIT,), "llama3": (LLAMA3_SPLIT,), "llama-v3": (LLAMA3_SPLIT,),
-  "falcon3": (LLAMA3_SPLIT,), "pixtral": (LLAMA3_SPLIT,), "dbrx": (LLAMA3_SPLIT,),
-  "smaug-bpe": (LLAMA3_SPLIT,),
-  "qwen2": (QWEN2_SPLIT,), "deepseek-r1-qwen": (QWEN2_SPLIT,),
+
+
+@dataclass(frozen=True)
+class PreTokenizer:
+  """How text is cut before BPE: split regexes applied in order, and whether a piece that is a
+  token as a whole takes that token without BPE (`ignore_merges`, as Llama-3's tokenizer.json and
+  llama.cpp's llama3 type do; a vocabulary can hold tokens its merges never build)."""
+  splits: tuple[str, ...]
+  ignore_merges: bool = False
+
+
+GPT2 = PreTokenizer((GPT2_SPLIT,))
+SMOLLM = PreTokenizer((DIGIT_SPLIT, GPT2_SPLIT))
+LLAMA3 = PreTokenizer((LLAMA3_SPLIT,), ignore_merges=True)
+# `tokenizer.ggml.pre` -> its pre-tokenizer, as llama.cpp groups the names
+PRE_TOKENIZERS: dict[str, PreTokenizer] = {
+  "gpt-2": GPT2, "phi-2": GPT2,
+  "smollm": SMOLLM, "starcoder": SMOLLM, "refact": SMOLLM, "command-r": SMOLLM,
+  "llama-bpe": LLAMA3, "llama3": LLAMA3, "llama-v3": LLAMA3, "falcon3": LLAMA3, "pixtral": LLAMA3,
+  "dbrx": PreTokenizer((LLAMA3_SPLIT,)), "smaug-bpe": PreTokenizer((LLAMA3_SPLIT,)),
+  "qwen2": PreTokenizer((QWEN2_SPLIT,)), "deepseek-r1-qwen": PreTokenizer((QWEN2_SPLIT,)),
 }
 DEFAULT_PRE = "gpt-2"  # a file without `tokenizer.ggml.pre` (transformers' choice too)
 
@@ -85,7 +98,7 @@ def split_pieces(pieces: list[str], pattern: regex.Pattern) -> list[str]:
 
 @functools.cache
 def _compiled(pre: str) -> tuple[regex.Pattern, ...]:
-  return tuple(regex.compile(p) for p in PRE_TOKENIZERS[pre])
+  return tuple(regex.compile(p) for p in PRE_TOKENIZERS[pre].splits)
 
 
 def pre_tokenize(text: str, pre: str) -> list[str]:
@@ -254,6 +267,7 @@ class Tokenizer:
     self.bos_id, self.eos_id, self.unk_id, self.pad_id = (spec.bos_id, spec.eos_id, spec.unk_id,
                                                          spec.pad_id)
     self._ranks = {pair: rank for rank, pair in enumerate(spec.merges)}
+    self._ignore_merges = PRE_TOKENIZERS[spec.pre].ignore_merges
     types = spec.token_types
     self.special_ids = frozenset(i for i, t in enumerate(types) if t in SKIPPED_TYPES)
     matched = [i for i, t in enumerate(types) if t in MATCHED_TYPES and spec.tokens[i]]
@@ -308,10 +322,15 @@ class Tokenizer:
     for piece in pre_tokenize(text, self.spec.pre):
       ids = cache.get(piece)
       if ids is None:
-        ids = tuple(self.vocab[s] for s in self._merge(to_symbols(piece)) if s in self.vocab)
+        ids = self._piece_ids(to_symbols(piece))
         if len(cache) >= CACHE_SIZE: cache.clear()
         cache[piece] = ids
       out.extend(ids)
+
+  def _piece_ids(self, word: str) -> tuple[int, ...]:
+    """The ids of one piece spelled in the byte alphabet."""
+    if self._ignore_merges and word in self.vocab: return (self.vocab[word],)
+    return tuple(self.vocab[s] for s in self._merge(word) if s in self.vocab)
 
   def _merge(self, word: str) -> list[str]:
     """BPE over one piece's symbols: `prev`/`nxt` link the live symbols, the heap holds (rank,
