@@ -105,9 +105,9 @@ class Attention:
 
   def __init__(self, cfg: LlamaConfig, max_context: int, batch: int) -> None:
     self.cfg = cfg
-    shape = (batch, max_context, cfg.n_kv_heads, cfg.head_dim)
-    self.cache_k = Tensor.zeros(*shape).contiguous().realize()
-    self.cache_v = Tensor.zeros(*shape).contiguous().realize()
+    shape = (batch, max_context, cfg.n_kv_heads, cfg.head_dim)  # realized by the Transformer
+    self.cache_k = Tensor.zeros(*shape).contiguous()
+    self.cache_v = Tensor.zeros(*shape).contiguous()
     self.wq = self.wk = self.wv = self.wo = Tensor.empty(0)
 
   def __call__(self, x: Tensor, start_pos: int | UOp, cos: Tensor, sin: Tensor) -> Tensor:
@@ -163,6 +163,9 @@ class Transformer:
     self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
     self.tok_embeddings = self.output = Tensor.empty(0)
     self.cos, self.sin = rope_tables(cfg, self.max_context)
+    # one realize for every cache (a realize walks the live lazy graphs: a GGUF's weights are)
+    Tensor.realize_all(*(c for blk in self.layers for c in (blk.attention.cache_k,
+                                                               blk.attention.cache_v)))
 
   @staticmethod
   def from_gguf(path: str, max_context: int | None = None, batch: int = 1) -> Transformer:
