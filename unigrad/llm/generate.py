@@ -33,7 +33,8 @@ class SamplingParams:
   stop_ids: frozenset[int] = field(default_factory=frozenset)
 
   def __post_init__(self) -> None:
-    if self.max_tokens < 1: raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}")
+    if self.max_tokens < 1:
+      raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}")
     if self.temperature < 0: raise ValueError(f"temperature must be >= 0, got {self.temperature}")
     if self.top_k < 0: raise ValueError(f"top_k must be >= 0, got {self.top_k}")
     if not 0 < self.top_p <= 1: raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")

@@ -77,7 +77,8 @@ class LlamaConfig:
       tied_output="output.weight" not in weights)
     if cfg.n_heads % cfg.n_kv_heads or cfg.head_dim % 2:
       raise FormatError(f"{source}: {cfg.n_heads} query heads over {cfg.n_kv_heads} key/value "
-                        f"heads of size {cfg.head_dim}: the heads must split evenly, the size be even")
+                        f"heads of size {cfg.head_dim}: the heads must split evenly, the size "
+                        "be even")
     return cfg
 
 
@@ -194,8 +195,10 @@ class Transformer:
     loaded = [self.tok_embeddings, self.output, self.norm.weight]
     for i, blk in enumerate(self.layers):
       p, att = f"blk.{i}.", blk.attention
-      att.wq, att.wk = get(p + "attn_q.weight", (q, cfg.dim)), get(p + "attn_k.weight", (kv, cfg.dim))
-      att.wv, att.wo = get(p + "attn_v.weight", (kv, cfg.dim)), get(p + "attn_output.weight", (cfg.dim, q))
+      att.wq = get(p + "attn_q.weight", (q, cfg.dim))
+      att.wk = get(p + "attn_k.weight", (kv, cfg.dim))
+      att.wv = get(p + "attn_v.weight", (kv, cfg.dim))
+      att.wo = get(p + "attn_output.weight", (cfg.dim, q))
       blk.attention_norm.weight = get(p + "attn_norm.weight", (cfg.dim,))
       blk.ffn_norm.weight = get(p + "ffn_norm.weight", (cfg.dim,))
       blk.w_gate = get(p + "ffn_gate.weight", (cfg.ffn_dim, cfg.dim))
