@@ -3,9 +3,8 @@
 This package owns language models: a llama-family `Transformer` configured and loaded from a
 GGUF file (model.py), generation with a KV cache and sampling (`Generator`, `SamplingParams`:
 generate.py), the GGUF byte-level BPE tokenizer (`Tokenizer`, with `StreamDecoder` for text
-generated a token at a time),
-the chat template (`ChatTemplate`, the file's Jinja template rendered as transformers renders it),
-and the packaged SmolLM2-135M-Instruct file (`default_model_path`). It needs the `llm` extra
+generated a token at a time), the chat template (`ChatTemplate`, the file's Jinja template
+rendered as transformers renders it) and the packaged SmolLM2-135M-Instruct file (`default_model_path`). It needs the `llm` extra
 (`pip install 'unigrad[llm]'`: `regex` and `jinja2`). It imports unigrad's frontend and nn; nothing
 in unigrad imports it.
 
