@@ -214,8 +214,8 @@ class Transformer:
     _, t = tokens.shape
     x = embedding(tokens, self.tok_embeddings)
     cos, sin = self.cos[start_pos:start_pos + t], self.sin[start_pos:start_pos + t]
-    # each block's output is realized: a whole model in one graph nests one kernel per boundary
-    # in rangeify's recursion (thirty blocks overflow Python's stack); a block is a few kernels
+    # each block's output is realized: the cache writes of the next block run at once (a slice
+    # write, frontend/writes.py), and the graph they compute stops at this buffer
     for blk in self.layers: x = blk(x, start_pos, cos, sin).realize()
     if last_only: x = x[:, -1]
     return self.norm(x) @ self.output.T
