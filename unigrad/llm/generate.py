@@ -33,7 +33,8 @@ class SamplingParams:
   stop_ids: frozenset[int] = field(default_factory=frozenset)
 
   def __post_init__(self) -> None:
-    if self.max_tokens < 1: raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}")
+    if self.max_tokens < 1:
+      raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}")
     if self.temperature < 0: raise ValueError(f"temperature must be >= 0, got {self.temperature}")
     if self.top_k < 0: raise ValueError(f"top_k must be >= 0, got {self.top_k}")
     if not 0 < self.top_p <= 1: raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
@@ -86,8 +87,9 @@ class Generator:
     """The generated tokens, one at a time, until a stop token, `max_tokens` or a full context."""
     rng = random.Random(params.seed)
     logits, pos = self.prefill(prompt), len(prompt)
-    for _ in range(params.max_tokens):
+    for n in range(1, params.max_tokens + 1):
       tok = sample(logits, params, rng)
       yield tok
-      if tok in params.stop_ids or pos >= self.model.max_context: return
+      # no decode step after the last token: its logits would go unread
+      if tok in params.stop_ids or n == params.max_tokens or pos >= self.model.max_context: return
       logits, pos = self.decode(tok, pos), pos + 1
