@@ -4,6 +4,7 @@ reference. Each skips, saying why, when its package is missing."""
 import pytest
 
 from unigrad.llm import Tokenizer, default_model_path
+from unigrad.llm.cli import DEFAULT_CONTEXT, load_model
 from unigrad.nn.state import gguf_metadata
 
 
@@ -46,3 +47,11 @@ def hf_tok(hf_build):
   """transformers' GGUF tokenizer for the file as it converts it: its pre-tokenizer for `smollm`
   is GPT-2's split (transformers does not know the name)."""
   return hf_build()
+
+
+@pytest.fixture(scope="session")
+def llm(model_path):
+  """The packaged model loaded as the command line loads it (its default context, so the
+  kernels it compiles are the ones `python -m unigrad.llm` finds in the cache), shared by the
+  generation, command-line and server tests."""
+  return load_model(model_path, DEFAULT_CONTEXT)

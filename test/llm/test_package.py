@@ -12,9 +12,9 @@ from unigrad.llm import default_model_path
 
 
 def test_public_names():
-  assert set(unigrad.llm.__all__) == {"ChatTemplate", "Generator", "LlamaConfig",
+  assert set(unigrad.llm.__all__) == {"ChatTemplate", "Completion", "Generator", "LlamaConfig",
                                       "SamplingParams", "StreamDecoder", "Tokenizer",
-                                      "Transformer", "default_model_path"}
+                                      "Transformer", "default_model_path", "stop_token_ids"}
 
 
 def test_default_model_path_finds_the_packaged_file_without_importing_it(model_path):

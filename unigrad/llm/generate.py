@@ -87,8 +87,9 @@ class Generator:
     """The generated tokens, one at a time, until a stop token, `max_tokens` or a full context."""
     rng = random.Random(params.seed)
     logits, pos = self.prefill(prompt), len(prompt)
-    for _ in range(params.max_tokens):
+    for n in range(1, params.max_tokens + 1):
       tok = sample(logits, params, rng)
       yield tok
-      if tok in params.stop_ids or pos >= self.model.max_context: return
+      # no decode step after the last token: its logits would go unread
+      if tok in params.stop_ids or n == params.max_tokens or pos >= self.model.max_context: return
       logits, pos = self.decode(tok, pos), pos + 1
