@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from unigrad import Tensor, dtypes
-from unigrad.nn.state import FormatError, ggml_data_to_tensor, gguf_load
+from unigrad.nn.state import FormatError, ggml_data_to_tensor, gguf_load, gguf_metadata
 
 BLOCK = {2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34), 14: (256, 210)}
 
@@ -190,6 +190,31 @@ def test_gguf_rejects_truncated_or_lying_files_naming_file_and_field(tmp_path, k
   path = tmp_path / f"bad_{kind}.gguf"
   path.write_bytes(bad)
   with pytest.raises(FormatError, match=rf"bad_{kind}\.gguf.*{field}"): gguf_load(path)
+
+
+def test_gguf_metadata_alone_equals_gguf_loads_and_ignores_the_tensors(tmp_path):
+  data, _ = sample(np.random.default_rng(6))
+  path = tmp_path / "m.gguf"
+  path.write_bytes(data)
+  kv = gguf_load(data)[0]
+  for src in (path, str(path), data, Tensor(data, dtype=dtypes.uint8)):
+    assert gguf_metadata(src) == kv
+  head = data[:data.index(b"f32")]  # cut inside the tensor infos: metadata still reads
+  assert gguf_metadata(head) == kv
+  vocab = write_gguf({"tokenizer.ggml.tokens": ["a", "b"]}, [])
+  a, b = struct.pack("<Q", 1) + b"a", struct.pack("<Q", 1) + b"b"
+  with pytest.raises(FormatError, match=r"'tokenizer.ggml.tokens'\[1\]: needs 1 bytes.*truncated"):
+    gguf_metadata(vocab[:vocab.index(a + b) + 17])
+  with pytest.raises(FormatError, match=r"'tokenizer.ggml.tokens'\[0\]: not UTF-8"):
+    gguf_metadata(vocab.replace(a + b, a[:8] + b"\xff" + b))
+  (tmp_path / "empty.gguf").write_bytes(b"")
+  with pytest.raises(FormatError, match=r"gguf_metadata: .*empty\.gguf.*field magic"):
+    gguf_metadata(tmp_path / "empty.gguf")
+  for kind in ("magic", "version", "count"):
+    bad, field = corrupt_cases(data)[kind]
+    (tmp_path / f"bad_{kind}.gguf").write_bytes(bad)
+    with pytest.raises(FormatError, match=rf"bad_{kind}\.gguf.*{field}"):
+      gguf_metadata(tmp_path / f"bad_{kind}.gguf")
 
 
 def test_gguf_rejects_lying_tensor_infos():

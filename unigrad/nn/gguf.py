@@ -9,9 +9,13 @@ lying file raises FormatError naming the file and the field.
 The data section becomes one uint8 buffer; each tensor is a lazy view of it: float types are
 bitcast, quantized blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q6_K) are unpacked and scaled with
 tensor ops into float32, computing what ggml's reference `dequantize_row_*` computes.
+`gguf_metadata` reads the metadata alone (a tokenizer needs no weights): a path is mapped, not
+read, so only the header's pages are touched.
 """
 from __future__ import annotations
 
+import mmap
+import os
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,7 +25,7 @@ from unigrad.dtype import DType, dtypes
 from unigrad.frontend.tensor import Tensor
 from unigrad.nn.tensor_io import FileLike, FormatError, read_bytes, source_name, tensor_from_bytes
 
-__all__ = ["gguf_load", "ggml_data_to_tensor", "GGML_TYPES", "GGMLType"]
+__all__ = ["gguf_load", "gguf_metadata", "ggml_data_to_tensor", "GGML_TYPES", "GGMLType"]
 
 MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
@@ -30,6 +34,7 @@ MAX_DIMS = 4  # GGML_MAX_DIMS
 SCALAR_FORMATS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q",
                   11: "q", 12: "d"}
 STRING, ARRAY = 8, 9
+_U64 = struct.Struct("<Q")
 
 
 def _f16_scale(b: Tensor, start: int) -> Tensor:
@@ -134,11 +139,11 @@ def ggml_data_to_tensor(t: Tensor, n: int, ggml_type: int) -> Tensor:
 class _Reader:
   """Checked little-endian reads over the file's bytes; errors name the file and the field."""
 
-  def __init__(self, data: memoryview, name: str) -> None:
-    self.data, self.name, self.pos = data, name, 0
+  def __init__(self, data: memoryview, name: str, caller: str = "gguf_load") -> None:
+    self.data, self.name, self.caller, self.pos = data, name, caller, 0
 
   def fail(self, field: str, msg: str) -> FormatError:
-    return FormatError(f"gguf_load: {self.name}: field {field}: {msg}")
+    return FormatError(f"{self.caller}: {self.name}: field {field}: {msg}")
 
   def take(self, n: int, field: str) -> memoryview:
     if n < 0 or self.pos + n > len(self.data):
@@ -166,7 +171,24 @@ class _Reader:
       fmt = SCALAR_FORMATS[etype]
       return list(struct.unpack(f"<{count}{fmt}", self.take(count * struct.calcsize(fmt), field)))
     if count > len(self.data) - self.pos: raise self.fail(field, f"count {count} is too big")
+    if etype == STRING: return self.strings(count, field)
     return [self.value(etype, f"{field}[{i}]") for i in range(count)]
+
+  def strings(self, count: int, field: str) -> list[str]:
+    """`count` strings in a row (a vocabulary holds 100k) in one tight loop; the first one that
+    is cut short or not UTF-8 is read again by `string`, whose error names it."""
+    data, pos, size = self.data, self.pos, len(self.data)
+    out: list[str] = []
+    for _ in range(count):
+      if pos + 8 > size: break
+      end = pos + 8 + _U64.unpack_from(data, pos)[0]
+      if end > size: break
+      try: out.append(str(data[pos + 8:end], "utf-8"))
+      except UnicodeDecodeError: break
+      pos = end
+    self.pos = pos
+    while len(out) < count: out.append(self.string(f"{field}[{len(out)}]"))
+    return out
 
 
 @dataclass(frozen=True)
@@ -200,8 +222,8 @@ def _tensor_info(r: _Reader, i: int) -> _TensorInfo:
                      numel // ty.block * ty.block_bytes)
 
 
-def _header(r: _Reader) -> tuple[dict[str, Any], list[_TensorInfo], int]:
-  """The metadata, the tensor infos and the alignment."""
+def _metadata(r: _Reader) -> tuple[dict[str, Any], int]:
+  """The magic, the version, the counts and the metadata: (key -> value, tensor count)."""
   if bytes(r.take(4, "magic")) != MAGIC: raise r.fail("magic", "not a GGUF file (no 'GGUF')")
   version = r.scalar("I", "version")
   if version not in (2, 3): raise r.fail("version", f"unsupported GGUF version {version}")
@@ -214,6 +236,12 @@ def _header(r: _Reader) -> tuple[dict[str, Any], list[_TensorInfo], int]:
     key = r.string(f"metadata[{i}].key")
     if key in kv: raise r.fail(f"metadata[{i}].key", f"duplicate key {key!r}")
     kv[key] = r.value(r.scalar("I", f"metadata {key!r}.type"), f"metadata {key!r}")
+  return kv, n_tensors
+
+
+def _header(r: _Reader) -> tuple[dict[str, Any], list[_TensorInfo], int]:
+  """The metadata, the tensor infos and the alignment."""
+  kv, n_tensors = _metadata(r)
   align = kv.get("general.alignment", DEFAULT_ALIGNMENT)
   if not isinstance(align, int) or isinstance(align, bool) or align <= 0 or align & (align - 1):
     raise r.fail("general.alignment", f"{align!r} is not a power of two")
@@ -255,3 +283,21 @@ def gguf_load(fn: FileLike, device: str | None = None) -> tuple[dict[str, Any], 
     raw = body[t.offset:t.offset + t.nbytes]
     out[t.name] = ggml_data_to_tensor(raw, numel, t.type_id).reshape(t.shape)
   return kv, out
+
+
+def _mapped(path: str | os.PathLike) -> memoryview:
+  """A read-only view of a file's pages (an empty file as empty bytes). The map closes when the
+  last view of it is dropped, so no view outlives its file."""
+  with open(path, "rb") as f:
+    if os.fstat(f.fileno()).st_size == 0: return memoryview(b"")
+    return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+
+
+def gguf_metadata(fn: FileLike) -> dict[str, Any]:
+  """The metadata of a GGUF file (a path, its bytes, or a uint8 Tensor of them), key -> value,
+  without its tensors: a path is mapped, so a tokenizer reads a few MB of a large model file.
+  Raises FormatError naming the file and the field, as `gguf_load` does.
+  `gguf_metadata("model.gguf")["tokenizer.ggml.model"]`"""
+  if isinstance(fn, (str, os.PathLike)): data = _mapped(fn)
+  else: data = read_bytes(fn, "gguf_metadata")
+  return _metadata(_Reader(data, source_name(fn), "gguf_metadata"))[0]

@@ -22,15 +22,15 @@ from typing import Any, NamedTuple
 from unigrad.dtype import DType, dtypes
 from unigrad.engine import realize as engine
 from unigrad.frontend.tensor import Tensor
-from unigrad.nn.gguf import GGML_TYPES, ggml_data_to_tensor, gguf_load
+from unigrad.nn.gguf import GGML_TYPES, ggml_data_to_tensor, gguf_load, gguf_metadata
 from unigrad.nn.tensor_io import (FileLike, FormatError, TensorIO, check_file_like, read_bytes,
                                   tar_extract)
 from unigrad.nn.torch_load import torch_load
 from unigrad.runtime.device import Device
 
 __all__ = ["get_parameters", "get_state_dict", "load_state_dict", "safe_save", "safe_load",
-           "safe_load_metadata", "torch_load", "gguf_load", "ggml_data_to_tensor", "GGML_TYPES",
-           "tar_extract", "TensorIO", "FormatError", "read_bytes", "StateDictError",
+           "safe_load_metadata", "torch_load", "gguf_load", "gguf_metadata", "ggml_data_to_tensor",
+           "GGML_TYPES", "tar_extract", "TensorIO", "FormatError", "read_bytes", "StateDictError",
            "IncompatibleKeys", "SafetensorsError"]
 
 

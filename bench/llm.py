@@ -1,0 +1,178 @@
+"""SmolLM2-135M-Instruct (its packaged GGUF file): unigrad.llm against transformers (PyTorch eager,
+float32) on the same file and prompt, and the first token of a fresh `python -m unigrad.llm`.
+
+  python bench/llm.py [--threads 2] [--prompt-tokens 128] [--decode-tokens 32] [--repeat 3]
+                      [--no-fresh] [--no-torch]
+
+Steady state, each library with `--threads` threads (unigrad's THREADS knob, torch's
+set_num_threads): prefill tokens/s (one pass over a `--prompt-tokens` prompt, its last logits
+read) and decode tokens/s (greedy, one token a step after the prompt: unigrad's Generator.decode
+under TinyJit and its host-side argmax, transformers' forward with its KV cache and an argmax),
+the best of `--repeat` runs after a warm-up; ratio > 1 when unigrad is faster. unigrad's model is
+loaded with the command line's context (2048), so both share compiled kernels. transformers
+dequantizes the file to float32 (`from_pretrained(folder, gguf_file=name, dtype=torch.float32)`);
+unigrad too (at load). On a busy 2-core machine two threads a side are at the mercy of
+preemption (a parallel region waits for a descheduled thread: here torch's 576x1536 matrix-vector
+product took 0.14 ms on one thread and 8 ms on two with the machine loaded), so run
+`--threads 1` as well and read the load average printed.
+
+Fresh process: `python -m unigrad.llm --prompt ... --json --max-tokens 1` in a subprocess, with
+CACHEDIR an empty temporary directory (cold: every kernel compiles) and then the same directory
+again (warm): its first_token_s (from the command's start, the model's loading included) and the
+subprocess's wall time (the interpreter's start and exit included).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from common import SETTLE_S
+
+from unigrad.knobs import THREADS
+from unigrad.llm import Tokenizer, default_model_path
+from unigrad.llm.cli import DEFAULT_CONTEXT, load_model
+
+ROOT = Path(__file__).resolve().parents[1]
+FIRST_TOKEN_PROMPT = "The capital of France is"
+# the prompt text: cut to the first `--prompt-tokens` of its tokens (repeated if it is short)
+PROMPT_TEXT = (
+  "The history of computing is a story of layers. Transistors became gates, gates became "
+  "arithmetic units, and arithmetic units became processors that run programs written in "
+  "languages their designers never imagined. Each layer hides the one below it, and each one "
+  "is rewritten when the layer above asks for something new: vector units for graphics, "
+  "tensor cores for neural networks, and compilers that turn a few lines of Python into "
+  "kernels for all of them. ")
+
+Timed = Callable[[list[int], int], tuple[float, float]]
+
+
+def prompt_ids(tok: Tokenizer, n: int) -> list[int]:
+  """The first `n` ids of PROMPT_TEXT (repeated as often as needed)."""
+  ids: list[int] = []
+  while len(ids) < n: ids += tok.encode(PROMPT_TEXT)
+  return ids[:n]
+
+
+def argmax(xs: list[float]) -> int:
+  return max(range(len(xs)), key=xs.__getitem__)
+
+
+def unigrad_run(path: str) -> Timed:
+  """A function timing unigrad on a prompt: (prefill seconds, seconds per decoded token)."""
+  gen = load_model(path, DEFAULT_CONTEXT).generator
+
+  def run(ids: list[int], steps: int) -> tuple[float, float]:
+    t0 = time.perf_counter()
+    logits = gen.prefill(ids)
+    t1 = time.perf_counter()
+    for pos in range(len(ids), len(ids) + steps): logits = gen.decode(argmax(logits), pos)
+    return t1 - t0, (time.perf_counter() - t1) / steps
+  return run
+
+
+def torch_run(torch: Any, path: str) -> Timed:
+  """The same for transformers: the file dequantized to float32, eager, its own KV cache."""
+  from transformers import AutoModelForCausalLM  # noqa: PLC0415 (optional peer)
+  model = AutoModelForCausalLM.from_pretrained(os.path.dirname(path),
+                                               gguf_file=os.path.basename(path),
+                                               dtype=torch.float32).eval()
+
+  @torch.no_grad()
+  def run(ids: list[int], steps: int) -> tuple[float, float]:
+    t0 = time.perf_counter()
+    # the last position's logits only, as unigrad's prefill (and transformers' generate) computes
+    out = model(torch.tensor([ids]), use_cache=True, logits_to_keep=1)
+    t1 = time.perf_counter()
+    for _ in range(steps):
+      nxt = out.logits[:, -1].argmax(-1, keepdim=True)
+      out = model(nxt, cache=out.cache, use_cache=True)
+    return t1 - t0, (time.perf_counter() - t1) / steps
+  return run
+
+
+def best(run: Timed, ids: list[int], steps: int, repeat: int) -> tuple[float, float]:
+  """The fastest prefill and per-token decode of `repeat` runs after a warm-up run (unigrad's
+  first decode steps capture the jit)."""
+  time.sleep(SETTLE_S)
+  run(ids, 3)
+  times = [run(ids, steps) for _ in range(repeat)]
+  return min(t[0] for t in times), min(t[1] for t in times)
+
+
+def report_steady(args: argparse.Namespace, path: str) -> None:
+  ids = prompt_ids(Tokenizer.from_gguf(path), args.prompt_tokens)
+  ours = best(unigrad_run(path), ids, args.decode_tokens, args.repeat)
+  rows = {"unigrad": ours}
+  torch = None if args.no_torch else try_torch(args.threads)
+  if torch is not None: rows["transformers"] = best(torch_run(torch, path), ids,
+                                                    args.decode_tokens, args.repeat)
+  load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+  print(f"{len(ids)}-token prompt, {args.decode_tokens} decoded tokens, {args.threads} threads "
+        f"(load average {load} on {os.cpu_count()} cores: other work inflates times)")
+  for name, (prefill, decode) in rows.items():
+    print(f"  {name:13s} prefill {len(ids) / prefill:8.1f} tok/s ({prefill * 1e3:7.1f} ms)  "
+          f"decode {1 / decode:7.1f} tok/s ({decode * 1e3:6.1f} ms/token)")
+  if "transformers" in rows:
+    (p0, d0), (p1, d1) = ours, rows["transformers"]
+    print(f"  unigrad / transformers: prefill x{p1 / p0:.2f}, decode x{d1 / d0:.2f}")
+
+
+def try_torch(threads: int) -> Any:
+  """torch on `threads` threads, or None without torch, transformers or gguf."""
+  for name in ("torch", "transformers", "gguf", "accelerate"):
+    if importlib.util.find_spec(name) is None:
+      print(f"({name} is not installed: transformers is not compared)")
+      return None
+  import torch  # noqa: PLC0415 (optional peer)
+  torch.set_num_threads(threads)
+  return torch
+
+
+# ---- the first token of a fresh process ----
+
+def fresh_process(path: str, cachedir: str, threads: int) -> tuple[dict[str, Any], float]:
+  """`python -m unigrad.llm ... --json --max-tokens 1` with CACHEDIR: its JSON and wall time."""
+  env = {**os.environ, "CACHEDIR": cachedir, "PYTHONPATH": str(ROOT), "THREADS": str(threads)}
+  cmd = [sys.executable, "-m", "unigrad.llm", "--prompt", FIRST_TOKEN_PROMPT, "--json",
+         "--max-tokens", "1", "--model", path]
+  t0 = time.perf_counter()
+  out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True, cwd=ROOT)
+  return json.loads(out.stdout), time.perf_counter() - t0
+
+
+def report_fresh(path: str, threads: int) -> None:
+  print(f"first token of a fresh `python -m unigrad.llm --prompt {FIRST_TOKEN_PROMPT!r} --json "
+        "--max-tokens 1`")
+  with tempfile.TemporaryDirectory(prefix="unigrad-bench-cache-") as cachedir:
+    for label in ("cold", "warm"):
+      r, wall = fresh_process(path, cachedir, threads)
+      print(f"  {label} compile cache: first_token_s {r['first_token_s']:6.2f} s (loading "
+            f"{r['load_s']:.2f} s)  wall {wall:6.2f} s")
+
+
+def main() -> None:
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  p.add_argument("--threads", type=int, default=2, help="threads of each library (default 2)")
+  p.add_argument("--prompt-tokens", type=int, default=128)
+  p.add_argument("--decode-tokens", type=int, default=32)
+  p.add_argument("--repeat", type=int, default=3)
+  p.add_argument("--no-fresh", action="store_true", help="skip the fresh-process timings")
+  p.add_argument("--no-torch", action="store_true", help="unigrad alone")
+  args = p.parse_args()
+  THREADS.value = args.threads
+  path = default_model_path()
+  report_steady(args, path)
+  if not args.no_fresh: report_fresh(path, args.threads)
+
+
+if __name__ == "__main__":
+  main()

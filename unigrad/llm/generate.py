@@ -1,0 +1,95 @@
+"""Generation: the prompt prefilled in one pass, then one token per step under TinyJit.
+
+The decode step takes the position as a bound `Variable`, so the kernels captured on its second
+call serve every later position (no recompile, no recapture: the position is a launch
+argument). Sampling (greedy, temperature, top-k, top-p) runs on the host over the last logits,
+with a `random.Random` seeded per request: the same seed gives the same tokens.
+"""
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from unigrad.dtype import dtypes
+from unigrad.frontend.jit import TinyJit
+from unigrad.frontend.tensor import Tensor
+from unigrad.llm.model import Transformer
+from unigrad.uop import UOp
+from unigrad.uop.variable import Variable
+
+__all__ = ["SamplingParams", "Generator", "sample"]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+  """How to pick each token: temperature 0 is greedy; top_k 0 and top_p 1 keep every token."""
+  max_tokens: int = 128
+  temperature: float = 0.0
+  top_k: int = 0
+  top_p: float = 1.0
+  seed: int | None = None
+  stop_ids: frozenset[int] = field(default_factory=frozenset)
+
+  def __post_init__(self) -> None:
+    if self.max_tokens < 1:
+      raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}")
+    if self.temperature < 0: raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+    if self.top_k < 0: raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+    if not 0 < self.top_p <= 1: raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+
+def sample(logits: list[float], params: SamplingParams, rng: random.Random) -> int:
+  """The next token from one position's logits."""
+  best = max(range(len(logits)), key=logits.__getitem__)
+  if params.temperature == 0: return best
+  order = sorted(range(len(logits)), key=logits.__getitem__, reverse=True)
+  if params.top_k: order = order[:params.top_k]
+  top = logits[best]
+  weights = [math.exp((logits[i] - top) / params.temperature) for i in order]
+  if params.top_p < 1:
+    total, acc, keep = sum(weights), 0.0, 0
+    while keep < len(order) and acc < params.top_p * total:
+      acc += weights[keep]
+      keep += 1
+    order, weights = order[:keep], weights[:keep]
+  return rng.choices(order, weights)[0]
+
+
+class Generator:
+  """Generates tokens from a model: `for tok in Generator(model).generate(ids, params): ...`.
+  One conversation at a time: each call starts from position 0 (the prompt is the history)."""
+
+  def __init__(self, model: Transformer) -> None:
+    self.model = model
+    self.position = Variable("start_pos", 1, model.max_context - 1)
+    self.decode_step = TinyJit(self._decode)
+
+  def _decode(self, token: Tensor, start_pos: UOp) -> Tensor:
+    return self.model(token, start_pos, last_only=True).realize()
+
+  def prefill(self, prompt: list[int]) -> list[float]:
+    """Run the prompt through the model (writing its keys and values); the last logits."""
+    if not prompt: raise ValueError("the prompt has no tokens")
+    if len(prompt) >= self.model.max_context:
+      raise ValueError(f"the prompt has {len(prompt)} tokens; the context holds "
+                       f"{self.model.max_context} (prompt and generated tokens together)")
+    tokens = Tensor([prompt], dtype=dtypes.int32)
+    return self.model(tokens, 0, last_only=True).tolist()[0]
+
+  def decode(self, token: int, pos: int) -> list[float]:
+    """One token at position `pos` (the positions before it are in the cache): its logits."""
+    tokens = Tensor([[token]], dtype=dtypes.int32)
+    return self.decode_step(tokens, self.position.bind(pos)).tolist()[0]
+
+  def generate(self, prompt: list[int], params: SamplingParams) -> Iterator[int]:
+    """The generated tokens, one at a time, until a stop token, `max_tokens` or a full context."""
+    rng = random.Random(params.seed)
+    logits, pos = self.prefill(prompt), len(prompt)
+    for n in range(1, params.max_tokens + 1):
+      tok = sample(logits, params, rng)
+      yield tok
+      # no decode step after the last token: its logits would go unread
+      if tok in params.stop_ids or n == params.max_tokens or pos >= self.model.max_context: return
+      logits, pos = self.decode(tok, pos), pos + 1

@@ -1,0 +1,228 @@
+"""A llama-family decoder (llama, SmolLM, TinyLlama, Mistral without sliding windows) written with
+unigrad.nn, configured from a GGUF file's metadata and loaded from its tensors.
+
+Layout of one block: `h = x + attention(rms_norm(x))`, `out = h + ffn(rms_norm(h))`, with
+grouped-query attention (fewer key/value heads than query heads, each serving a group of query
+heads), rotary position embeddings and a SwiGLU feed-forward network. The keys and values of
+every position seen so far live in a preallocated cache per block (`max_context` positions); a
+forward pass of `T` tokens at `start_pos` writes their keys and values at
+`[start_pos, start_pos + T)` and attends over `[0, start_pos + T)`. `start_pos` may be a bound
+`Variable`: one compiled program then serves every position (generate.py's decode step).
+
+Rotary embeddings rotate adjacent pairs `(x[2i], x[2i+1])`: GGUF files store the query and key
+weights of llama models permuted for that form (llama.cpp's "normal" rope), where the Hugging
+Face checkpoints they come from rotate the halves of each head.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from unigrad.dtype import dtypes
+from unigrad.frontend.tensor import Tensor
+from unigrad.nn.layers import RMSNorm, embedding
+from unigrad.nn.tensor_io import FormatError
+from unigrad.uop import UOp
+
+__all__ = ["LlamaConfig", "Transformer"]
+
+ARCHITECTURES = ("llama",)
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+  """The shape of a llama-family model, as its GGUF metadata gives it."""
+  n_layers: int
+  dim: int
+  n_heads: int
+  n_kv_heads: int
+  head_dim: int
+  ffn_dim: int
+  vocab_size: int
+  context_length: int
+  rope_base: float
+  rope_scale: float  # positions are divided by it (linear RoPE scaling; 1: none)
+  norm_eps: float
+  tied_output: bool  # the output head is the token embedding
+
+  @staticmethod
+  def from_gguf(kv: dict[str, Any], weights: dict[str, Tensor], source: str) -> LlamaConfig:
+    """The configuration of the model in a GGUF file (`kv` its metadata, `weights` its tensors);
+    FormatError naming `source` and the field for an architecture or a field that is not here."""
+    arch = kv.get("general.architecture")
+    if arch not in ARCHITECTURES:
+      raise FormatError(f"{source}: general.architecture is {arch!r}; supported: "
+                        f"{', '.join(ARCHITECTURES)}")
+
+    def field(name: str, default: Any = None) -> Any:
+      value = kv.get(f"{arch}.{name}", default)
+      if value is None: raise FormatError(f"{source}: metadata field {arch}.{name} is missing")
+      return value
+    dim, n_heads = int(field("embedding_length")), int(field("attention.head_count"))
+    if "token_embd.weight" not in weights:
+      raise FormatError(f"{source}: tensor token_embd.weight is missing")
+    vocab = int(weights["token_embd.weight"].shape[0])
+    scaling = kv.get(f"{arch}.rope.scaling.type", "none")
+    if scaling not in ("none", "linear"):
+      raise FormatError(f"{source}: {arch}.rope.scaling.type {scaling!r} is not supported "
+                        "(none, linear)")
+    scale = float(kv.get(f"{arch}.rope.scaling.factor", 1.0)) if scaling == "linear" else 1.0
+    cfg = LlamaConfig(
+      n_layers=int(field("block_count")), dim=dim, n_heads=n_heads,
+      n_kv_heads=int(field("attention.head_count_kv", n_heads)),
+      head_dim=int(field("rope.dimension_count", dim // n_heads)),
+      ffn_dim=int(field("feed_forward_length")), vocab_size=vocab,
+      context_length=int(field("context_length")), rope_base=float(field("rope.freq_base", 1e4)),
+      rope_scale=scale, norm_eps=float(field("attention.layer_norm_rms_epsilon", 1e-5)),
+      tied_output="output.weight" not in weights)
+    if cfg.n_heads % cfg.n_kv_heads or cfg.head_dim % 2:
+      raise FormatError(f"{source}: {cfg.n_heads} query heads over {cfg.n_kv_heads} key/value "
+                        f"heads of size {cfg.head_dim}: the heads must split evenly, the size "
+                        "be even")
+    return cfg
+
+
+def rope_tables(cfg: LlamaConfig, n: int) -> tuple[Tensor, Tensor]:
+  """cos and sin of every position's rotation angles: (n, head_dim / 2) each, realized."""
+  half = cfg.head_dim // 2
+  inv = Tensor([cfg.rope_base ** (-2 * i / cfg.head_dim) for i in range(half)])
+  angles = (Tensor.arange(n).float() / cfg.rope_scale).reshape(n, 1) * inv.reshape(1, half)
+  cos, sin = angles.cos().contiguous(), angles.sin().contiguous()
+  Tensor.realize_all(cos, sin)
+  return cos, sin
+
+
+def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+  """Rotary embedding of x (B, T, H, D) by angle tables (T, D / 2): adjacent pairs rotated."""
+  b, t, h, d = x.shape
+  pairs = x.reshape(b, t, h, d // 2, 2)
+  x0, x1 = pairs[..., 0], pairs[..., 1]
+  c, s = cos.reshape(1, t, 1, d // 2), sin.reshape(1, t, 1, d // 2)
+  return (x0 * c - x1 * s).stack(x0 * s + x1 * c, dim=-1).reshape(b, t, h, d)
+
+
+class Attention:
+  """Grouped-query self-attention with a key/value cache of `max_context` positions."""
+
+  def __init__(self, cfg: LlamaConfig, max_context: int, batch: int) -> None:
+    self.cfg = cfg
+    shape = (batch, max_context, cfg.n_kv_heads, cfg.head_dim)  # realized by the Transformer
+    self.cache_k = Tensor.zeros(*shape).contiguous()
+    self.cache_v = Tensor.zeros(*shape).contiguous()
+    self.wq = self.wk = self.wv = self.wo = Tensor.empty(0)
+
+  def __call__(self, x: Tensor, start_pos: int | UOp, cos: Tensor, sin: Tensor) -> Tensor:
+    cfg = self.cfg
+    b, t, _ = x.shape
+    # the projections are materialized before the rotation reads each output twice (fused, a
+    # pair's two dot products would be computed for each of its two outputs)
+    q = (x @ self.wq.T).contiguous().reshape(b, t, cfg.n_heads, cfg.head_dim)
+    k = (x @ self.wk.T).contiguous().reshape(b, t, cfg.n_kv_heads, cfg.head_dim)
+    v = (x @ self.wv.T).reshape(b, t, cfg.n_kv_heads, cfg.head_dim)
+    q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+    end = start_pos + t
+    self.cache_k[:b, start_pos:end].assign(k)
+    self.cache_v[:b, start_pos:end].assign(v)
+    keys, values = self.cache_k[:b, 0:end], self.cache_v[:b, 0:end]
+    mask = None if t == 1 else causal_mask(t, start_pos, end, x.device)
+    out = q.transpose(1, 2).scaled_dot_product_attention(
+      keys.transpose(1, 2), values.transpose(1, 2), attn_mask=mask, enable_gqa=True)
+    return out.transpose(1, 2).reshape(b, t, cfg.n_heads * cfg.head_dim) @ self.wo.T
+
+
+def causal_mask(t: int, start_pos: int | UOp, end: int | UOp, device: str) -> Tensor:
+  """(t, end) bool: query i (at position start_pos + i) sees keys at positions <= its own."""
+  rows = Tensor.arange(t, device=device).reshape(t, 1) + start_pos
+  return Tensor.arange(end, device=device).reshape(1, end) <= rows
+
+
+class Block:
+  """One transformer block: attention and a SwiGLU feed-forward network, each pre-normed."""
+
+  def __init__(self, cfg: LlamaConfig, max_context: int, batch: int) -> None:
+    self.attention = Attention(cfg, max_context, batch)
+    self.attention_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+    self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+    self.w_gate = self.w_up = self.w_down = Tensor.empty(0)
+
+  def __call__(self, x: Tensor, start_pos: int | UOp, cos: Tensor, sin: Tensor) -> Tensor:
+    # the normed inputs are made contiguous: fused into the projections, the norm's reduction
+    # would be computed again for every output element
+    h = x + self.attention(self.attention_norm(x).contiguous(), start_pos, cos, sin)
+    n = self.ffn_norm(h).contiguous()
+    return h + ((n @ self.w_gate.T).silu() * (n @ self.w_up.T)) @ self.w_down.T
+
+
+class Transformer:
+  """A llama-family decoder. `Transformer.from_gguf(path)` builds and loads one;
+  `model(tokens, start_pos)` gives the logits of every position of `tokens` (B, T)."""
+
+  def __init__(self, cfg: LlamaConfig, max_context: int | None = None, batch: int = 1) -> None:
+    self.cfg = cfg
+    self.max_context = min(max_context or cfg.context_length, cfg.context_length)
+    self.layers = [Block(cfg, self.max_context, batch) for _ in range(cfg.n_layers)]
+    self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
+    self.tok_embeddings = self.output = Tensor.empty(0)
+    self.cos, self.sin = rope_tables(cfg, self.max_context)
+    # one realize for every cache (a realize walks the live lazy graphs: a GGUF's weights are)
+    Tensor.realize_all(*(c for blk in self.layers for c in (blk.attention.cache_k,
+                                                               blk.attention.cache_v)))
+
+  @staticmethod
+  def from_gguf(path: str, max_context: int | None = None, batch: int = 1) -> Transformer:
+    """The model in a llama-architecture GGUF file, its weights dequantized to float32."""
+    from unigrad.nn.gguf import gguf_load  # noqa: PLC0415 (the GGUF reader is only needed here)
+    kv, weights = gguf_load(path)
+    model = Transformer(LlamaConfig.from_gguf(kv, weights, str(path)), max_context, batch)
+    model.load_gguf_weights(weights, str(path))
+    model.metadata = kv
+    return model
+
+  def load_gguf_weights(self, weights: dict[str, Tensor], source: str) -> None:
+    """Take the tensors of a GGUF file (llama.cpp's names), each realized in a buffer of its own."""
+    def get(name: str, shape: tuple[int, ...]) -> Tensor:
+      if name not in weights: raise FormatError(f"{source}: tensor {name} is missing")
+      w = weights[name]
+      if tuple(w.shape) != shape:
+        raise FormatError(f"{source}: tensor {name} has shape {tuple(w.shape)}, expected {shape}")
+      return w.cast(dtypes.float32).contiguous()
+    cfg = self.cfg
+    q, kv = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+    self.tok_embeddings = get("token_embd.weight", (cfg.vocab_size, cfg.dim))
+    self.output = self.tok_embeddings if cfg.tied_output else \
+      get("output.weight", (cfg.vocab_size, cfg.dim))
+    self.norm.weight = get("output_norm.weight", (cfg.dim,))
+    loaded = [self.tok_embeddings, self.output, self.norm.weight]
+    for i, blk in enumerate(self.layers):
+      p, att = f"blk.{i}.", blk.attention
+      att.wq = get(p + "attn_q.weight", (q, cfg.dim))
+      att.wk = get(p + "attn_k.weight", (kv, cfg.dim))
+      att.wv = get(p + "attn_v.weight", (kv, cfg.dim))
+      att.wo = get(p + "attn_output.weight", (cfg.dim, q))
+      blk.attention_norm.weight = get(p + "attn_norm.weight", (cfg.dim,))
+      blk.ffn_norm.weight = get(p + "ffn_norm.weight", (cfg.dim,))
+      blk.w_gate = get(p + "ffn_gate.weight", (cfg.ffn_dim, cfg.dim))
+      blk.w_up = get(p + "ffn_up.weight", (cfg.ffn_dim, cfg.dim))
+      blk.w_down = get(p + "ffn_down.weight", (cfg.dim, cfg.ffn_dim))
+      loaded += [att.wq, att.wk, att.wv, att.wo, blk.attention_norm.weight, blk.ffn_norm.weight,
+                 blk.w_gate, blk.w_up, blk.w_down]
+    Tensor.realize_all(*loaded)
+
+  def __call__(self, tokens: Tensor, start_pos: int | UOp = 0, last_only: bool = False) -> Tensor:
+    """Logits (B, T, vocab) for `tokens` (B, T) at positions start_pos...; `last_only`: those
+    of the last position only (B, vocab), what generation reads."""
+    _, t = tokens.shape
+    x = embedding(tokens, self.tok_embeddings)
+    cos, sin = self.cos[start_pos:start_pos + t], self.sin[start_pos:start_pos + t]
+    # each block's output is realized: the cache writes of the next block run at once (a slice
+    # write, frontend/writes.py), and the graph they compute stops at this buffer
+    for blk in self.layers: x = blk(x, start_pos, cos, sin).realize()
+    if last_only: x = x[:, -1]
+    return self.norm(x) @ self.output.T
+
+  def reset(self) -> None:
+    """Forget every cached key and value (a new conversation)."""
+    for blk in self.layers:
+      blk.attention.cache_k.assign(blk.attention.cache_k.zeros_like())
+      blk.attention.cache_v.assign(blk.attention.cache_v.zeros_like())
+
