@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 from unigrad.dtype import DType, dtypes
 from unigrad.knobs import SPEC
-from unigrad.schedule.callify import buffer_base, is_plain_buffer, new_buffer
+from unigrad.schedule.callify import buffer_base, is_assign, is_plain_buffer, new_buffer
 from unigrad.uop import GroupOp, Ops, UOp, shape_uop
 from unigrad.uop.properties import as_shape
 
@@ -438,11 +438,6 @@ class MultiPlan:
     for u, (devices, locs) in self.targets.items():
       if u not in out: out[u] = _assemble(u, devices, [becomes[x] for x in locs])
     return out
-
-
-def is_assign(u: UOp) -> bool:
-  """AFTER(target, STORE...): once realized, its value is the target buffer."""
-  return u.op is Ops.AFTER and all(s.op is Ops.STORE for s in u.src[1:])
 
 
 def uses_tuple_devices(uops: Sequence[UOp], devices: Sequence[Device],
