@@ -30,7 +30,7 @@ from unigrad.codegen.linearize import Estimates, estimate
 from unigrad.codegen.pipeline import full_rewrite
 from unigrad.dtype import DType, dtypes
 from unigrad.engine import compcache, profile
-from unigrad.helpers import GlobalCounters
+from unigrad.helpers import GlobalCounters, bounded_put
 from unigrad import knobs
 from unigrad.knobs import BEAM, CHECK_OOB, DEBUG, IGNORE_BEAM_CACHE, MARCH, NOOPT, PROFILE
 from unigrad.renderer import Renderer
@@ -170,8 +170,7 @@ def _schedule_for(body: UOp, nargs: int, device: str) -> UOp:
     hits = compcache.stats.schedule_hits
     linear = compcache.cached_schedule(body, nargs, device, lambda: _traced_schedule(body, nargs,
                                                                                      device))
-    if len(schedule_cache) >= SCHEDULE_CACHE_SIZE: schedule_cache.pop(next(iter(schedule_cache)))
-    schedule_cache[body] = linear
+    bounded_put(schedule_cache, body, linear, SCHEDULE_CACHE_SIZE)
     if DEBUG >= 1:
       ms = (time.perf_counter() - t0) * 1e3
       where = "disk cache hit" if compcache.stats.schedule_hits > hits else "cache miss"
@@ -476,9 +475,8 @@ def launch_plan(linear: UOp, nargs: int) -> LaunchPlan:
     mem = plan_memory([Lifetime(*uses[s], kinds[s][1] * kinds[s][2].itemsize) for s in slots])
     for s, off in zip(slots, mem.offsets): inter[s] = Placement(dev, off, kinds[s][1], kinds[s][2])
     arenas[dev] = mem.size
-  if len(_plans) >= 4 * SCHEDULE_CACHE_SIZE: _plans.pop(next(iter(_plans)))
-  plan = _plans[(linear, nargs)] = LaunchPlan(tuple(launches), inter, arenas)
-  return plan
+  return bounded_put(_plans, (linear, nargs), LaunchPlan(tuple(launches), inter, arenas),
+                     4 * SCHEDULE_CACHE_SIZE)
 
 
 @dataclass
@@ -607,9 +605,8 @@ def batched_run(linear: UOp, args: tuple[UOp, ...], plan: LaunchPlan, fallback: 
             launch_values(launch.variables, var_vals, r.name))
            for r, launch in zip(runners, plan.launches)]
   batch = Device[device].batch(items)
-  if len(_batched) >= 4 * SCHEDULE_CACHE_SIZE: _batched.pop(next(iter(_batched)))
-  run = _batched[key] = None if batch is None else BatchedRun(batch, plan, runners, slot_bufs)
-  return run
+  run = None if batch is None else BatchedRun(batch, plan, runners, slot_bufs)
+  return bounded_put(_batched, key, run, 4 * SCHEDULE_CACHE_SIZE)
 
 
 def run_linear(linear: UOp, args: tuple[UOp, ...], var_vals: dict[str, int] | None = None) -> None:

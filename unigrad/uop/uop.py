@@ -16,6 +16,7 @@ from dataclasses import replace as dc_replace
 from typing import Any, Generic, TypeVar, Union
 
 from unigrad.dtype import AddrSpace, DType, dtypes, truncate
+from unigrad.helpers import bounded_put
 from unigrad.uop import properties as props
 from unigrad.uop.alu import float_bits
 from unigrad.uop.ops import ARITY, AxisType, Invalid, InvalidType, Ops, ParamArg, RangeArg
@@ -531,9 +532,8 @@ def shape_uop(shape: Iterable[sint]) -> UOp:
     if type(d) is not int: break
   else:  # plain ints only: no key here equals another type's
     if (u := _static_shapes.get(shape)) is not None: return u
-    if len(_static_shapes) >= STATIC_SHAPE_CACHE: _static_shapes.pop(next(iter(_static_shapes)))
-    u = _static_shapes[shape] = UOp(Ops.VCONST, dtypes.index, (), shape)
-    return u
+    return bounded_put(_static_shapes, shape, UOp(Ops.VCONST, dtypes.index, (), shape),
+                       STATIC_SHAPE_CACHE)
   if all(isinstance(d, int) and not isinstance(d, bool) for d in shape):  # int subclasses
     return UOp(Ops.VCONST, dtypes.index, arg=shape)
   return UOp(Ops.STACK, dtypes.index, tuple(as_uop(d) for d in shape))
