@@ -14,11 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from unigrad.dtype import LOW_FLOATS, DType, dtypes, least_upper_float
 from unigrad.frontend.dtypes import result_type
-from unigrad.frontend.elementwise import LOG2E, scalar_operand
 from unigrad.frontend.movement import _normalize_pads, _shape_arg, canonical_axis
 from unigrad.frontend.nnops import is_nan, pool, take
-from unigrad.frontend.reduce import LONG_FLOAT_SUM, PLAIN_FLOATS, Axis, _axes
-from unigrad.uop import Ops, ReduceArg, UOp, shape_uop
+from unigrad.frontend.reduce import Axis, RowNodes, Rows, _axes
 
 if TYPE_CHECKING:
   from unigrad.frontend.tensor import Tensor
@@ -166,22 +164,18 @@ def _einsum_sizes(pairs: list[tuple[Tensor, list[str]]]) -> dict[str, int]:
   return sizes
 
 
-# ---- softmax on nodes ----
+# ---- softmax: one formula for Tensors and RowNodes ----
 
-def softmax_node(u: UOp, axis: int) -> UOp | None:
-  """The graph `Tensor.softmax` builds through Tensor operators (x minus its detached max, exp,
-  over its sum), built on nodes without a Tensor per step, for a float32 or float64 x of static
-  shape whose sum needs no chunks; None otherwise. An attention layer calls it on every head."""
-  dt, shape = u.dtype, u.shape
-  if dt not in PLAIN_FLOATS or not all(type(s) is int for s in shape): return None
-  if not 0 < shape[axis] <= LONG_FLOAT_SUM: return None
-  full, axes = shape_uop(shape), (axis,)
-  mx = UOp(Ops.DETACH, dt, (UOp(Ops.REDUCE, dt, (u,), ReduceArg(Ops.MAX, axes)),))
-  minus_max = UOp(Ops.MUL, dt, (UOp(Ops.EXPAND, dt, (mx, full)), scalar_operand(dt, -1, shape)))
-  x = UOp(Ops.ADD, dt, (u, minus_max))
-  e = UOp(Ops.EXP2, dt, (UOp(Ops.MUL, dt, (x, scalar_operand(dt, LOG2E, shape))),))
-  total = UOp(Ops.EXPAND, dt, (UOp(Ops.REDUCE, dt, (e,), ReduceArg(Ops.ADD, axes)), full))
-  return UOp(Ops.MUL, dt, (e, UOp(Ops.RECIP, dt, (total,))))
+def shifted(x: Rows, axis: Any) -> Rows:
+  """x - max(x) along `axis`, the max detached (the shift cancels: no gradient flows to it)."""
+  return x - x.max(axis, keepdim=True).detach()
+
+
+def softmax_of(x: Rows, axis: Any) -> Rows:
+  """exp(x - max(x)) / sum(exp(x - max(x))) along `axis`: `Tensor.softmax`'s formula, on a
+  Tensor in its compute dtype or on RowNodes (an attention layer calls it on every head)."""
+  e = shifted(x, axis).exp()
+  return e.div(e.sum(axis, keepdim=True))
 
 
 # ---- movement compositions ----
@@ -398,11 +392,10 @@ class CompositeMixin:
     return keep.where(self, type(self).full((), 0, self.dtype, self.device))
 
   # ---- softmax family ----
-  def _shifted(self, axis: int, dtype: Any) -> Tensor:
-    """x - max(x) along `axis` in the compute dtype (16-bit floats in float32, like PyTorch)."""
+  def _softmax_input(self, dtype: Any) -> Tensor:
+    """x in the compute dtype of the softmax family (16-bit floats in float32, like PyTorch)."""
     x = self.cast(dtype) if dtype is not None else self._float()
-    if x.dtype in LOW_FLOATS: x = x.float()
-    return x - x.max(axis, keepdim=True).detach()
+    return x.float() if x.dtype in LOW_FLOATS else x
 
   def _out_float(self, dtype: Any) -> DType:
     return self.cast(dtype).dtype if dtype is not None else least_upper_float(self.dtype)
@@ -412,11 +405,10 @@ class CompositeMixin:
     `[.5, .5]`."""
     if self.ndim and self.shape[canonical_axis(axis, self.ndim)] == 0:
       return self.cast(least_upper_float(self.dtype))
-    if dtype is None and self.ndim and \
-        (u := softmax_node(self.uop, canonical_axis(axis, self.ndim))) is not None:
-      return self._wrap(u)
-    e = self._shifted(axis, dtype).exp()
-    return e.div(e.sum(axis, keepdim=True))._cast(self._out_float(dtype))
+    if dtype is None and self.ndim:
+      axes = (canonical_axis(axis, self.ndim),)
+      if (r := RowNodes.of(self.uop, axes)) is not None: return self._wrap(softmax_of(r, axes).uop)
+    return softmax_of(self._softmax_input(dtype), axis)._cast(self._out_float(dtype))
 
   def softmin(self, axis: int = -1, dtype: Any = None) -> Tensor:
     """softmax(-x) along `axis` (PyTorch's F.softmin)."""
@@ -426,7 +418,7 @@ class CompositeMixin:
     """x - logsumexp(x) along `axis`."""
     if self.ndim and self.shape[canonical_axis(axis, self.ndim)] == 0:
       return self.cast(least_upper_float(self.dtype))
-    m = self._shifted(axis, dtype)
+    m = shifted(self._softmax_input(dtype), axis)
     return (m - m.exp().sum(axis, keepdim=True).log())._cast(self._out_float(dtype))
 
   def logsumexp(self, axis: Axis = None, keepdim: bool = False) -> Tensor:
