@@ -24,8 +24,8 @@ from unigrad.helpers import GlobalCounters
 from unigrad.knobs import DEBUG, PROFILE
 from unigrad.runtime.device import Batch, Buffer, Device
 from unigrad.schedule.memory import Lifetime, plan_memory
-from unigrad.engine.realize import (Capture, Runner, _count, capturing, launch_values, record_copy,
-                                    record_launch)
+from unigrad.engine.realize import (Capture, Runner, capturing, count_launch, launch_values,
+                                    record_copy, record_launch)
 
 __all__ = ["capture", "CapturedProgram", "is_capturing", "outside_capture"]
 
@@ -150,7 +150,7 @@ class CapturedProgram:
       if lau.runner is None:
         if prof: record_copy(lau.bufs[1], lau.bufs[0], st)
         continue
-      _count(lau.runner, lau.device, t)
+      count_launch(lau.runner, lau.device, t)
       if prof: record_launch(lau.runner, lau.device, st, t)
 
 

@@ -393,7 +393,7 @@ def compile_ahead(kernels: list[UOp], device: str) -> None:
           f"compile {(time.perf_counter() - t1) * 1e3:.2f} ms on {cpu_threads()} threads")
 
 
-def _count(runner: Runner, device: str, t: float | None) -> None:
+def count_launch(runner: Runner, device: str, t: float | None) -> None:
   est = runner.estimates
   GlobalCounters.kernel_count += 1
   GlobalCounters.global_ops += est.flops
@@ -658,7 +658,7 @@ def run_linear(linear: UOp, args: tuple[UOp, ...], var_vals: dict[str, int] | No
     if capture is not None:
       capture.launches.append(CapturedLaunch(runner, bufs, device, launch.variables))
       capture.var_vals.update(var_vals)
-    _count(runner, device, t)
+    count_launch(runner, device, t)
 
 
 def record_launch(runner: Runner, device: str, start: float, t: float | None) -> None:

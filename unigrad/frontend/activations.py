@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from unigrad.dtype import LOW_FLOATS, DType, dtypes, finite_max, least_upper_float
-from unigrad.frontend.dtypes import _category
+from unigrad.frontend.dtypes import dtype_category
 from unigrad.frontend.elementwise import LOG2E, WIDER_FLOAT, scalar_operand
 from unigrad.frontend.gradient import in_autograd_graph, is_grad_enabled
 from unigrad.frontend.traced import traced
@@ -534,7 +534,7 @@ class ActivationsMixin:
     no_grad. A tensor computed from one (a non-leaf of an autograd graph) is not written: the
     statement rebinds the name to the result, whose gradient is exact; other references to the
     old tensor keep its value (writes through assign are not differentiated yet)."""
-    if _category(r.dtype) > _category(self.dtype):
+    if dtype_category(r.dtype) > dtype_category(self.dtype):
       raise RuntimeError(f"result type {_torch_name(r.dtype)} can't be cast to the desired "
                          f"output type {_torch_name(self.dtype)}")
     if self.requires_grad and is_grad_enabled():

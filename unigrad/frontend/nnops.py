@@ -24,7 +24,7 @@ from unigrad.engine import realize as engine
 from unigrad.frontend.dtypes import result_type
 from unigrad.frontend.gradient import override_gradient
 from unigrad.frontend.movement import canonical_axis
-from unigrad.frontend.reduce import RowNodes, Rows, _axes, any_true, host_values
+from unigrad.frontend.reduce import RowNodes, Rows, canonical_axes, any_true, host_values
 from unigrad.frontend.traced import traced
 from unigrad.uop import UOp
 
@@ -491,7 +491,7 @@ class NNOpsMixin:
   @traced
   def layernorm(self, axis: int | Sequence[int] = -1, eps: float = 1e-5) -> Tensor:
     """(x - mean) / sqrt(var + eps) over `axis` (biased variance, no affine)."""
-    if (r := RowNodes.of(self.uop, axes := _axes(axis, self.ndim))) is not None:
+    if (r := RowNodes.of(self.uop, axes := canonical_axes(axis, self.ndim))) is not None:
       return self._wrap(layernorm_of(r, axes, eps).uop)
     return layernorm_of(self, axis, eps)
 

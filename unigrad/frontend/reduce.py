@@ -24,7 +24,7 @@ LONG_FLOAT_SUM = 2 ** 22
 FLOAT_SUM_CHUNK = 2 ** 14
 
 
-def _axes(axis: Axis, ndim: int) -> tuple[int, ...]:
+def canonical_axes(axis: Axis, ndim: int) -> tuple[int, ...]:
   """The reduced axes, canonical. None and () mean every axis, as in PyTorch."""
   if axis is None: return tuple(range(ndim))
   if isinstance(axis, int) and not isinstance(axis, bool): items: tuple = (axis,)
@@ -170,7 +170,7 @@ class ReduceMixin:
   def _reshape_to(self, new: Sequence[Any]) -> Tensor: raise NotImplementedError
 
   def _reduce(self, op: Ops, axis: Axis, keepdim: bool) -> Tensor:
-    axes = _axes(axis, self.ndim)
+    axes = canonical_axes(axis, self.ndim)
     if self.ndim == 0: return self._wrap(self.uop)
     # over a zero-size axis too: the loop runs no trips and gives the identity, and x stays in the
     # graph, so backward() gives x (and what made x) zero gradients like PyTorch
@@ -188,7 +188,7 @@ class ReduceMixin:
   def _chunked_sum(self, axis: Axis, keepdim: bool) -> Tensor | None:
     """A sum over more than LONG_FLOAT_SUM elements as sums of chunks (None for shorter ones):
     the reduced axes moved last and flattened, zero-padded to whole chunks."""
-    axes = _axes(axis, self.ndim) if self.ndim else ()
+    axes = canonical_axes(axis, self.ndim) if self.ndim else ()
     shape = self.shape
     if not all(isinstance(d, int) for d in shape): return None
     n = math.prod(shape[a] for a in axes)
@@ -214,7 +214,7 @@ class ReduceMixin:
     return self._accumulate(Ops.MUL, dtype, axis, keepdim)
 
   def _check_nonempty(self, name: str, axis: Axis) -> None:
-    if any(self.shape[a] == 0 for a in _axes(axis, self.ndim) if self.ndim):
+    if any(self.shape[a] == 0 for a in canonical_axes(axis, self.ndim) if self.ndim):
       raise RuntimeError(f"{name}(): cannot reduce over a zero-size dimension of a tensor of shape "
                          f"{self.shape} (there is no identity)")
 
@@ -235,7 +235,7 @@ class ReduceMixin:
     dt = to_dtype(dtype) if dtype is not None else self.dtype
     if not dtypes.is_float(dt):
       raise RuntimeError(f"mean(): input dtype should be floating point, got {dt!r}")
-    n = math.prod(self.shape[a] for a in _axes(axis, self.ndim)) if self.ndim else 1
+    n = math.prod(self.shape[a] for a in canonical_axes(axis, self.ndim)) if self.ndim else 1
     s = self._cast(_acc_dtype(dt)).sum(axis, keepdim)
     return (s.div(n) if n else s.mul(math.nan))._cast(dt)
 
