@@ -205,7 +205,7 @@ class _Codegen:
   def pat(self, p: UPat, v: str, names: Names, ind: int, cont: Cont, root: bool = False) -> None:
     """Emit the tests of `p` on variable `v`, then `cont(names, ind)` where they hold."""
     if p._any is not None:
-      named: Cont = lambda nm, i: self.bind(p.name, v, nm, i, cont)
+      named: Cont = lambda nm, i: self.bind(p.name, v, nm, i, cont)  # noqa: E731
       for alt in p._any: self.pat(alt, v, names, ind, named)
       return
     conds = self.checks(p, v, root)
