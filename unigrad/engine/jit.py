@@ -174,7 +174,7 @@ def _replan(launches: list[ReplayLaunch], inter: dict[Buffer, None]) -> int:
   total = 0
   for dev in dict.fromkeys(b.device for b in uses):
     bufs = [b for b in uses if b.device == dev]
-    plan = plan_memory([Lifetime(*uses[b], b.nbytes) for b in bufs])
+    plan = plan_memory([Lifetime(uses[b][0], uses[b][1], b.nbytes) for b in bufs])
     arena = Buffer(dev, max(plan.size, 1), dtypes.uint8)
     new = {b: arena.view(off, b.size, b.dtype) for b, off in zip(bufs, plan.offsets)}
     for lau in launches: lau.bufs = [new.get(b, b) for b in lau.bufs]

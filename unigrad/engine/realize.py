@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Literal
 
 from unigrad.codegen.gpudims import launch_dims
 from unigrad.codegen.linearize import Estimates, estimate
@@ -34,7 +35,7 @@ from unigrad.helpers import GlobalCounters, bounded_put
 from unigrad import knobs
 from unigrad.knobs import BEAM, CHECK_OOB, DEBUG, IGNORE_BEAM_CACHE, MARCH, NOOPT, PROFILE
 from unigrad.renderer import Renderer
-from unigrad.runtime.device import Batch, Buffer, Compiled, Device
+from unigrad.runtime.device import Batch, Buffer, Compiled, Device, Program
 from unigrad.runtime.ops_cpu import cpu_threads
 from unigrad.schedule import multi
 from unigrad.schedule.function import graph_nodes, has_function, inline_functions
@@ -271,7 +272,7 @@ def _template_key(uops: list[UOp], devices: list[str], nodes: dict[UOp, None]) -
 class Runner:
   """A compiled kernel ready to launch on one device."""
   name: str
-  program: object
+  program: Program
   estimates: Estimates
   global_size: tuple[int, ...] = (1,)
   local_size: tuple[int, ...] | None = None  # work items per work group (GPU targets)
@@ -302,7 +303,7 @@ def _codegen(kernel: UOp, ren: Renderer) -> compcache.KernelSource:
   return ks
 
 
-def _load(dev: Compiled, ks: compcache.KernelSource) -> object:
+def _load(dev: Compiled, ks: compcache.KernelSource) -> Program:
   """The loaded program for `ks`; a cached binary the loader rejects is rebuilt and rewritten."""
   if dev.compiler is None: return dev.runtime(ks.name, ks.src.encode())
   try: return dev.runtime(ks.name, dev.compiler.compile_cached(ks.src))
@@ -340,7 +341,7 @@ def _kernel_source(kernel: UOp, device: str) -> compcache.KernelSource:
   return ks
 
 
-def _add_runner(key: tuple, ks: compcache.KernelSource, program: object) -> Runner:
+def _add_runner(key: tuple, ks: compcache.KernelSource, program: Program) -> Runner:
   r = _runners[key] = Runner(ks.name, program, ks.estimates, ks.global_size, ks.local_size)
   GlobalCounters.programs_compiled += 1
   return r
@@ -472,7 +473,8 @@ def launch_plan(linear: UOp, nargs: int) -> LaunchPlan:
   arenas: dict[str | None, int] = {}
   for dev in dict.fromkeys(d for d, _, _ in kinds.values()):
     slots = [s for s, k in kinds.items() if k[0] == dev]
-    mem = plan_memory([Lifetime(*uses[s], kinds[s][1] * kinds[s][2].itemsize) for s in slots])
+    mem = plan_memory([Lifetime(uses[s][0], uses[s][1], kinds[s][1] * kinds[s][2].itemsize)
+                       for s in slots])
     for s, off in zip(slots, mem.offsets): inter[s] = Placement(dev, off, kinds[s][1], kinds[s][2])
     arenas[dev] = mem.size
   return bounded_put(_plans, (linear, nargs), LaunchPlan(tuple(launches), inter, arenas),
@@ -536,6 +538,7 @@ def _slot_buffers(plan: LaunchPlan, args: tuple[UOp, ...], fallback: str) -> lis
   bufs = [buffer_of(a).ensure_allocated() for a in args]
   if not plan.inter: return bufs
   arenas = {d: Buffer(d or fallback, n, dtypes.uint8) for d, n in plan.arenas.items()}
+  # holes for the intermediates' slots, all filled below: mypy cannot see it
   bufs += [None] * (max(plan.inter) + 1 - len(bufs))  # type: ignore[list-item]
   for s, p in plan.inter.items():
     bufs[s] = arenas[p.device].view(p.offset, p.size, p.dtype).ensure_allocated()
@@ -593,7 +596,8 @@ def batched_run(linear: UOp, args: tuple[UOp, ...], plan: LaunchPlan, fallback: 
   """The command buffer of a schedule whose launches are all kernels on one device that has
   them (made on its first run), else None."""
   key = (linear, len(args), fallback, *settings)
-  if (run := _batched.get(key, False)) is not False: return run
+  made: BatchedRun | None | Literal[False] = _batched.get(key, False)
+  if made is not False: return made
   devices = {launch.device or fallback for launch in plan.launches}
   if len(devices) != 1 or any(launch.kernel.op is Ops.COPY for launch in plan.launches):
     _batched[key] = None

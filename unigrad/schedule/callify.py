@@ -31,7 +31,7 @@ from unigrad.uop.variable import UnboundVariableError, VariableBindError
 _slots = itertools.count()
 
 
-def new_buffer(device: str, dtype: DType, shape: tuple[sint, ...]) -> UOp:
+def new_buffer(device: str | tuple[str, ...], dtype: DType, shape: tuple[sint, ...]) -> UOp:
   """A fresh BUFFER (unique slot: never merged with another) viewed with `shape` (see
   `buffer_view` for a symbolic shape)."""
   arg = ParamArg(next(_slots), dtype, device, AddrSpace.GLOBAL)
@@ -331,13 +331,14 @@ def recallify_alike(nodes: dict[UOp, None], device: str, last: UOp,
   if sum(b is None for b in bufs) != len(t.fresh): return None  # a buffer not in the graph
   becomes, fresh = {}, []
   for node, dev, dtype, shape, slot in t.fresh:
-    if (u := get(node())) is None: return None
-    view = becomes[u] = new_buffer(dev, dtype, shape)
+    if (new := get(node())) is None: return None
+    view = becomes[new] = new_buffer(dev, dtype, shape)
     bufs[slot] = _base(view)
-    fresh.append(Fresh(u, view, dev, dtype, shape))
+    fresh.append(Fresh(new, view, dev, dtype, shape))
   for k, v in t.aliases:
-    if (u := get(k())) is None: return None
-    becomes[u] = get(v(), v())
+    if (new := get(k())) is None: return None
+    becomes[new] = get(v(), v())
+  # every None slot got a fresh buffer (counted above): mypy cannot see it
   return CallifyResult(t.body, tuple(bufs), becomes, dict(t.var_vals), fresh)  # type: ignore[arg-type]
 
 
