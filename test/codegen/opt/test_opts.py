@@ -12,7 +12,8 @@ from unigrad.codegen.pipeline import full_rewrite
 from unigrad.renderer import PythonRenderer
 from unigrad.runtime.device import Buffer
 from unigrad.runtime.ops_python import PythonProgram
-from unigrad.uop import AxisType, KernelInfo, Ops, UOp
+from unigrad.dtype import dtypes
+from unigrad.uop import AxisType, KernelInfo, Ops, ParamArg, RangeArg, UOp, shape_uop
 
 rng = np.random.default_rng(0)
 
@@ -92,9 +93,15 @@ def test_opts_compose_left_to_right_and_names_show_axis_types():
 
 def test_zero_size_axis_cannot_be_split():
   """Regression: 0 % k == 0 let UPCAST(0,16) split a zero-trip axis into 16 stored lanes (an empty
-  slice assignment then overwrote, and ran past, the whole buffer)."""
-  x = Tensor([1.0, 2, 3]).contiguous().realize()
-  kernel = x[3:].assign(Tensor.full((0,), 5.0)).schedule().src[-1].src[0]
+  slice assignment then overwrote, and ran past, the whole buffer). The kernel is that of
+  `x[3:].assign(Tensor.full((0,), 5.0))` for a 3-element x, built here: a write through a slice
+  runs at once (frontend/writes.py), so no schedule holds it."""
+  buf = UOp(Ops.PARAM, dtypes.float, (shape_uop((3,)),), ParamArg(0, dtypes.float, "CPU"))
+  r = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, 0),), RangeArg(0, AxisType.LOOP))
+  store = UOp(Ops.STORE, dtypes.void,
+              (UOp(Ops.INDEX, dtypes.float, (buf, r)), UOp.const(dtypes.float, 5.0)))
+  kernel = UOp(Ops.SINK, dtypes.void, (UOp(Ops.END, dtypes.void, (store, r)),),
+               KernelInfo(name="E_0"))
   with pytest.raises(KernelOptError, match="cannot be split"):
     OptKernel(kernel).apply(Opt.upcast(0, 16))
 
