@@ -88,10 +88,10 @@ def minilm_forward(batch: int, seq: int, new_inputs: bool = False
     model = minilm_encoder()
     ids, mask = token_batch(batch, seq)
     u_ids, u_mask = Tensor(ids, dtype=dtypes.int32), Tensor(mask, dtype=dtypes.int32)
-    ours: Step = lambda: model(u_ids, u_mask).realize()
-    if new_inputs:
-      ours = lambda: model(Tensor(ids, dtype=dtypes.int32), Tensor(mask, dtype=dtypes.int32)
-                           ).realize()
+    def same_inputs() -> Any: return model(u_ids, u_mask).realize()
+    def new_tensors() -> Any:
+      return model(Tensor(ids, dtype=dtypes.int32), Tensor(mask, dtype=dtypes.int32)).realize()
+    ours: Step = new_tensors if new_inputs else same_inputs
     if torch is None: return ours, None
     from minilm_torch import torch_embed  # noqa: PLC0415 (needs torch, which is optional)
     weights = {k: torch.from_numpy(v.numpy()) for k, v in get_state_dict(model).items()}

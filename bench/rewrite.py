@@ -79,11 +79,11 @@ def tinygrad_lib() -> Lib:
 # ---- workloads: each returns (nodes, seconds) of one timed run ----
 
 def _never_rules(lib: Lib) -> Any:
-  P, O = lib.UPat, lib.Ops
+  P, Op = lib.UPat, lib.Ops
   return lib.PatternMatcher([
-    (P(O.ADD, src=(P.var("x"), P(O.CONST, arg=-1))), lambda x: x),  # x+-1 (never built)
-    (P(O.MUL, src=(P.var("x"), P(O.CONST, arg=1))), lambda x: x),  # x*1 -> x
-    (P(O.MAX, src=(P.var("x"), P.var("x"))), lambda x: x),  # max(x,x) -> x
+    (P(Op.ADD, src=(P.var("x"), P(Op.CONST, arg=-1))), lambda x: x),  # x+-1 (never built)
+    (P(Op.MUL, src=(P.var("x"), P(Op.CONST, arg=1))), lambda x: x),  # x*1 -> x
+    (P(Op.MAX, src=(P.var("x"), P.var("x"))), lambda x: x),  # max(x,x) -> x
   ])
 
 

@@ -40,8 +40,8 @@ def main() -> None:
       torch_load(data)["w"].numpy()
       cold = time.perf_counter() - t0
       ours = best_of(lambda data=data: torch_load(data)["w"].numpy(), args.repeat)
-      load = (lambda data=data: torch.load(io.BytesIO(data), weights_only=True)["w"].contiguous()
-              .numpy())
+      load = (lambda data=data:  # noqa: E731
+              torch.load(io.BytesIO(data), weights_only=True)["w"].contiguous().numpy())
       theirs = best_of(load, args.repeat)
       print(f"{'zip' if zipped else 'legacy'} {name}: cold {cold * 1e3:.0f} ms")
       row(f"{'zip' if zipped else 'legacy'} {name}", ours, {"torch.load": theirs})

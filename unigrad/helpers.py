@@ -16,9 +16,11 @@ __all__ = ["DEBUG", "Context", "getenv", "GlobalCounters", "prod", "dedup", "all
            "argsort", "ceildiv", "round_up", "unwrap", "Timing", "make_tuple", "partition",
            "CHECK_OOB", "EMULATED_DTYPES", "JIT", "cdiv", "cmod", "argfix", "fully_flatten",
            "merge_dicts", "strip_parens", "colored", "ansistrip", "get_shape", "time_to_str",
-           "getbits", "word_wrap"]
+           "getbits", "word_wrap", "bounded_put"]
 
 T = TypeVar("T")
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 def prod(xs: Iterable[Any], start: Any = 1) -> Any:
@@ -54,6 +56,15 @@ def unwrap(x: T | None) -> T:
 def make_tuple(x: int | Sequence[int], n: int) -> tuple[int, ...]:
   """`x` repeated `n` times if it is an int, else `x` as a tuple."""
   return (x,) * n if isinstance(x, int) else tuple(x)
+
+
+def bounded_put(cache: dict[K, V], key: K, value: V, maxsize: int) -> V:
+  """`cache[key] = value` after dropping the oldest entries until fewer than `maxsize` remain, so
+  the cache holds at most `maxsize`. Oldest is insertion order: FIFO, or LRU when the caller
+  re-inserts an entry on each hit. Returns `value`."""
+  while cache and len(cache) >= maxsize: cache.pop(next(iter(cache)))
+  cache[key] = value
+  return value
 
 
 def partition(xs: Iterable[T], pred: Any) -> tuple[list[T], list[T]]:

@@ -433,10 +433,10 @@ def test_inplace_operator_on_a_leaf_that_requires_grad_raises_outside_no_grad():
   assert w.grad.tolist() == [1.0, 2.0]
 
 
-def _chain_add(w, m): y = w * 2; y += 1; return (y * y).sum()
-def _read_before(w, m): y = w * 2; z = y * 3; y += 1; return (z + y * y).sum()
-def _chain_mul(w, m): y = w * 2; y *= w; return y.sum()
-def _chain_many(w, m): y = w * 3; y += w; y *= 2; y -= w * w; return (y * w).sum()
+def _chain_add(w, m): y = w * 2; y += 1; return (y * y).sum()  # noqa: E702
+def _read_before(w, m): y = w * 2; z = y * 3; y += 1; return (z + y * y).sum()  # noqa: E702
+def _chain_mul(w, m): y = w * 2; y *= w; return y.sum()  # noqa: E702
+def _chain_many(w, m): y = w * 3; y += w; y *= 2; y -= w * w; return (y * w).sum()  # noqa: E702
 def _chain_of_realized(w, m):
   y = w * 3
   if m is not torch: y = y.realize()

@@ -89,7 +89,8 @@ def test_captured_weights_get_gradients():
   f(x).backward()
   tl = torch.nn.Linear(3, 2)
   with torch.no_grad():
-    tl.weight.copy_(torch.tensor(lin.weight.numpy())); tl.bias.copy_(torch.tensor(lin.bias.numpy()))
+    tl.weight.copy_(torch.tensor(lin.weight.numpy()))
+    tl.bias.copy_(torch.tensor(lin.bias.numpy()))
   tl(torch.ones(2, 3)).relu().sum().backward()
   np.testing.assert_allclose(lin.weight.grad.numpy(), tl.weight.grad.numpy(), rtol=1e-6)
   np.testing.assert_allclose(lin.bias.grad.numpy(), tl.bias.grad.numpy(), rtol=1e-6)

@@ -539,9 +539,9 @@ def _run_calls(calls, jitted):
   fn = TinyJit(f) if jitted else f
   h, seen = Tensor.zeros(4).contiguous().realize(), []
   for kind, row, feed in calls:
-    x = {"gather": lambda: X[Tensor([row, row + 3, (row * 5) % 16, 15 - row])],
-         "view": lambda: X[row:row + 4], "numpy": lambda: Tensor(data[row:row + 4] * 2),
-         "computed": lambda: X[row:row + 4] * 3 - 1}[kind]()
+    x = {"gather": lambda r: X[Tensor([r, r + 3, (r * 5) % 16, 15 - r])],
+         "view": lambda r: X[r:r + 4], "numpy": lambda r: Tensor(data[r:r + 4] * 2),
+         "computed": lambda r: X[r:r + 4] * 3 - 1}[kind](row)
     out, nh = fn(x, h if feed else Tensor.zeros(4).contiguous().realize())
     seen.append(out.numpy().copy())
     h = nh

@@ -183,11 +183,13 @@ def _random_chain(rng, shape):
     kind = rng.choice(["permute", "flip", "shrink", "reshape", "expand"])
     if kind == "permute":
       p = tuple(rng.permutation(len(cur)).tolist())
-      ops_t.append(lambda t, p=p: t.permute(p)); ops_n.append(lambda a, p=p: a.transpose(p))
+      ops_t.append(lambda t, p=p: t.permute(p))
+      ops_n.append(lambda a, p=p: a.transpose(p))
       cur = [cur[i] for i in p]
     elif kind == "flip":
       ax = int(rng.integers(0, len(cur)))
-      ops_t.append(lambda t, ax=ax: t.flip(ax)); ops_n.append(lambda a, ax=ax: np.flip(a, ax))
+      ops_t.append(lambda t, ax=ax: t.flip(ax))
+      ops_n.append(lambda a, ax=ax: np.flip(a, ax))
     elif kind == "shrink":
       sl = tuple((int(b), int(b) + max(1, int(rng.integers(0, s - b + 1)))) if s else (0, 0)
                  for s in cur for b in [rng.integers(0, max(s, 1))])

@@ -57,8 +57,9 @@ def data(rng, dt, shape, lo=-20, hi=20, nonzero=False):
 def tensor(x, dt, device, view="contiguous"):
   """`x` as a Tensor of `dt` on `device`, read through a non-contiguous view of another buffer
   when `view` is permuted/flipped/strided (x must be 2-D then)."""
-  mk = lambda a: Tensor(a.tolist(), dtype=dt, device=device) if dt == dtypes.bfloat16 else Tensor(
-    np.ascontiguousarray(a), device=device)
+  def mk(a: np.ndarray) -> Tensor:
+    if dt == dtypes.bfloat16: return Tensor(a.tolist(), dtype=dt, device=device)
+    return Tensor(np.ascontiguousarray(a), device=device)
   if view == "permuted": return mk(x.T).permute(1, 0)
   if view == "flipped": return mk(x[::-1, ::-1]).flip(0, 1)
   if view == "strided":
@@ -441,7 +442,7 @@ def test_narrow_int_arithmetic_wraps_before_use(device):
 def test_small_int_arithmetic_wraps_before_a_widening_cast(device):
   """Regression (kernel simplifier): cast(a+b) was distributed into cast(a)+cast(b) when a+b
   could wrap in its own dtype, so uint8 200+100 cast to int32 gave 300."""
-  u8 = lambda v: Tensor(np.array(v, np.uint8), device=device)
+  u8 = lambda v: Tensor(np.array(v, np.uint8), device=device)  # noqa: E731
   assert (u8([200]) + u8([100])).cast(dtypes.int32).tolist() == [44]
   want = (torch.tensor([200, 100], dtype=torch.uint8) + torch.tensor([100, 200], dtype=torch.uint8))
   assert (u8([200, 100]) + u8([100, 200])).sum().item() == want.sum().item() == 88

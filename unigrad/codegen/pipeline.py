@@ -16,6 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from unigrad.codegen.coalesce import coalesce
+from unigrad.codegen.decompose import pm_decompose
 from unigrad.codegen.expand import expand
 from unigrad.codegen.gpudims import gpudims, launch_dims
 from unigrad.codegen.opt.gpu_heuristic import gpu_optimizations
@@ -39,11 +40,6 @@ from unigrad.uop import KernelInfo, Ops, PatternMatcher, Spec, UOp, graph_rewrit
 from unigrad.uop.spec_kernel import spec_kernel, spec_linear
 from unigrad.uop.upat import active_traces, begin_step, end_step
 
-try:
-  from unigrad.codegen.decompose import pm_decompose
-except ImportError:  # pragma: no cover (only while the decompositions are being written)
-  pm_decompose = None
-
 
 @dataclass(frozen=True)
 class Stage:
@@ -60,7 +56,7 @@ def _isel(ast: UOp, ren: Renderer) -> UOp:
   pm: PatternMatcher = pm_add_loads + pm_divmod_nonneg
   if Ops.DIV in ren.supported_ops: pm = pm + pm_mul_recip
   if Ops.MULACC in ren.supported_ops: pm = pm + pm_fma_accumulate + pm_fma_horner
-  if pm_decompose is not None: pm = pm + pm_decompose(ren.supported_ops)
+  pm = pm + pm_decompose(ren.supported_ops)
   return graph_rewrite(ast, pm, name="isel")
 
 

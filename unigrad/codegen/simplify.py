@@ -7,7 +7,7 @@ prefix-sum `arange` into the index itself instead of an O(n^2) reduction.
 """
 from __future__ import annotations
 
-from unigrad.dtype import dtypes
+from unigrad.dtype import DType, dtypes
 from unigrad.uop import Invalid, Ops, PatternMatcher, UOp, UPat, pm_simplify
 from unigrad.uop.symbolic import build_linear, linear_terms, no_overflow
 from unigrad.uop.validity import pm_simplify_valid
@@ -22,8 +22,8 @@ def conjuncts(cond: UOp) -> list[UOp]:
   return [cond]
 
 
-def _fits(x: UOp, dt: object) -> bool:
-  return dtypes.is_int(x.dtype) and dt.min <= x.vmin and x.vmax <= dt.max  # type: ignore[attr-defined]
+def _fits(x: UOp, dt: DType) -> bool:
+  return dtypes.is_int(x.dtype) and dt.min <= x.vmin and x.vmax <= dt.max
 
 
 def _split(lin: UOp, r: UOp) -> tuple[int, UOp] | None:

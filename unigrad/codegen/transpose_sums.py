@@ -99,8 +99,8 @@ def _address(ix: UOp) -> tuple[UOp, frozenset[tuple[UOp, int]], int] | None:
 
 
 def _is_consecutive(ixs: Sequence[UOp]) -> bool:
-  addrs = [_address(ix) for ix in ixs]
-  if any(a is None for a in addrs): return False
+  addrs = [a for ix in ixs if (a := _address(ix)) is not None]
+  if len(addrs) != len(ixs): return False
   return all(a[:2] == addrs[0][:2] and a[2] == addrs[0][2] + j for j, a in enumerate(addrs))
 
 
@@ -199,8 +199,8 @@ def _runs(stores: list[UOp], sums: dict[UOp, UOp]) -> list[list[UOp]]:
   RUNS of the lane count of their sums (the longest first)."""
   by_base: dict[tuple[UOp, frozenset], dict[int, UOp]] = {}
   for st in stores:
-    if not _is_packable(st, sums): continue
-    buf, terms, const = _address(st.src[0])
+    if not _is_packable(st, sums) or (addr := _address(st.src[0])) is None: continue
+    buf, terms, const = addr
     by_base.setdefault((buf, terms), {}).setdefault(const, st)
   runs = []
   for offs in by_base.values():

@@ -157,12 +157,6 @@ def cached_schedule(body: UOp, nargs: int, device: str, build: Callable[[], UOp]
     try: diskcache_put("schedule", key, _encode_schedule(linear))
     except SerializeError: pass
   return linear
-  stats.schedule_misses += 1
-  linear = build()
-  if key is not None and _is_portable(linear, body):
-    try: diskcache_put("schedule", key, _encode_schedule(linear))
-    except SerializeError: pass
-  return linear
 
 
 def _buffers(u: UOp) -> set[UOp]:
@@ -197,10 +191,6 @@ def cached_kernel(kernel: UOp, device: str, ren: Renderer, threads: int,
   """The codegen result for `kernel` from the disk cache, else `build()` (and stored)."""
   key = _graph_key("kernel", kernel, device, renderer_identity(ren), str(threads))
   if (ks := _lookup("kernel", key, _decode_kernel)) is not None: return ks
-  ks = build()
-  if key is not None: diskcache_put("kernel", key, _encode_kernel(ks))
-  return ks
-  stats.kernel_misses += 1
   ks = build()
   if key is not None: diskcache_put("kernel", key, _encode_kernel(ks))
   return ks

@@ -24,8 +24,8 @@ from unigrad.helpers import GlobalCounters
 from unigrad.knobs import DEBUG, PROFILE
 from unigrad.runtime.device import Batch, Buffer, Device
 from unigrad.schedule.memory import Lifetime, plan_memory
-from unigrad.engine.realize import (Capture, Runner, _count, capturing, launch_values, record_copy,
-                                    record_launch)
+from unigrad.engine.realize import (Capture, Runner, capturing, count_launch, launch_values,
+                                    record_copy, record_launch)
 
 __all__ = ["capture", "CapturedProgram", "is_capturing", "outside_capture"]
 
@@ -150,7 +150,7 @@ class CapturedProgram:
       if lau.runner is None:
         if prof: record_copy(lau.bufs[1], lau.bufs[0], st)
         continue
-      _count(lau.runner, lau.device, t)
+      count_launch(lau.runner, lau.device, t)
       if prof: record_launch(lau.runner, lau.device, st, t)
 
 
@@ -174,7 +174,7 @@ def _replan(launches: list[ReplayLaunch], inter: dict[Buffer, None]) -> int:
   total = 0
   for dev in dict.fromkeys(b.device for b in uses):
     bufs = [b for b in uses if b.device == dev]
-    plan = plan_memory([Lifetime(*uses[b], b.nbytes) for b in bufs])
+    plan = plan_memory([Lifetime(uses[b][0], uses[b][1], b.nbytes) for b in bufs])
     arena = Buffer(dev, max(plan.size, 1), dtypes.uint8)
     new = {b: arena.view(off, b.size, b.dtype) for b, off in zip(bufs, plan.offsets)}
     for lau in launches: lau.bufs = [new.get(b, b) for b in lau.bufs]

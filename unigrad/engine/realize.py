@@ -24,17 +24,18 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Literal
 
 from unigrad.codegen.gpudims import launch_dims
 from unigrad.codegen.linearize import Estimates, estimate
 from unigrad.codegen.pipeline import full_rewrite
 from unigrad.dtype import DType, dtypes
 from unigrad.engine import compcache, profile
-from unigrad.helpers import GlobalCounters
+from unigrad.helpers import GlobalCounters, bounded_put
 from unigrad import knobs
 from unigrad.knobs import BEAM, CHECK_OOB, DEBUG, IGNORE_BEAM_CACHE, MARCH, NOOPT, PROFILE
 from unigrad.renderer import Renderer
-from unigrad.runtime.device import Batch, Buffer, Compiled, Device
+from unigrad.runtime.device import Batch, Buffer, Compiled, Device, Program
 from unigrad.runtime.ops_cpu import cpu_threads
 from unigrad.schedule import multi
 from unigrad.schedule.function import graph_nodes, has_function, inline_functions
@@ -170,8 +171,7 @@ def _schedule_for(body: UOp, nargs: int, device: str) -> UOp:
     hits = compcache.stats.schedule_hits
     linear = compcache.cached_schedule(body, nargs, device, lambda: _traced_schedule(body, nargs,
                                                                                      device))
-    if len(schedule_cache) >= SCHEDULE_CACHE_SIZE: schedule_cache.pop(next(iter(schedule_cache)))
-    schedule_cache[body] = linear
+    bounded_put(schedule_cache, body, linear, SCHEDULE_CACHE_SIZE)
     if DEBUG >= 1:
       ms = (time.perf_counter() - t0) * 1e3
       where = "disk cache hit" if compcache.stats.schedule_hits > hits else "cache miss"
@@ -272,7 +272,7 @@ def _template_key(uops: list[UOp], devices: list[str], nodes: dict[UOp, None]) -
 class Runner:
   """A compiled kernel ready to launch on one device."""
   name: str
-  program: object
+  program: Program
   estimates: Estimates
   global_size: tuple[int, ...] = (1,)
   local_size: tuple[int, ...] | None = None  # work items per work group (GPU targets)
@@ -303,7 +303,7 @@ def _codegen(kernel: UOp, ren: Renderer) -> compcache.KernelSource:
   return ks
 
 
-def _load(dev: Compiled, ks: compcache.KernelSource) -> object:
+def _load(dev: Compiled, ks: compcache.KernelSource) -> Program:
   """The loaded program for `ks`; a cached binary the loader rejects is rebuilt and rewritten."""
   if dev.compiler is None: return dev.runtime(ks.name, ks.src.encode())
   try: return dev.runtime(ks.name, dev.compiler.compile_cached(ks.src))
@@ -341,7 +341,7 @@ def _kernel_source(kernel: UOp, device: str) -> compcache.KernelSource:
   return ks
 
 
-def _add_runner(key: tuple, ks: compcache.KernelSource, program: object) -> Runner:
+def _add_runner(key: tuple, ks: compcache.KernelSource, program: Program) -> Runner:
   r = _runners[key] = Runner(ks.name, program, ks.estimates, ks.global_size, ks.local_size)
   GlobalCounters.programs_compiled += 1
   return r
@@ -394,7 +394,7 @@ def compile_ahead(kernels: list[UOp], device: str) -> None:
           f"compile {(time.perf_counter() - t1) * 1e3:.2f} ms on {cpu_threads()} threads")
 
 
-def _count(runner: Runner, device: str, t: float | None) -> None:
+def count_launch(runner: Runner, device: str, t: float | None) -> None:
   est = runner.estimates
   GlobalCounters.kernel_count += 1
   GlobalCounters.global_ops += est.flops
@@ -473,12 +473,12 @@ def launch_plan(linear: UOp, nargs: int) -> LaunchPlan:
   arenas: dict[str | None, int] = {}
   for dev in dict.fromkeys(d for d, _, _ in kinds.values()):
     slots = [s for s, k in kinds.items() if k[0] == dev]
-    mem = plan_memory([Lifetime(*uses[s], kinds[s][1] * kinds[s][2].itemsize) for s in slots])
+    mem = plan_memory([Lifetime(uses[s][0], uses[s][1], kinds[s][1] * kinds[s][2].itemsize)
+                       for s in slots])
     for s, off in zip(slots, mem.offsets): inter[s] = Placement(dev, off, kinds[s][1], kinds[s][2])
     arenas[dev] = mem.size
-  if len(_plans) >= 4 * SCHEDULE_CACHE_SIZE: _plans.pop(next(iter(_plans)))
-  plan = _plans[(linear, nargs)] = LaunchPlan(tuple(launches), inter, arenas)
-  return plan
+  return bounded_put(_plans, (linear, nargs), LaunchPlan(tuple(launches), inter, arenas),
+                     4 * SCHEDULE_CACHE_SIZE)
 
 
 @dataclass
@@ -538,6 +538,7 @@ def _slot_buffers(plan: LaunchPlan, args: tuple[UOp, ...], fallback: str) -> lis
   bufs = [buffer_of(a).ensure_allocated() for a in args]
   if not plan.inter: return bufs
   arenas = {d: Buffer(d or fallback, n, dtypes.uint8) for d, n in plan.arenas.items()}
+  # holes for the intermediates' slots, all filled below: mypy cannot see it
   bufs += [None] * (max(plan.inter) + 1 - len(bufs))  # type: ignore[list-item]
   for s, p in plan.inter.items():
     bufs[s] = arenas[p.device].view(p.offset, p.size, p.dtype).ensure_allocated()
@@ -595,7 +596,8 @@ def batched_run(linear: UOp, args: tuple[UOp, ...], plan: LaunchPlan, fallback: 
   """The command buffer of a schedule whose launches are all kernels on one device that has
   them (made on its first run), else None."""
   key = (linear, len(args), fallback, *settings)
-  if (run := _batched.get(key, False)) is not False: return run
+  made: BatchedRun | None | Literal[False] = _batched.get(key, False)
+  if made is not False: return made
   devices = {launch.device or fallback for launch in plan.launches}
   if len(devices) != 1 or any(launch.kernel.op is Ops.COPY for launch in plan.launches):
     _batched[key] = None
@@ -607,9 +609,8 @@ def batched_run(linear: UOp, args: tuple[UOp, ...], plan: LaunchPlan, fallback: 
             launch_values(launch.variables, var_vals, r.name))
            for r, launch in zip(runners, plan.launches)]
   batch = Device[device].batch(items)
-  if len(_batched) >= 4 * SCHEDULE_CACHE_SIZE: _batched.pop(next(iter(_batched)))
-  run = _batched[key] = None if batch is None else BatchedRun(batch, plan, runners, slot_bufs)
-  return run
+  run = None if batch is None else BatchedRun(batch, plan, runners, slot_bufs)
+  return bounded_put(_batched, key, run, 4 * SCHEDULE_CACHE_SIZE)
 
 
 def run_linear(linear: UOp, args: tuple[UOp, ...], var_vals: dict[str, int] | None = None) -> None:
@@ -661,7 +662,7 @@ def run_linear(linear: UOp, args: tuple[UOp, ...], var_vals: dict[str, int] | No
     if capture is not None:
       capture.launches.append(CapturedLaunch(runner, bufs, device, launch.variables))
       capture.var_vals.update(var_vals)
-    _count(runner, device, t)
+    count_launch(runner, device, t)
 
 
 def record_launch(runner: Runner, device: str, start: float, t: float | None) -> None:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from unigrad.dtype import LOW_FLOATS, DType, dtypes, finite_max, least_upper_float
-from unigrad.frontend.dtypes import _category
+from unigrad.frontend.dtypes import dtype_category
 from unigrad.frontend.elementwise import LOG2E, WIDER_FLOAT, scalar_operand
 from unigrad.frontend.gradient import in_autograd_graph, is_grad_enabled
 from unigrad.frontend.traced import traced
@@ -79,7 +79,7 @@ ERFCX_SERIES = Series((
   4.25347830122088e-12, -9.92315607537652e-13, 2.285294689027943e-13, -5.197545128838963e-14,
   1.1678402647273797e-14, -2.593300539647079e-15, 5.693144752523706e-16, -1.2360008955300707e-16,
   2.65449529106721e-17, -5.641103352342304e-18), 17)
-# float32 erf (_erf32): minimax fits (Lawson's iteration) of erf(x)/x in x*x on [0, 0.8] and of
+# float32 erf (ERF32): minimax fits (Lawson's iteration) of erf(x)/x in x*x on [0, 0.8] and of
 # erfc(x)*exp(x*x) in x - 2.36 on [0.8, 3.92] (relative error 3e-9 and 7e-8)
 ERF32_SPLIT, ERF32_CLAMP, ERFCX32_CENTER = 0.8, 3.92, 2.36
 ERF32_NEAR = (1.1283791640180225, -0.3761260381812068, 0.1128314279625914, -0.026822106632859864,
@@ -134,22 +134,19 @@ class _NodeOps:
     for c in reversed(coeffs[:-2]): p = self.add(self.mul(p, x), self.c(c))
     return p
 
+  def chebyshev(self, x: UOp, coeffs: tuple[float, ...]) -> UOp:
+    """sum(coeffs[k] * T_k(x)) for x in [-1, 1] by Clenshaw's recurrence (b1' = 2x*b1 - b2 + c,
+    the subtraction an addition of -b2, as Tensor.sub builds it)."""
+    minus, x2 = self.c(-1.0), self.mul(x, self.c(2.0))
+    b1, b2 = self.c(coeffs[-1]), self.c(0.0)
+    for c in reversed(coeffs[1:-1]):
+      b1, b2 = self.add(self.add(self.mul(x2, b1), self.mul(b2, minus)), self.c(c)), b1
+    return self.add(self.add(self.mul(x, b1), self.mul(b2, minus)), self.c(coeffs[0]))
+
 
 def _poly(z: Tensor, coeffs: tuple[float, ...]) -> Tensor:
   """sum(coeffs[k] * z**k) by Horner's rule."""
   return z._wrap(_NodeOps(z.uop).poly(z.uop, coeffs))
-
-
-def _chebyshev(u: Tensor, coeffs: tuple[float, ...]) -> Tensor:
-  """sum(coeffs[k] * T_k(u)) for u in [-1, 1] by Clenshaw's recurrence (b1' = 2u*b1 - b2 + c,
-  the subtraction an addition of -b2, as Tensor.sub builds it)."""
-  n = _NodeOps(u.uop)
-  x, minus = u.uop, n.c(-1.0)
-  u2 = n.mul(x, n.c(2.0))
-  b1, b2 = n.c(coeffs[-1]), n.c(0.0)
-  for c in reversed(coeffs[1:-1]):
-    b1, b2 = n.add(n.add(n.mul(u2, b1), n.mul(b2, minus)), n.c(c)), b1
-  return u._wrap(n.add(n.add(n.mul(x, b1), n.mul(b2, minus)), n.c(coeffs[0])))
 
 
 def _expm1(x: Tensor) -> Tensor:
@@ -179,33 +176,47 @@ def _atan(x: Tensor) -> Tensor:
   return _odd(neg, inv.where(math.pi / 2 - r, r))
 
 
+@dataclass(frozen=True)
+class ErfFit:
+  """erf in one dtype: x*P(x*x) with P's `near` coefficients below `split`, 1 - exp(-x*x)*E(x)
+  from there to `clamp` (where erf rounds to 1), E approximating erfc(x)*exp(x*x)."""
+  split: float
+  clamp: float
+  near: tuple[float, ...]
+  far: Callable[[_NodeOps, UOp], UOp]  # E(xb) for xb in [split, clamp]
+
+
+def _erfcx32(n: _NodeOps, xb: UOp) -> UOp:
+  """The minimax polynomial in x - 2.36."""
+  return n.poly(n.add(xb, n.c(-ERFCX32_CENTER)), ERFCX32_FAR)
+
+
+def _erfcx64(n: _NodeOps, xb: UOp) -> UOp:
+  """The Chebyshev series in u = (2x - 7)/5, u built as `(xb * 2 - 7) / 5` on tensors builds it."""
+  u = n.mul(n.add(n.mul(xb, n.c(2)), n.neg(n.c(7))), UOp(Ops.RECIP, n.dt, (n.c(5),)))
+  return n.chebyshev(u, ERFCX_SERIES.coeffs)
+
+
+# float64 takes the Taylor and Chebyshev series; the other floats (computed in float32) take
+# minimax polynomials, a third of the operations: GELU's erf was a third of the time of the
+# matmul it follows in a transformer
+ERF64 = ErfFit(1.0, ERF_CLAMP, ERF_SERIES.coeffs, _erfcx64)
+ERF32 = ErfFit(ERF32_SPLIT, ERF32_CLAMP, ERF32_NEAR, _erfcx32)
+
+
 def _erf(x: Tensor) -> Tensor:
-  """erf: x*P(x*x) near 0, 1 - exp(-x*x)*erfcx(x) further out, +-1 beyond. float64 takes the
-  series below; the other floats (computed in float32) take minimax polynomials, a third of the
-  operations: GELU's erf was a third of the time of the matmul it follows in a transformer."""
-  if x.dtype != dtypes.float64: return _erf32(x)
-  neg, a = _split_sign(x)
-  small = a < 1
-  xs = small.where(a, 0.0)
-  xb = small.where(1.0, (a > ERF_CLAMP).where(ERF_CLAMP, a))
-  near = xs * _poly(xs * xs, ERF_SERIES.cut(x.dtype))
-  far = 1 - (-xb * xb).exp() * _chebyshev((xb * 2 - 7) / 5, ERFCX_SERIES.cut(x.dtype))
-  return _odd(neg, small.where(near, far))
-
-
-def _erf32(x: Tensor) -> Tensor:
-  """erf in float32 (max absolute error 1.2e-7): x*P(x*x) below 0.8, 1 - exp(-x*x)*Q(x - 2.36)
-  on [0.8, 3.92]; erf(3.92) rounds to 1 in float32. Built on nodes (`_NodeOps`): a GELU calls it
-  in every layer of a transformer."""
+  """erf: x*P(x*x) near 0, 1 - exp(-x*x)*erfcx(x) further out, +-1 beyond, with the dtype's fit
+  (max absolute error 1.2e-7 in float32). Built on nodes (`_NodeOps`): a GELU calls it in every
+  layer of a transformer."""
+  fit = ERF64 if x.dtype == dtypes.float64 else ERF32
   n, u = _NodeOps(x.uop), x.uop
   neg = n.less(u, n.c(0))  # (x < 0, |x|) as _split_sign makes them, the sign put back at the end
   a = n.where(neg, n.neg(u), u)
-  small = n.less(a, n.c(ERF32_SPLIT))
+  small = n.less(a, n.c(fit.split))
   xs = n.where(small, a, n.c(0.0))
-  xb = n.where(small, n.c(ERF32_SPLIT), n.where(n.less(n.c(ERF32_CLAMP), a), n.c(ERF32_CLAMP), a))
-  near = n.mul(xs, n.poly(n.mul(xs, xs), ERF32_NEAR))
-  q = n.poly(n.add(xb, n.c(-ERFCX32_CENTER)), ERFCX32_FAR)
-  far = n.add(n.c(1), n.neg(n.mul(n.exp(n.mul(n.neg(xb), xb)), q)))  # 1 - exp(-xb*xb) * q
+  xb = n.where(small, n.c(fit.split), n.where(n.less(n.c(fit.clamp), a), n.c(fit.clamp), a))
+  near = n.mul(xs, n.poly(n.mul(xs, xs), fit.near))
+  far = n.add(n.c(1), n.neg(n.mul(n.exp(n.mul(n.neg(xb), xb)), fit.far(n, xb))))  # 1 - exp*E
   r = n.where(small, near, far)
   return x._wrap(n.where(neg, n.neg(r), r))
 
@@ -523,7 +534,7 @@ class ActivationsMixin:
     no_grad. A tensor computed from one (a non-leaf of an autograd graph) is not written: the
     statement rebinds the name to the result, whose gradient is exact; other references to the
     old tensor keep its value (writes through assign are not differentiated yet)."""
-    if _category(r.dtype) > _category(self.dtype):
+    if dtype_category(r.dtype) > dtype_category(self.dtype):
       raise RuntimeError(f"result type {_torch_name(r.dtype)} can't be cast to the desired "
                          f"output type {_torch_name(self.dtype)}")
     if self.requires_grad and is_grad_enabled():

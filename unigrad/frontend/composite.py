@@ -14,11 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from unigrad.dtype import LOW_FLOATS, DType, dtypes, least_upper_float
 from unigrad.frontend.dtypes import check_int_value, result_type
-from unigrad.frontend.elementwise import LOG2E, scalar_operand
-from unigrad.frontend.movement import _normalize_pads, _shape_arg, canonical_axis
+from unigrad.frontend.movement import normalize_pads, shape_arg, canonical_axis
 from unigrad.frontend.nnops import is_nan, pool, take
-from unigrad.frontend.reduce import LONG_FLOAT_SUM, PLAIN_FLOATS, Axis, _axes
-from unigrad.uop import Ops, ReduceArg, UOp, shape_uop
+from unigrad.frontend.reduce import Axis, RowNodes, Rows, canonical_axes
 
 if TYPE_CHECKING:
   from unigrad.frontend.tensor import Tensor
@@ -35,7 +33,7 @@ def _tensors(first: Any, others: tuple) -> list[Tensor]:
   return ts
 
 
-def _to_last(t: Tensor, axis: int) -> tuple[Tensor, list[int]]:
+def axis_to_last(t: Tensor, axis: int) -> tuple[Tensor, list[int]]:
   """t with `axis` moved last, and the permutation that moves it back."""
   order = [i for i in range(t.ndim) if i != axis] + [axis]
   return t.permute(order), [order.index(i) for i in range(t.ndim)]
@@ -54,7 +52,7 @@ def _check_cat_shapes(ts: list[Tensor], d: int) -> None:
                            f"list ({ref.shape} and {t.shape})")
 
 
-def _reversed_order(t: Tensor) -> Tensor:
+def reversed_order(t: Tensor) -> Tensor:
   """A value that orders the other way round (min <-> max) exactly: -x, or ~x for ints/bools."""
   return t.neg() if dtypes.is_float(t.dtype) else t.bitwise_not()
 
@@ -93,8 +91,8 @@ def _scan_index(x: Tensor, values: Tensor, axis: int) -> Tensor:
   d = canonical_axis(axis, x.ndim)
   if x.ndim == 0 or x.shape[d] <= 1:
     return type(x).zeros(*x.shape, dtype=dtypes.int64, device=x.device)
-  xl, back = _to_last(x, d)
-  vl, _ = _to_last(values, d)
+  xl, back = axis_to_last(x, d)
+  vl, _ = axis_to_last(values, d)
   n = xl.shape[-1]
   hit = xl.unsqueeze(-2).eq(vl.unsqueeze(-1))  # [..., i, j]: x[j] == values[i]
   if dtypes.is_float(x.dtype): hit = hit | (is_nan(xl).unsqueeze(-2) & is_nan(vl).unsqueeze(-1))
@@ -166,22 +164,18 @@ def _einsum_sizes(pairs: list[tuple[Tensor, list[str]]]) -> dict[str, int]:
   return sizes
 
 
-# ---- softmax on nodes ----
+# ---- softmax: one formula for Tensors and RowNodes ----
 
-def softmax_node(u: UOp, axis: int) -> UOp | None:
-  """The graph `Tensor.softmax` builds through Tensor operators (x minus its detached max, exp,
-  over its sum), built on nodes without a Tensor per step, for a float32 or float64 x of static
-  shape whose sum needs no chunks; None otherwise. An attention layer calls it on every head."""
-  dt, shape = u.dtype, u.shape
-  if dt not in PLAIN_FLOATS or not all(type(s) is int for s in shape): return None
-  if not 0 < shape[axis] <= LONG_FLOAT_SUM: return None
-  full, axes = shape_uop(shape), (axis,)
-  mx = UOp(Ops.DETACH, dt, (UOp(Ops.REDUCE, dt, (u,), ReduceArg(Ops.MAX, axes)),))
-  minus_max = UOp(Ops.MUL, dt, (UOp(Ops.EXPAND, dt, (mx, full)), scalar_operand(dt, -1, shape)))
-  x = UOp(Ops.ADD, dt, (u, minus_max))
-  e = UOp(Ops.EXP2, dt, (UOp(Ops.MUL, dt, (x, scalar_operand(dt, LOG2E, shape))),))
-  total = UOp(Ops.EXPAND, dt, (UOp(Ops.REDUCE, dt, (e,), ReduceArg(Ops.ADD, axes)), full))
-  return UOp(Ops.MUL, dt, (e, UOp(Ops.RECIP, dt, (total,))))
+def shifted(x: Rows, axis: Any) -> Rows:
+  """x - max(x) along `axis`, the max detached (the shift cancels: no gradient flows to it)."""
+  return x - x.max(axis, keepdim=True).detach()
+
+
+def softmax_of(x: Rows, axis: Any) -> Rows:
+  """exp(x - max(x)) / sum(exp(x - max(x))) along `axis`: `Tensor.softmax`'s formula, on a
+  Tensor in its compute dtype or on RowNodes (an attention layer calls it on every head)."""
+  e = shifted(x, axis).exp()
+  return e.div(e.sum(axis, keepdim=True))
 
 
 # ---- movement compositions ----
@@ -220,7 +214,7 @@ class CompositeMixin:
   def repeat(self, *repeats: Any) -> Tensor:
     """Tile the tensor `repeats[i]` times along each axis (new leading axes allowed).
     `Tensor([1, 2]).repeat(2)` is `[1, 2, 1, 2]`."""
-    reps = tuple(_shape_arg(repeats))
+    reps = tuple(shape_arg(repeats))
     if len(reps) < self.ndim:
       raise RuntimeError(f"Number of dimensions of repeat dims {reps} can not be smaller than "
                          f"number of dimensions of tensor {self.shape}")
@@ -293,7 +287,7 @@ class CompositeMixin:
     o = (n - size) // step + 1
     if size == 0:
       return type(x).zeros(*x.shape[:d], o, *x.shape[d + 1:], 0, dtype=x.dtype, device=x.device)
-    moved, back = _to_last(x, d)
+    moved, back = axis_to_last(x, d)
     out = pool(moved, (size,), (step,), (1,)).permute(*back, x.ndim)
     return out.reshape(size) if self.ndim == 0 else out
 
@@ -372,7 +366,7 @@ class CompositeMixin:
     if mode == "constant": return constant_pad(padding, 0.0 if value is None else value)
     if value is not None and value != 0:
       raise RuntimeError(f'Padding mode "{mode}" doesn\'t take in value argument')
-    pads = _normalize_pads(padding, self.ndim)
+    pads = normalize_pads(padding, self.ndim)
     # negative amounts crop first; the mode then pads what is left
     x = self.shrink([(max(0, -b), s - max(0, -a)) for (b, a), s in zip(pads, self.shape)])
     for axis, (b, a) in enumerate(pads):
@@ -398,11 +392,10 @@ class CompositeMixin:
     return keep.where(self, type(self).full((), 0, self.dtype, self.device))
 
   # ---- softmax family ----
-  def _shifted(self, axis: int, dtype: Any) -> Tensor:
-    """x - max(x) along `axis` in the compute dtype (16-bit floats in float32, like PyTorch)."""
+  def _softmax_input(self, dtype: Any) -> Tensor:
+    """x in the compute dtype of the softmax family (16-bit floats in float32, like PyTorch)."""
     x = self.cast(dtype) if dtype is not None else self._float()
-    if x.dtype in LOW_FLOATS: x = x.float()
-    return x - x.max(axis, keepdim=True).detach()
+    return x.float() if x.dtype in LOW_FLOATS else x
 
   def _out_float(self, dtype: Any) -> DType:
     return self.cast(dtype).dtype if dtype is not None else least_upper_float(self.dtype)
@@ -412,11 +405,10 @@ class CompositeMixin:
     `[.5, .5]`."""
     if self.ndim and self.shape[canonical_axis(axis, self.ndim)] == 0:
       return self.cast(least_upper_float(self.dtype))
-    if dtype is None and self.ndim and \
-        (u := softmax_node(self.uop, canonical_axis(axis, self.ndim))) is not None:
-      return self._wrap(u)
-    e = self._shifted(axis, dtype).exp()
-    return e.div(e.sum(axis, keepdim=True))._cast(self._out_float(dtype))
+    if dtype is None and self.ndim:
+      axes = (canonical_axis(axis, self.ndim),)
+      if (r := RowNodes.of(self.uop, axes)) is not None: return self._wrap(softmax_of(r, axes).uop)
+    return softmax_of(self._softmax_input(dtype), axis)._cast(self._out_float(dtype))
 
   def softmin(self, axis: int = -1, dtype: Any = None) -> Tensor:
     """softmax(-x) along `axis` (PyTorch's F.softmin)."""
@@ -426,25 +418,25 @@ class CompositeMixin:
     """x - logsumexp(x) along `axis`."""
     if self.ndim and self.shape[canonical_axis(axis, self.ndim)] == 0:
       return self.cast(least_upper_float(self.dtype))
-    m = self._shifted(axis, dtype)
+    m = shifted(self._softmax_input(dtype), axis)
     return (m - m.exp().sum(axis, keepdim=True).log())._cast(self._out_float(dtype))
 
   def logsumexp(self, axis: Axis = None, keepdim: bool = False) -> Tensor:
     """log(sum(exp(x))) over `axis`, shifted by the max (infinite maxima shift by 0)."""
     x = self._float()
-    if self.ndim and any(self.shape[a] == 0 for a in _axes(axis, self.ndim)):
+    if self.ndim and any(self.shape[a] == 0 for a in canonical_axes(axis, self.ndim)):
       return x.exp().sum(axis, keepdim).log()
     m = _finite_or_zero(x.max(axis, keepdim=True).detach())
     s = (x - m).exp().sum(axis, keepdim=True).log() + m
     if keepdim: return s
-    axes = _axes(axis, self.ndim)
+    axes = canonical_axes(axis, self.ndim)
     return s.reshape(*[e for i, e in enumerate(self.shape) if i not in axes])
 
   # ---- scans: out[i] reduces x[0..i], over the spec's prefix windows ----
   def _scan(self, axis: int, reduce_last: Any, fill: Any) -> Tensor:
     d = canonical_axis(axis, self.ndim)
     if self.ndim == 0 or self.shape[d] <= 1: return reduce_last(self.unsqueeze(-1))
-    x, back = _to_last(self, d)
+    x, back = axis_to_last(self, d)
     n = x.shape[-1]
     x = x.pad([(0, 0)] * (x.ndim - 1) + [(n - 1, 0)], value=fill)
     return reduce_last(pool(x, (n,), (1,), (1,))).permute(back)
@@ -465,8 +457,8 @@ class CompositeMixin:
 
   def cummin(self, axis: int = 0) -> tuple[Tensor, Tensor]:
     """(values, indices) of the running minimum."""
-    values, indices = _reversed_order(self).cummax(axis)
-    return _reversed_order(values), indices
+    values, indices = reversed_order(self).cummax(axis)
+    return reversed_order(values), indices
 
   def logcumsumexp(self, axis: int = 0) -> Tensor:
     """log(cumsum(exp(x))) along `axis`, each prefix shifted by its running max."""
@@ -481,7 +473,7 @@ class CompositeMixin:
     if not dtypes.is_float(self.dtype):
       raise RuntimeError(f"std and var only support floating point and complex dtypes, got "
                          f"{self.dtype!r}")
-    n = math.prod(self.shape[a] for a in _axes(axis, self.ndim)) if self.ndim else 1
+    n = math.prod(self.shape[a] for a in canonical_axes(axis, self.ndim)) if self.ndim else 1
     squares = (self - self.mean(axis, keepdim=True)).square()
     return squares.sum(axis, keepdim).div(max(0, n - correction))
 
@@ -517,13 +509,13 @@ class CompositeMixin:
 
   def argmin(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
     """Index (int64) of the first minimum along `axis`."""
-    return _reversed_order(self).argmax(axis, keepdim)
+    return reversed_order(self).argmax(axis, keepdim)
 
   # ---- logic ----
   def any(self, axis: Axis = None, keepdim: bool = False) -> Tensor:
     """Whether any element along `axis` is nonzero (False over no elements)."""
     b = self if self.dtype == dtypes.bool else self.ne(0)
-    if self.ndim and any(self.shape[a] == 0 for a in _axes(axis, self.ndim)):
+    if self.ndim and any(self.shape[a] == 0 for a in canonical_axes(axis, self.ndim)):
       return b.sum(axis, keepdim).ne(0)
     return b.max(axis, keepdim)
 

@@ -8,6 +8,7 @@ import operator
 from typing import TYPE_CHECKING, Any
 
 from unigrad.dtype import DType, PtrDType, buffer_nbytes, dtypes, to_dtype
+from unigrad.helpers import bounded_put
 from unigrad.engine import realize as engine
 from unigrad.frontend.dtypes import check_int_value
 from unigrad.runtime.device import Buffer, Device
@@ -92,8 +93,7 @@ class CreationMixin:
            cls._node(probe) is probe)
     if (u := _arange_graphs.get(key)) is not None: return cls._from_uop(u, dev)
     out = _arange(cls, n, start, step, is_float, dt, device)
-    if len(_arange_graphs) >= ARANGE_CACHE_SIZE: _arange_graphs.pop(next(iter(_arange_graphs)))
-    _arange_graphs[key] = out.uop
+    bounded_put(_arange_graphs, key, out.uop, ARANGE_CACHE_SIZE)
     return out
 
   @classmethod

@@ -12,7 +12,7 @@ from unigrad.dtype import DType, dtypes, least_upper_dtype
 from unigrad.uop import UOp
 
 
-def _category(dt: DType) -> int:
+def dtype_category(dt: DType) -> int:
   return 0 if dt == dtypes.bool else 2 if dtypes.is_float(dt) else 1
 
 

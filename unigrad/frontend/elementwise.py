@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from unigrad.dtype import (FLOATS, LOW_FLOATS, SINTS, UINTS, DType, dtypes, least_upper_float,
                            to_dtype)
 from unigrad.frontend.dtypes import check_int_operand, check_int_value, result_type, scalar_dtype
+from unigrad.helpers import bounded_put
 from unigrad.uop import Ops, UOp, shape_uop
 from unigrad.uop.properties import broadcast_shapes
 
@@ -142,10 +143,7 @@ def scalar_operand(dt: DType, v: int | float, shape: tuple) -> UOp:
   if shape:
     u = UOp(Ops.RESHAPE, dt, (u, shape_uop((1,) * len(shape))))
     u = UOp(Ops.EXPAND, dt, (u, shape_uop(shape)))
-  if len(_scalar_operands) >= SCALAR_OPERAND_CACHE:
-    _scalar_operands.pop(next(iter(_scalar_operands)))
-  _scalar_operands[key] = u
-  return u
+  return bounded_put(_scalar_operands, key, u, SCALAR_OPERAND_CACHE)
 
 
 def _scalar_uops(x: Operand, y: Operand) -> tuple[UOp, UOp] | None:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from unigrad.dtype import DType, dtypes
+from unigrad.helpers import bounded_put
 from unigrad.engine import realize as engine
 from unigrad.frontend.tensor import Tensor, all_tensors
 from unigrad.schedule.function import param_like
@@ -195,8 +196,7 @@ class op_function(function):  # noqa: N801 (a decorator, like `function`)
     if traced is None:
       traced = self._trace(flatten_tensors((args, kwargs), {}), inputs, check_pure=False)
       with _traces_lock:  # threads tracing at once: the oldest is dropped once
-        if len(self.traces) >= self.MAX_TRACES: self.traces.pop(next(iter(self.traces)), None)
-        self.traces[key] = traced
+        bounded_put(self.traces, key, traced, self.MAX_TRACES)
     out = self._apply(traced, inputs)
     if no_grad:
       for t in flatten_results(out): t.uop = t.uop.detach()

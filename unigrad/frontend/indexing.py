@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from unigrad.dtype import DType, dtypes
 from unigrad.engine import realize as engine
-from unigrad.frontend.composite import _reversed_order, _to_last, is_nan
+from unigrad.frontend.composite import reversed_order, axis_to_last, is_nan
 from unigrad.frontend.dtypes import check_int_value
 from unigrad.frontend.movement import canonical_axis, getitem_basic
 from unigrad.frontend.reduce import host_values as _host_values
@@ -55,7 +55,7 @@ def _value_range(t: Tensor) -> tuple[int, int] | None:
   return (int(v.min()), int(v.max())) if hasattr(v, "min") else (min(v), max(v))
 
 
-def _true_positions(t: Tensor) -> Tensor:
+def true_positions(t: Tensor) -> Tensor:
   """The flat positions (int64, 1-D) of the nonzero elements of `t` (realizes t)."""
   v = _host_values(t if t.dtype == dtypes.bool else t.ne(0))
   pos = v.nonzero()[0] if hasattr(v, "nonzero") else [i for i, b in enumerate(v) if b]
@@ -71,13 +71,13 @@ def _mask_ranks(mask: Tensor) -> tuple[Tensor, int]:
   return type(mask)(ranks, dtype=dtypes.int64, device=mask.device), count
 
 
-def _unravel(pos: Tensor, shape: tuple[int, ...]) -> list[Tensor]:
+def unravel_positions(pos: Tensor, shape: tuple[int, ...]) -> list[Tensor]:
   """Flat positions -> one coordinate tensor per axis of `shape` (lazy integer arithmetic)."""
   strides = [math.prod(shape[a + 1:]) for a in range(len(shape))]
   return [(pos // st) % s if s > 1 else pos * 0 for st, s in zip(strides, shape)]
 
 
-def _checked(idx: Tensor, size: int, axis: int, wrap: bool, err: type[Exception]) -> Index:
+def checked_index(idx: Tensor, size: int, axis: int, wrap: bool, err: type[Exception]) -> Index:
   """idx as int64 (negatives wrapped when `wrap`); a realized idx is range-checked now, except
   inside a TinyJit capture: a replay runs on other index values, so the capture reads none (the
   index is treated as lazy: out-of-range positions read zeros)."""
@@ -127,7 +127,7 @@ def one_hot_read(x: Tensor, dim: int, index: Tensor) -> Tensor:
   return _whole_sum(picked, dim + 1) if k > 1 else _reduce_axis(picked, Ops.ADD, dim + 1)
 
 
-def _take(x: Tensor, idx: Tensor) -> Tensor:
+def take_rows(x: Tensor, idx: Tensor) -> Tensor:
   """x[idx] along axis 0 for a 1-D int64 idx: (K, *rest) -> (len(idx), *rest)."""
   return one_hot_read(x, 0, idx.reshape(idx.shape[0], *[1] * (x.ndim - 1)))
 
@@ -261,7 +261,7 @@ def _check_mask(t: Tensor, mask: Tensor, axis: int, at: int) -> None:
 def _add_mask(plan: Plan, t: Tensor, mask: Tensor, axis: int, at: int) -> None:
   """A bool mask over axes [axis, axis + mask.ndim) becomes one index per axis (realizes it)."""
   _check_mask(t, mask, axis, at)
-  for coord in _unravel(_true_positions(mask), tuple(mask.shape)):
+  for coord in unravel_positions(true_positions(mask), tuple(mask.shape)):
     plan.basic.append(slice(None))
     plan.adv.append((_y_axis(plan), Index(coord, True)))
 
@@ -275,14 +275,14 @@ def _plan(t: Tensor, idx: Any) -> Plan:
       plan.basic.append(it)
       axis += it is not None
     elif _is_mask(it) and it.ndim == 0:
-      _add_scalar_mask(plan, t, _true_positions(it).shape[0] > 0)
+      _add_scalar_mask(plan, t, true_positions(it).shape[0] > 0)
     elif _is_mask(it):
       _add_mask(plan, t, it, axis, at)
       axis += it.ndim
     else:
       if axis >= t.ndim: raise IndexError(f"too many indices for tensor of dimension {t.ndim}")
       plan.basic.append(slice(None))
-      index = _checked(it, t.shape[axis], axis, wrap=True, err=IndexError)
+      index = checked_index(it, t.shape[axis], axis, wrap=True, err=IndexError)
       plan.adv.append((_y_axis(plan), index))
       axis += 1
   return plan
@@ -357,7 +357,7 @@ def _set_masked(t: Tensor, mask: Tensor, v: Tensor) -> None:
   while v.ndim > len(rest) and v.shape[0] == 1: v = v.reshape(*v.shape[1:])
   # a value the same for every selected element is not read per rank (that would not collapse)
   if v.ndim <= len(rest): new = _broadcast_value(v, rest)
-  else: new = _take(rows, ranks).reshape(*t.shape)
+  else: new = take_rows(rows, ranks).reshape(*t.shape)
   selected = ranks.reshape(*mask.shape, *[1] * len(rest)) >= 0
   t.assign(selected.where(new, t)).realize()
 
@@ -469,7 +469,7 @@ class IndexingMixin:
     y = getitem_basic(self, tuple(plan.basic))
     if not plan.adv: return y
     flat = _flatten_advanced(y, plan.adv)
-    return flat.to_result(_take(flat.x, flat.lin))
+    return flat.to_result(take_rows(flat.x, flat.lin))
 
   def __setitem__(self, idx: Any, value: Any) -> None:
     """Write `value` (broadcast, cast to this dtype) into the indexed positions of this tensor's
@@ -504,7 +504,7 @@ class IndexingMixin:
     d = canonical_axis(dim, max(self.ndim, 1))
     if self.ndim == 0: return self.reshape(1).gather(0, index.reshape(-1)).reshape(index.shape)
     _check_gather_shapes("gather", self, d, index)
-    i = _checked(index, self.shape[d], d, wrap=False, err=RuntimeError).t
+    i = checked_index(index, self.shape[d], d, wrap=False, err=RuntimeError).t
     x = self.shrink(tuple(None if a == d else (0, s) for a, s in enumerate(index.shape)))
     return one_hot_read(x, d, i)
 
@@ -515,7 +515,7 @@ class IndexingMixin:
     elif src.dtype != self.dtype:
       raise RuntimeError(f"{name}(): Expected self.dtype to be equal to src.dtype")
     _check_gather_shapes(name, self, d, index, src)
-    i = _checked(index, self.shape[d], d, wrap=False, err=RuntimeError)
+    i = checked_index(index, self.shape[d], d, wrap=False, err=RuntimeError)
     return d, i, src.shrink(tuple((0, s) for s in index.shape))
 
   def scatter(self, dim: int, index: Tensor, src: Any, reduce: str | None = None) -> Tensor:
@@ -578,7 +578,7 @@ class IndexingMixin:
     d = canonical_axis(dim, max(self.ndim, 1))
     zero = type(self).full((), 0, dtypes.int64, self.device)
     if self.ndim == 0: return self._wrap(self.uop), zero
-    x, back = _to_last(self, d)
+    x, back = axis_to_last(self, d)
     b, n = math.prod(x.shape[:-1]), x.shape[-1]
     if b * n == 0: return self._wrap(self.uop), self.full_like(0, dtypes.int64)
     key = _order_key(x)
@@ -625,9 +625,9 @@ def _combine(x: Tensor, sc: Scattered, reduce: str, include_self: bool, count: T
     p = _fit_to(sc.reduce(Ops.MUL, 1), shape, 1)
     return p * x if include_self else p
   flip = reduce == "amin"  # min(x) = reversed(max(reversed(x))), exactly
-  src = _reversed_order(sc.src) if flip else sc.src
+  src = reversed_order(sc.src) if flip else sc.src
   m = Scattered(sc.hot, src, sc.dim).reduce(Ops.MAX, _lowest(dt))
-  m = _fit_to(_reversed_order(m) if flip else m, shape, 0)
+  m = _fit_to(reversed_order(m) if flip else m, shape, 0)
   if not include_self: return m
   return x.minimum(m) if flip else x.maximum(m)
 

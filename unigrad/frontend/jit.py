@@ -49,6 +49,7 @@ from unigrad.engine.jit import CapturedProgram, capture, is_capturing
 from unigrad.frontend.function import (TensorLeaf, flatten_tensors, structure_key,
                                        tensor_signature, unflatten_tensors)
 from unigrad.frontend.tensor import Tensor, all_tensors, realize_stale_values
+from unigrad.helpers import bounded_put
 from unigrad.knobs import JIT, JIT_CAPTURES
 from unigrad.schedule.callify import buffer_base
 from unigrad.uop import UOp
@@ -119,8 +120,7 @@ class TinyJit:
     key = (structure_key(_unbound(tree)), tuple(_input_key(t) for t in inputs),
            Tensor.training, bool(Tensor.no_grad))
     entry = self.entries.pop(key, None) or Entry()
-    self.entries[key] = entry  # most recently used last
-    while len(self.entries) > max(1, int(JIT_CAPTURES)): self.entries.pop(next(iter(self.entries)))
+    bounded_put(self.entries, key, entry, max(1, int(JIT_CAPTURES)))  # most recently used last
     entry.calls += 1
     if entry.program is not None: return _replay(entry, inputs, var_vals)
     inputs = [_as_value(t) for t in inputs]  # the function sees each input as a value

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 _INT = frozenset({int})
 
 
-def _shape_arg(args: tuple) -> tuple:
+def shape_arg(args: tuple) -> tuple:
   """Accept f(2, 3) and f((2, 3))."""
   if len(args) == 1 and isinstance(args[0], (tuple, list)): return tuple(args[0])
   return tuple(args)
@@ -63,7 +63,7 @@ class MovementMixin:
 
   def reshape(self, *shape: Any) -> Tensor:
     """A view with a new shape of the same size; one dim may be -1. `x.reshape(2, -1)`"""
-    new = list(_shape_arg(shape))
+    new = list(shape_arg(shape))
     if set(map(type, new)) <= _INT and set(map(type, self.shape)) <= _INT:
       if -1 not in new and min(new, default=0) >= 0 and math.prod(new) == math.prod(self.shape):
         return self._reshape_to(new)  # the usual case: static sizes, nothing to infer or report
@@ -110,7 +110,7 @@ class MovementMixin:
 
   def permute(self, *order: Any) -> Tensor:
     """Reorder the axes. `x.permute(1, 0)` transposes a matrix."""
-    perm = tuple(canonical_axis(a, self.ndim) for a in _shape_arg(order))
+    perm = tuple(canonical_axis(a, self.ndim) for a in shape_arg(order))
     if sorted(perm) != list(range(self.ndim)):
       raise ValueError(f"permute{perm} is not a permutation of the axes of {self.shape}")
     if perm == tuple(range(self.ndim)): return self._wrap(self.uop)
@@ -118,7 +118,7 @@ class MovementMixin:
 
   def expand(self, *shape: Any) -> Tensor:
     """Broadcast size-1 axes (and new leading axes); -1 keeps a size. `x.expand(4, 3)`"""
-    new = _shape_arg(shape)
+    new = shape_arg(shape)
     if len(new) < self.ndim:
       raise ValueError(f"expand: the shape {new} has fewer dims than the tensor's {self.shape}")
     for i, n in enumerate(new):
@@ -142,7 +142,7 @@ class MovementMixin:
   def pad(self, padding: Sequence[Any], value: float = 0.0) -> Tensor:
     """Pad with `value`: `padding` is ((before, after), ...) per axis, or PyTorch's flat
     (last_before, last_after, ...) form. Negative amounts shrink."""
-    pads = _normalize_pads(padding, self.ndim)
+    pads = normalize_pads(padding, self.ndim)
     if all(_is_zero(b) and _is_zero(a) for b, a in pads): return self._wrap(self.uop)
     shrink = tuple((_neg_part(b), s - _neg_part(a)) for (b, a), s in zip(pads, self.shape))
     x = self.shrink(shrink) if any(_neg_part(b) or _neg_part(a) for b, a in pads) else self
@@ -175,7 +175,7 @@ class MovementMixin:
 
   def shrink_to(self, *shape: Any) -> Tensor:
     """Keep the first `shape[i]` elements of each axis (None keeps it)."""
-    new = _shape_arg(shape)
+    new = shape_arg(shape)
     if len(new) != self.ndim:
       raise ValueError(f"shrink_to{new} needs {self.ndim} sizes for shape {self.shape}")
     return self.shrink(tuple(None if n is None else (0, n) for n in new))
@@ -183,7 +183,7 @@ class MovementMixin:
   def pad_to(self, *shape: Any) -> Tensor:
     """Zero-pad each axis at its end up to `shape[i]` (None keeps it), tinygrad's pad_to.
     `Tensor.ones(2, 3).pad_to(4, None)` has shape (4, 3)."""
-    new = _shape_arg(shape)
+    new = shape_arg(shape)
     if len(new) != self.ndim:
       raise ValueError(f"pad_to{new} needs {self.ndim} sizes for shape {self.shape}")
     if any(n is not None and _less(n, s) for n, s in zip(new, self.shape)):
@@ -192,7 +192,7 @@ class MovementMixin:
 
   def flip(self, *axis: Any) -> Tensor:
     """Reverse the order of elements along the given axes."""
-    axes = _distinct_axes([canonical_axis(a, self.ndim) for a in _shape_arg(axis)])
+    axes = _distinct_axes([canonical_axis(a, self.ndim) for a in shape_arg(axis)])
     if not axes: return self._wrap(self.uop)
     flags = tuple(i in axes for i in range(self.ndim))
     return self._wrap(UOp(Ops.FLIP, self.uop.dtype, (self.uop,), flags))
@@ -285,7 +285,7 @@ def _in_order(*xs: sint) -> bool:
              for a, b in zip(xs, xs[1:]))
 
 
-def _normalize_pads(padding: Sequence[Any], ndim: int) -> list[tuple[int, int]]:
+def normalize_pads(padding: Sequence[Any], ndim: int) -> list[tuple[int, int]]:
   if all(isinstance(p, (int, UOp)) for p in padding):
     if len(padding) % 2 or len(padding) // 2 > ndim:
       raise ValueError(f"flat padding {tuple(padding)} needs pairs for at most {ndim} axes")

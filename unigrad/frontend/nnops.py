@@ -23,11 +23,10 @@ from unigrad.dtype import LOW_FLOATS, dtypes, least_upper_dtype
 from unigrad.engine import realize as engine
 from unigrad.frontend.dtypes import result_type
 from unigrad.frontend.gradient import override_gradient
-from unigrad.frontend.elementwise import scalar_operand
 from unigrad.frontend.movement import canonical_axis
-from unigrad.frontend.reduce import LONG_FLOAT_SUM, PLAIN_FLOATS, _axes, any_true, host_values
+from unigrad.frontend.reduce import RowNodes, Rows, canonical_axes, any_true, host_values
 from unigrad.frontend.traced import traced
-from unigrad.uop import Ops, ReduceArg, UOp, shape_uop
+from unigrad.uop import UOp
 
 if TYPE_CHECKING:
   from unigrad.frontend.tensor import Tensor
@@ -358,24 +357,11 @@ def _nll_terms(logp: Tensor, y: Tensor, cdim: int, weight: Tensor | None,
   return nll, smooth, hot.where(wc, 0).sum(cdim)
 
 
-def layernorm_node(u: UOp, axes: tuple[int, ...], eps: float) -> UOp | None:
-  """The graph `Tensor.layernorm` builds through Tensor operators (x - mean, times the
-  reciprocal root of the mean square plus eps), built on nodes without a Tensor per step, for a
-  float32 or float64 x of static shape whose reduction needs no chunks; None otherwise."""
-  dt, shape = u.dtype, u.shape
-  if dt not in PLAIN_FLOATS or not axes or not all(type(s) is int for s in shape): return None
-  n = math.prod(shape[a] for a in axes)
-  if not 0 < n <= LONG_FLOAT_SUM: return None
-  rows = tuple(1 if i in axes else s for i, s in enumerate(shape))
-  full, inv_n = shape_uop(shape), UOp(Ops.RECIP, dt, (scalar_operand(dt, n, rows),))
-  def mean(v: UOp) -> UOp:
-    return UOp(Ops.MUL, dt, (UOp(Ops.REDUCE, dt, (v,), ReduceArg(Ops.ADD, axes)), inv_n))
-  minus_one = scalar_operand(dt, -1, shape)
-  minus_mean = UOp(Ops.MUL, dt, (UOp(Ops.EXPAND, dt, (mean(u), full)), minus_one))
-  y = UOp(Ops.ADD, dt, (u, minus_mean))
-  var_eps = UOp(Ops.ADD, dt, (mean(UOp(Ops.MUL, dt, (y, y))), scalar_operand(dt, eps, rows)))
-  rstd = UOp(Ops.RECIP, dt, (UOp(Ops.SQRT, dt, (var_eps,)),))
-  return UOp(Ops.MUL, dt, (y, UOp(Ops.EXPAND, dt, (rstd, full))))
+def layernorm_of(x: Rows, axis: Any, eps: float) -> Rows:
+  """(x - mean) / sqrt(var + eps) over `axis`: `Tensor.layernorm`'s formula, on a Tensor or on
+  RowNodes (a transformer calls it twice a layer)."""
+  y = x - x.mean(axis, keepdim=True)
+  return y.mul((y * y).mean(axis, keepdim=True).add(eps).sqrt().reciprocal())
 
 
 class NNOpsMixin:
@@ -505,10 +491,9 @@ class NNOpsMixin:
   @traced
   def layernorm(self, axis: int | Sequence[int] = -1, eps: float = 1e-5) -> Tensor:
     """(x - mean) / sqrt(var + eps) over `axis` (biased variance, no affine)."""
-    if (u := layernorm_node(self.uop, _axes(axis, self.ndim), eps)) is not None:
-      return self._wrap(u)
-    y = self - self.mean(axis, keepdim=True)
-    return y.mul((y * y).mean(axis, keepdim=True).add(eps).sqrt().reciprocal())
+    if (r := RowNodes.of(self.uop, axes := canonical_axes(axis, self.ndim))) is not None:
+      return self._wrap(layernorm_of(r, axes, eps).uop)
+    return layernorm_of(self, axis, eps)
 
   def batchnorm(self, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor,
                 axis: int | Sequence[int] = 1) -> Tensor:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from unigrad.dtype import FLOAT_BITS, FP8S, DType, dtypes, to_bytes, to_dtype
+from unigrad.helpers import bounded_put
 from unigrad.engine import realize as engine
 from unigrad.frontend.reduce import any_true
 from unigrad.runtime.device import Device
@@ -103,8 +104,7 @@ def _iota(cls: type[Tensor], n: int, device: str) -> Tensor:
   and building it (log2 n pads and expands) was most of the time a model's construction took."""
   u = _iota_graphs.get((n, device))
   if u is None:
-    u = _iota_graphs[(n, device)] = _build_iota(cls, n, device).uop
-    if len(_iota_graphs) > IOTA_CACHE_SIZE: _iota_graphs.pop(next(iter(_iota_graphs)))
+    u = bounded_put(_iota_graphs, (n, device), _build_iota(cls, n, device).uop, IOTA_CACHE_SIZE)
   return cls._from_uop(u, device)
 
 

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from unigrad.dtype import LOW_FLOATS, DType, dtypes, sum_acc_dtype, to_dtype, to_numpy_name
 from unigrad.engine import realize as engine
 from unigrad.frontend.dtypes import result_type
-from unigrad.frontend.elementwise import expand_node
+from unigrad.frontend.elementwise import LOG2E, expand_node, scalar_operand
 from unigrad.frontend.movement import canonical_axis
 from unigrad.uop import Ops, ReduceArg, UOp, shape_uop
 
@@ -24,7 +24,7 @@ LONG_FLOAT_SUM = 2 ** 22
 FLOAT_SUM_CHUNK = 2 ** 14
 
 
-def _axes(axis: Axis, ndim: int) -> tuple[int, ...]:
+def canonical_axes(axis: Axis, ndim: int) -> tuple[int, ...]:
   """The reduced axes, canonical. None and () mean every axis, as in PyTorch."""
   if axis is None: return tuple(range(ndim))
   if isinstance(axis, int) and not isinstance(axis, bool): items: tuple = (axis,)
@@ -98,6 +98,68 @@ def _matmul_node(x: Tensor, y: Tensor, dtype: DType | None) -> UOp | None:
 _RESHAPE, _MUL, _REDUCE, _ADD = Ops.RESHAPE, Ops.MUL, Ops.REDUCE, Ops.ADD
 
 
+Rows = TypeVar("Rows", "Tensor", "RowNodes")  # what a row formula runs on
+
+
+class RowNodes:
+  """A float32 or float64 node of static shape with the Tensor methods that the row formulas
+  (composite.softmax_of, nnops.layernorm_of) call, each building the nodes the Tensor method
+  builds (a number is `scalar_operand`'s constant, x - y is x + y*-1, an operand of another
+  shape is expanded to this one), without a Tensor per step: an attention layer normalizes
+  every head. The formula is written once and runs on a Tensor or on RowNodes. The shape is
+  carried along (not derived from each new node), and the nodes are not detached step by step
+  under no_grad (the Tensor that wraps the result is)."""
+  __slots__ = ("uop", "shape")
+
+  def __init__(self, uop: UOp, shape: tuple[int, ...]) -> None: self.uop, self.shape = uop, shape
+
+  @staticmethod
+  def of(u: UOp, axes: tuple[int, ...]) -> RowNodes | None:
+    """`u` as RowNodes where the Tensor methods would build no more than they do (reductions
+    over `axes` of a float32/float64 value of static shape, not summed in chunks); else None."""
+    shape = u.shape
+    if u.dtype not in PLAIN_FLOATS or not axes: return None
+    if not all(type(s) is int for s in shape): return None
+    return RowNodes(u, shape) if 0 < math.prod(shape[a] for a in axes) <= LONG_FLOAT_SUM else None
+
+  def _operand(self, y: RowNodes | float) -> UOp:
+    """`y` as the second source of an elementwise op on this node, broadcast to its shape."""
+    if not isinstance(y, RowNodes): return scalar_operand(self.uop.dtype, y, self.shape)
+    if y.shape == self.shape: return y.uop
+    return UOp(Ops.EXPAND, y.uop.dtype, (y.uop, shape_uop(self.shape)))
+
+  def _new(self, op: Ops, *src: UOp) -> RowNodes:
+    return RowNodes(UOp(op, self.uop.dtype, src), self.shape)
+
+  def _reduce(self, op: Ops, axis: tuple[int, ...], keepdim: bool) -> RowNodes:
+    assert keepdim, "the row formulas keep the reduced axes"
+    rows = tuple(1 if i in axis else s for i, s in enumerate(self.shape))
+    return RowNodes(UOp(_REDUCE, self.uop.dtype, (self.uop,), ReduceArg(op, axis)), rows)
+
+  def add(self, y: RowNodes | float) -> RowNodes: return self._new(_ADD, self.uop, self._operand(y))
+  def mul(self, y: RowNodes | float) -> RowNodes: return self._new(_MUL, self.uop, self._operand(y))
+
+  def div(self, y: RowNodes | float) -> RowNodes:
+    return self._new(_MUL, self.uop, UOp(Ops.RECIP, self.uop.dtype, (self._operand(y),)))
+
+  def __sub__(self, y: RowNodes) -> RowNodes:
+    minus_y = UOp(_MUL, self.uop.dtype, (self._operand(y), self._operand(-1)))
+    return self._new(_ADD, self.uop, minus_y)
+
+  def __mul__(self, y: RowNodes | float) -> RowNodes: return self.mul(y)
+  def exp(self) -> RowNodes: return self._new(Ops.EXP2, self.mul(LOG2E).uop)
+  def sqrt(self) -> RowNodes: return self._new(Ops.SQRT, self.uop)
+  def reciprocal(self) -> RowNodes: return self._new(Ops.RECIP, self.uop)
+  def detach(self) -> RowNodes: return self._new(Ops.DETACH, self.uop)
+  def max(self, axis: tuple[int, ...], keepdim: bool) -> RowNodes:
+    return self._reduce(Ops.MAX, axis, keepdim)
+  def sum(self, axis: tuple[int, ...], keepdim: bool) -> RowNodes:
+    return self._reduce(_ADD, axis, keepdim)
+
+  def mean(self, axis: tuple[int, ...], keepdim: bool) -> RowNodes:
+    return self.sum(axis, keepdim).div(math.prod(self.shape[a] for a in axis))
+
+
 class ReduceMixin:
   """sum, prod, max, min, mean over any axes with keepdim; matmul."""
   uop: UOp
@@ -108,7 +170,7 @@ class ReduceMixin:
   def _reshape_to(self, new: Sequence[Any]) -> Tensor: raise NotImplementedError
 
   def _reduce(self, op: Ops, axis: Axis, keepdim: bool) -> Tensor:
-    axes = _axes(axis, self.ndim)
+    axes = canonical_axes(axis, self.ndim)
     if self.ndim == 0: return self._wrap(self.uop)
     # over a zero-size axis too: the loop runs no trips and gives the identity, and x stays in the
     # graph, so backward() gives x (and what made x) zero gradients like PyTorch
@@ -126,7 +188,7 @@ class ReduceMixin:
   def _chunked_sum(self, axis: Axis, keepdim: bool) -> Tensor | None:
     """A sum over more than LONG_FLOAT_SUM elements as sums of chunks (None for shorter ones):
     the reduced axes moved last and flattened, zero-padded to whole chunks."""
-    axes = _axes(axis, self.ndim) if self.ndim else ()
+    axes = canonical_axes(axis, self.ndim) if self.ndim else ()
     shape = self.shape
     if not all(isinstance(d, int) for d in shape): return None
     n = math.prod(shape[a] for a in axes)
@@ -152,7 +214,7 @@ class ReduceMixin:
     return self._accumulate(Ops.MUL, dtype, axis, keepdim)
 
   def _check_nonempty(self, name: str, axis: Axis) -> None:
-    if any(self.shape[a] == 0 for a in _axes(axis, self.ndim) if self.ndim):
+    if any(self.shape[a] == 0 for a in canonical_axes(axis, self.ndim) if self.ndim):
       raise RuntimeError(f"{name}(): cannot reduce over a zero-size dimension of a tensor of shape "
                          f"{self.shape} (there is no identity)")
 
@@ -173,7 +235,7 @@ class ReduceMixin:
     dt = to_dtype(dtype) if dtype is not None else self.dtype
     if not dtypes.is_float(dt):
       raise RuntimeError(f"mean(): input dtype should be floating point, got {dt!r}")
-    n = math.prod(self.shape[a] for a in _axes(axis, self.ndim)) if self.ndim else 1
+    n = math.prod(self.shape[a] for a in canonical_axes(axis, self.ndim)) if self.ndim else 1
     s = self._cast(_acc_dtype(dt)).sum(axis, keepdim)
     return (s.div(n) if n else s.mul(math.nan))._cast(dt)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from unigrad.dtype import dtypes
-from unigrad.frontend.indexing import _take, _true_positions, _unravel
+from unigrad.frontend.indexing import take_rows, true_positions, unravel_positions
 from unigrad.uop.properties import broadcast_shapes
 
 if TYPE_CHECKING:
@@ -57,11 +57,11 @@ class SelectMixin:
                          f"{getattr(mask, 'dtype', type(mask).__name__)!r}")
     shape = broadcast_shapes(x.shape, mask.shape)
     flat, flat_mask = x.expand(*shape).flatten(), mask.expand(*shape).flatten()
-    if size is None: return _take(flat, _true_positions(flat_mask))
+    if size is None: return take_rows(flat, true_positions(flat_mask))
     size = _check_size(size, "masked_select")
     if flat.shape[0] == 0: return type(x).full((size,), fill_value, x.dtype, x.device)
     pos, valid = _static_positions(flat_mask, size)
-    return valid.where(_take(flat, pos), type(x).full((), fill_value, x.dtype, x.device))
+    return valid.where(take_rows(flat, pos), type(x).full((), fill_value, x.dtype, x.device))
 
   def nonzero(self, as_tuple: bool = False, size: int | None = None,
               fill_value: int = -1) -> Any:
@@ -72,9 +72,9 @@ class SelectMixin:
     x: Tensor = self  # type: ignore[assignment]
     flat_mask = x.flatten()
     flat_mask = flat_mask if flat_mask.dtype == dtypes.bool else flat_mask.ne(0)
-    if size is None: pos = _true_positions(flat_mask)
+    if size is None: pos = true_positions(flat_mask)
     else: pos = _static_flat(flat_mask, _check_size(size, "nonzero_static"), fill_value)
-    coords = _unravel(pos, tuple(x.shape))
+    coords = unravel_positions(pos, tuple(x.shape))
     if size is not None: coords = [(pos >= 0).where(c, fill_value) for c in coords]
     if as_tuple: return tuple(coords) if coords else (pos * 0,)
     if not coords: return type(x).full((pos.shape[0], 0), 0, dtypes.int64, x.device)

@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 
 from unigrad.dtype import dtypes
-from unigrad.frontend.indexing import _checked
+from unigrad.frontend.indexing import checked_index
 from unigrad.frontend.tensor import Tensor
 from unigrad.frontend.traced import traced
 from unigrad.helpers import make_tuple, prod
@@ -230,7 +230,7 @@ class Embedding:
     out-of-range indices read zero rows."""
     if dtypes.is_float(idx.dtype): raise IndexError("Embedding indices must be an integer tensor")
     try:
-      _checked(idx, self.vocab_size, 0, wrap=False, err=IndexError)
+      checked_index(idx, self.vocab_size, 0, wrap=False, err=IndexError)
     except IndexError as e:
       raise IndexError(f"Embedding({self.vocab_size}, {self.embed_size}): index out of range in "
                        f"self: {e}") from None

@@ -197,7 +197,7 @@ def uses_and_params(linear: UOp) -> tuple[dict[UOp, int], list[UOp]]:
 
 
 @dataclass
-class _State:
+class RenderState:
   names: dict[UOp, str] = field(default_factory=dict)
   lines: list[str] = field(default_factory=list)
   helpers: dict[str, str] = field(default_factory=dict)
@@ -228,7 +228,7 @@ def _checked_accesses(linear: UOp) -> dict[UOp, tuple[int, bool]]:
   return out
 
 
-def _oob_index(st: _State, ix: UOp, idx: str) -> str:
+def _oob_index(st: RenderState, ix: UOp, idx: str) -> str:
   """`idx` checked against its buffer: outside, the first bad access is recorded in OOB_STATE
   (read by the runtime after the launch) and element 0 is accessed instead."""
   st.helpers.setdefault("__oob", f"""long long {OOB_STATE}[6];
@@ -242,7 +242,7 @@ static inline long long __oob(long long i, long long n, long long w, long long b
   return f"__oob({idx}, {ix.src[0].shape[0]}, {lanes}, {ix.src[0].arg.slot}, {int(store)})"
 
 
-def _ctype(st: _State, dt: DType) -> str:
+def _ctype(st: RenderState, dt: DType) -> str:
   """The C type of a value: a scalar's, or a vector typedef declared once per source (with an
   unaligned twin `<name>_u` for loads and stores at element alignment)."""
   if dt.count == 1: return C_TYPES[dt]
@@ -264,7 +264,7 @@ VECTOR_INLINE = "static inline __attribute__((always_inline))"
 LANE_BUILTINS = {Ops.MULACC: ("fma", 3), Ops.TRUNC: ("trunc", 1), Ops.SQRT: ("sqrt", 1)}
 
 
-def _lane_fn(st: _State, op: Ops, dt: DType) -> str:
+def _lane_fn(st: RenderState, op: Ops, dt: DType) -> str:
   """The helper `__<builtin>_<vector type>(...)`, declared once per source."""
   vt, (fn, nargs) = _ctype(st, dt), LANE_BUILTINS[op]
   name = f"__{fn}_{vt}"
@@ -285,7 +285,7 @@ FUSED_VECTOR_FMA = """#if defined(__clang__) && (defined(__FMA__) || defined(__A
   return a*b+c;"""
 
 
-def _stream_fn(st: _State, dt: DType) -> str:
+def _stream_fn(st: RenderState, dt: DType) -> str:
   """A helper storing one vector around the caches (a non-temporal store) where the compiler has
   them and the address is register aligned; a plain store otherwise."""
   vt = _ctype(st, dt)
@@ -301,14 +301,14 @@ def _stream_fn(st: _State, dt: DType) -> str:
   return name
 
 
-def _vector_address(st: _State, ix: UOp, dt: DType) -> str:
+def _vector_address(st: RenderState, ix: UOp, dt: DType) -> str:
   """The address of a vector access: a vector register as is, global memory through a cast to
   the unaligned vector type."""
   if ix.dtype.count > 1: return st.names[ix]
   return f"(({_ctype(st, dt)}_u*){st.names[ix]})"
 
 
-def _mask(st: _State, operand: UOp, cmp: str) -> str:
+def _mask(st: RenderState, operand: UOp, cmp: str) -> str:
   """A vector comparison's result as a bool vector (int lanes): C gives lanes as wide as the
   operands', so 8-byte operands are narrowed."""
   dt = _vdt(operand)
@@ -316,7 +316,7 @@ def _mask(st: _State, operand: UOp, cmp: str) -> str:
   return f"__builtin_convertvector({cmp}, {_ctype(st, dtypes.bool.vec(dt.count))})"
 
 
-def _select(st: _State, dt: DType, cond: str, a: str, b: str) -> str:
+def _select(st: RenderState, dt: DType, cond: str, a: str, b: str) -> str:
   """WHERE on vectors: lanes of a where the mask is set, else of b (as bits)."""
   k, size = dt.count, (4 if dt.scalar() == dtypes.bool else dt.scalar().itemsize)
   it = _ctype(st, (dtypes.int32 if size == 4 else dtypes.int64).vec(k))
@@ -325,7 +325,7 @@ def _select(st: _State, dt: DType, cond: str, a: str, b: str) -> str:
   return f"(({vt})(({m}&({it}){a})|(~{m}&({it}){b})))"
 
 
-def _convert(st: _State, src: UOp, dt: DType, x: str) -> str:
+def _convert(st: RenderState, src: UOp, dt: DType, x: str) -> str:
   """CAST of a vector: bool masks convert as 1/0, a cast to bool is a `!= 0` mask."""
   sdt = _vdt(src)
   if dt.scalar() == dtypes.bool: return _mask(st, src, f"({x}!=0)")
@@ -354,7 +354,7 @@ class CRenderer(Renderer):
   def render_parts(self, name: str, linear: UOp) -> tuple[dict[str, str], str]:
     """The kernel as (helpers by name, the function's text): a file holding several kernels
     (unigrad.export) declares each helper once and the PRELUDE once."""
-    st, (uses, params) = _State(), uses_and_params(linear)
+    st, (uses, params) = RenderState(), uses_and_params(linear)
     st.streamed = self._streamed(linear)
     if CHECK_OOB: st.checked = _checked_accesses(linear)
     for u in linear.src: self._node(st, u, uses)
@@ -372,7 +372,7 @@ class CRenderer(Renderer):
     return frozenset(p for p in linear.src if p.op is Ops.PARAM and p.arg.name is None
                      and p not in loaded and p.shape[0] * p.dtype.itemsize >= self.stream_bytes)
 
-  def _store(self, st: _State, u: UOp) -> None:
+  def _store(self, st: RenderState, u: UOp) -> None:
     ix, val = u.src[0], st.names[u.src[1]]
     if not _is_vector(u.src[1]):
       st.emit(f"*{st.names[ix]} = {self._to_storage(st, u.src[1].dtype, val)};")
@@ -384,12 +384,12 @@ class CRenderer(Renderer):
       st.emit(f"{_stream_fn(st, dt)}({st.names[ix]}, {val});")
     else: st.emit(f"*{_vector_address(st, ix, dt)} = {val};")
 
-  def _param_decl(self, p: UOp, st: _State) -> str:
+  def _param_decl(self, p: UOp, st: RenderState) -> str:
     if p.arg.name is None: return f"{STORAGE[p.dtype]}* restrict {st.names[p]}"
     # the ABI passes integer variables as int (runtime/ops_cpu.py); C widens them where used
     return f"{'int' if dtypes.is_int(p.dtype) else C_TYPES[p.dtype]} {st.names[p]}"
 
-  def _node(self, st: _State, u: UOp, uses: dict[UOp, int]) -> None:
+  def _node(self, st: RenderState, u: UOp, uses: dict[UOp, int]) -> None:
     op = u.op
     if op is Ops.PARAM:
       st.names[u] = f"data{u.arg.slot}" if u.arg.name is None else _var_name(u.arg.name)
@@ -423,19 +423,19 @@ class CRenderer(Renderer):
     elif _is_vector(u): self._value(st, u, self._vector_expr(st, u), uses)
     else: self._value(st, u, self._expr(st, u), uses)
 
-  def _helper_names(self, st: _State, dt: DType) -> tuple[str, str, str]:
+  def _helper_names(self, st: RenderState, dt: DType) -> tuple[str, str, str]:
     """An emulated float's (decode, encode, round) helpers, declared in the source if needed."""
     if dt in FP8S:
       for k, src in fp8_helpers(dt, self.conversion_attr).items(): st.helpers.setdefault(k, src)
     return EMULATED_FLOATS[dt]
 
-  def _to_storage(self, st: _State, dt: DType, v: str) -> str:
+  def _to_storage(self, st: RenderState, dt: DType, v: str) -> str:
     return f"{self._helper_names(st, dt)[1]}({v})" if dt in EMULATED_FLOATS else v
 
-  def _from_storage(self, st: _State, dt: DType, v: str) -> str:
+  def _from_storage(self, st: RenderState, dt: DType, v: str) -> str:
     return f"{self._helper_names(st, dt)[0]}({v})" if dt in EMULATED_FLOATS else v
 
-  def _load(self, st: _State, u: UOp) -> None:
+  def _load(self, st: RenderState, u: UOp) -> None:
     if _is_vector(u): val = f"*{_vector_address(st, u.src[0], u.dtype)}"
     else: val = self._from_storage(st, u.dtype, f"*{st.names[u.src[0]]}")
     if len(u.src) == 3: val = f"({st.names[u.src[2]]} ? {val} : {st.names[u.src[1]]})"
@@ -443,7 +443,7 @@ class CRenderer(Renderer):
     st.emit(f"{_ctype(st, u.dtype)} {name} = {val};")
     st.names[u] = name
 
-  def _value(self, st: _State, u: UOp, expr: str, uses: dict[UOp, int]) -> None:
+  def _value(self, st: RenderState, u: UOp, expr: str, uses: dict[UOp, int]) -> None:
     if u.dtype.count == 1 and self.emulates(u.dtype) and u.op is not Ops.BITCAST:
       expr = f"{self._helper_names(st, u.dtype)[2]}({expr})"
     # vectors always get a variable: lane-wise ops read their operands once per lane
@@ -456,7 +456,7 @@ class CRenderer(Renderer):
 
   # ---- vectors (GCC/clang vector extensions; a bool vector is an int mask of 0 / -1 lanes) ----
 
-  def _vector_expr(self, st: _State, u: UOp) -> str:
+  def _vector_expr(self, st: RenderState, u: UOp) -> str:
     op, dt, s = u.op, _vdt(u), [st.names[x] for x in u.src]
     vt = _ctype(st, dt)
     if op is Ops.STACK: return _stack(u, vt, s)
@@ -476,7 +476,7 @@ class CRenderer(Renderer):
     if op in LANE_BUILTINS and dtypes.is_float(dt): return f"{_lane_fn(st, op, dt)}({', '.join(s)})"
     return self._lanewise(st, u, vt)
 
-  def _lanewise(self, st: _State, u: UOp, vt: str) -> str:
+  def _lanewise(self, st: RenderState, u: UOp, vt: str) -> str:
     """An op with no vector form, one lane at a time: `(vt){f(a[0], b[0]), f(a[1], b[1]), ...}`."""
     lanes = []
     for i in range(_vdt(u).count):
@@ -485,7 +485,7 @@ class CRenderer(Renderer):
       lane = u.replace(dtype=u.dtype.scalar(), src=srcs)
       lanes.append(_lane_value(lane.dtype, self._expr(st, lane)))
     return f"(({vt}){{{', '.join(lanes)}}})"
-  def _expr(self, st: _State, u: UOp) -> str:
+  def _expr(self, st: RenderState, u: UOp) -> str:
     s = [st.names[x] for x in u.src]
     op, dt = u.op, u.dtype
     if op in (Ops.SHL, Ops.SHR) and not _is_shift_in_range(u): return _guarded_shift(op, dt, s)
@@ -495,7 +495,7 @@ class CRenderer(Renderer):
     if op in WIDENS and is_narrow(dt) and not _fits(u): return f"(({C_TYPES[dt]}){expr})"
     return expr
 
-  def _alu(self, st: _State, u: UOp, s: list[str]) -> str:
+  def _alu(self, st: RenderState, u: UOp, s: list[str]) -> str:
     """Ops with no C operator: function-like builtins and helpers."""
     op, dt = u.op, u.dtype
     if op is Ops.WHERE: return f"({s[0]}?{s[1]}:{s[2]})"
@@ -515,7 +515,7 @@ class CRenderer(Renderer):
     raise RuntimeError(f"C renderer: no rendering for {op.name} ({dt!r}); "
                        "it should have been decomposed")
 
-  def _divmod(self, st: _State, u: UOp, s: list[str]) -> str:
+  def _divmod(self, st: RenderState, u: UOp, s: list[str]) -> str:
     op, dt, ct = u.op, u.dtype, C_TYPES[u.dtype]
     sym = "/" if op in (Ops.CDIV, Ops.IDIV) else "%"
     if op in (Ops.CDIV, Ops.CMOD) and u.src[1].op is Ops.CONST and u.src[1].arg not in (0, -1):
@@ -525,7 +525,7 @@ class CRenderer(Renderer):
     st.helpers.setdefault(_helper("f" + sym, ct), _floor_fn(ct, sym, dt))
     return f"{_helper('f' + sym, ct)}({s[0]}, {s[1]})"
 
-  def _bitcast(self, st: _State, src: DType, dst: DType, v: str) -> str:
+  def _bitcast(self, st: RenderState, src: DType, dst: DType, v: str) -> str:
     sv = self._to_storage(st, src, v)
     # a byte other than 0 or 1 is no valid _Bool: read it as true, as the PYTHON device does
     if dst == dtypes.bool: return f"((_Bool){sv})"

@@ -31,7 +31,7 @@ import math
 import re
 
 from unigrad.dtype import FP8S, AddrSpace, DType, dtypes
-from unigrad.renderer.cstyle import (C_TYPES, PRELUDE, STORAGE, CRenderer, _State,
+from unigrad.renderer.cstyle import (C_TYPES, PRELUDE, STORAGE, CRenderer, RenderState,
                                       uses_and_params)
 from unigrad.renderer.tensor_core import MMA_M16N8K16, TensorCore
 from unigrad.uop import Ops, UOp
@@ -82,7 +82,7 @@ def translate_types(src: str, table: tuple[tuple[str, str], ...]) -> str:
 
 
 
-def _variable_decl(p: UOp, st: _State) -> str:
+def _variable_decl(p: UOp, st: RenderState) -> str:
   """A symbolic variable's kernel parameter: the runtimes pass integer variables as 32-bit int
   (as the CPU ABI does); the kernel widens them where used."""
   return f"{'int' if dtypes.is_int(p.dtype) else C_TYPES[p.dtype]} {st.names[p]}"
@@ -108,7 +108,7 @@ class GPURenderer(CRenderer):
   # ---- the whole kernel ----
 
   def render(self, name: str, linear: UOp) -> str:
-    st, (uses, params) = _State(), uses_and_params(linear)
+    st, (uses, params) = RenderState(), uses_and_params(linear)
     for u in linear.src: self._node(st, u, uses)
     helpers = "\n".join(h.replace("static inline", self.fn_qualifier) for h in st.helpers.values())
     src = self.kernel(name, [self._param_decl(p, st) for p in params], st.lines, params, st)
@@ -123,13 +123,13 @@ class GPURenderer(CRenderer):
     return prelude.replace("static inline", self.fn_qualifier)
 
   def kernel(self, name: str, args: list[str], lines: list[str], params: list[UOp],
-             st: _State) -> str:
+             st: RenderState) -> str:
     body = "\n".join(lines)
     return f"void {name}({', '.join(args)}) {{\n{body}\n}}\n"
 
   # ---- nodes a GPU renders its own way ----
 
-  def _node(self, st: _State, u: UOp, uses: dict[UOp, int]) -> None:
+  def _node(self, st: RenderState, u: UOp, uses: dict[UOp, int]) -> None:
     if u.op is Ops.SPECIAL: self._special(st, u)
     elif u.op is Ops.BARRIER: st.emit(f"{self.barrier};")
     elif u.op is Ops.BUFFER and u.addrspace is AddrSpace.LOCAL:
@@ -173,16 +173,16 @@ class GPURenderer(CRenderer):
   def vector_store(self, dt: DType, ptr: str, val: str, base: str) -> str:
     raise NotImplementedError
 
-  def _vector_load(self, st: _State, u: UOp) -> None:
+  def _vector_load(self, st: RenderState, u: UOp) -> None:
     ix = u.src[0]
     name, load = st.fresh("val"), self.vector_load(u.dtype, st.names[ix], st.names[ix.src[0]])
     st.emit(f"{self.vector_type(u.dtype)} {name} = {load};")
     st.names[u] = name
 
-  def _wmma(self, st: _State, u: UOp) -> None:
+  def _wmma(self, st: RenderState, u: UOp) -> None:
     raise RuntimeError(f"{type(self).__name__}: this target has no tensor cores (WMMA)")
 
-  def _special(self, st: _State, u: UOp) -> None:
+  def _special(self, st: RenderState, u: UOp) -> None:
     name, dim = u.arg[:4], int(u.arg[4:])
     fn = self.group_id if name == "gidx" else self.local_id
     st.names[u] = u.arg
@@ -194,9 +194,9 @@ class GPURenderer(CRenderer):
     reg = dtypes.float64 if dt == dtypes.float64 else dtypes.float32  # halves compute in float
     bits = {dtypes.float64: ("0x7ff8000000000000", "0x7ff0000000000000")}.get(
       reg, ("0x7fc00000", "0x7f800000"))[0 if math.isnan(v) else 1]
-    return f"{'-' if v < 0 else ''}{self._bitcast(_State(), BITS[reg], reg, bits)}"
+    return f"{'-' if v < 0 else ''}{self._bitcast(RenderState(), BITS[reg], reg, bits)}"
 
-  def _alu(self, st: _State, u: UOp, s: list[str]) -> str:
+  def _alu(self, st: RenderState, u: UOp, s: list[str]) -> str:
     op, dt = u.op, u.dtype
     f = "" if dt == dtypes.float64 else "f"
     if op is Ops.MULACC: return f"{self.math_fn('fma', f)}({s[0]}, {s[1]}, {s[2]})"
@@ -241,19 +241,19 @@ class OpenCLRenderer(GPURenderer):
     return f"vstore{dt.count}({val}, 0, {ptr});"
 
   def kernel(self, name: str, args: list[str], lines: list[str], params: list[UOp],
-             st: _State) -> str:
+             st: RenderState) -> str:
     rebase = [f"  __global {STORAGE[p.dtype]}* restrict {st.names[p]} = "
               f"(__global {STORAGE[p.dtype]}*)({st.names[p]}_base + {st.names[p]}_off);"
               for p in params if p.arg.name is None]
     body = "\n".join(rebase + lines)
     return f"__kernel void {name}({', '.join(args)}) {{\n{body}\n}}\n"
 
-  def _param_decl(self, p: UOp, st: _State) -> str:
+  def _param_decl(self, p: UOp, st: RenderState) -> str:
     if p.arg.name is not None: return _variable_decl(p, st)
     return f"__global uchar* {st.names[p]}_base, ulong {st.names[p]}_off"
 
 
-  def _bitcast(self, st: _State, src: DType, dst: DType, v: str) -> str:
+  def _bitcast(self, st: RenderState, src: DType, dst: DType, v: str) -> str:
     sv = self._to_storage(st, src, v)
     if dst == dtypes.bool: return f"((bool){sv})"
     # C promotes narrow operands to int: the value back in its own type first
@@ -272,7 +272,7 @@ PAIRS = {dtypes.float16: ("__half2", "__floats2half2_rn"),
          dtypes.bfloat16: ("__nv_bfloat162", "__floats2bfloat162_rn")}
 
 
-def _pack_fn(st: _State, dt: DType) -> str:
+def _pack_fn(st: RenderState, dt: DType) -> str:
   """A helper packing two floats as one 32-bit register of two 16-bit values."""
   pair, convert = PAIRS[dt]
   name = f"__pack_{PTX_TYPES[dt]}"
@@ -281,7 +281,7 @@ def _pack_fn(st: _State, dt: DType) -> str:
   return name
 
 
-def _mma_fn(st: _State, tc: TensorCore) -> str:
+def _mma_fn(st: RenderState, tc: TensorCore) -> str:
   """A helper running mma.sync m16n8k16 (row-major A, column-major B, fp32 accumulators)."""
   name, t = f"__mma_{tc.name}", PTX_TYPES[tc.dtype_in]
   a = ", ".join(f"unsigned a{i}" for i in range(4))
@@ -323,7 +323,7 @@ class CUDARenderer(GPURenderer):
     the include path runtime/ops_cuda.py gives it); others need no header."""
     return CUDA_PRELUDE if _uses_16_bit_floats(linear) else super().prelude(linear)
 
-  def _wmma(self, st: _State, u: UOp) -> None:
+  def _wmma(self, st: RenderState, u: UOp) -> None:
     """One `mma.sync` per warp: the 16-bit fragments packed two to a 32-bit register (the lower
     element in the low half), the fp32 accumulators in and out as a float4."""
     tc: TensorCore = u.arg
@@ -358,18 +358,18 @@ class CUDARenderer(GPURenderer):
             f"else {{ {lanes} }}")
 
   def kernel(self, name: str, args: list[str], lines: list[str], params: list[UOp],
-             st: _State) -> str:
+             st: RenderState) -> str:
     body = "\n".join(lines)
     return f'extern "C" __global__ void {name}({", ".join(args)}) {{\n{body}\n}}\n'
 
-  def _param_decl(self, p: UOp, st: _State) -> str:
+  def _param_decl(self, p: UOp, st: RenderState) -> str:
     if p.arg.name is not None: return _variable_decl(p, st)
     return f"{self.storage[p.dtype]}* __restrict__ {st.names[p]}"
 
 
   def math_fn(self, name: str, suffix: str) -> str: return name + suffix
 
-  def _bitcast(self, st: _State, src: DType, dst: DType, v: str) -> str:
+  def _bitcast(self, st: RenderState, src: DType, dst: DType, v: str) -> str:
     sv = self._to_storage(st, src, v)
     if dst == dtypes.bool: return f"((bool){sv})"
     return self._from_storage(st, dst, f"__bitcast<{self.storage[dst]}>({sv})")

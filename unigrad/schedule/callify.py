@@ -20,6 +20,7 @@ import itertools
 import math
 import weakref
 from dataclasses import dataclass, field
+from typing import cast
 
 from unigrad.dtype import AddrSpace, DType, buffer_nbytes, dtypes
 from unigrad.schedule.function import call_result, graph_nodes
@@ -31,14 +32,14 @@ from unigrad.uop.variable import UnboundVariableError, VariableBindError
 _slots = itertools.count()
 
 
-def new_buffer(device: str, dtype: DType, shape: tuple[sint, ...]) -> UOp:
+def new_buffer(device: str | tuple[str, ...], dtype: DType, shape: tuple[sint, ...]) -> UOp:
   """A fresh BUFFER (unique slot: never merged with another) viewed with `shape` (see
   `buffer_view` for a symbolic shape)."""
   arg = ParamArg(next(_slots), dtype, device, AddrSpace.GLOBAL)
   for s in shape:
     if type(s) is not int: break
   else:  # a static shape (every eager realize's output): buffer_view's work, straight
-    buffer_nbytes(numel := math.prod(shape), dtype, device)
+    buffer_nbytes(numel := math.prod(cast(tuple[int, ...], shape)), dtype, device)
     buf = fresh_node(Ops.BUFFER, dtype, (shape_uop((numel,)),), arg)
     return buf if len(shape) == 1 else fresh_node(Ops.RESHAPE, dtype, (buf, shape_uop(shape)))
   buffer_nbytes(numel := max_numel(shape), dtype, device)
@@ -333,13 +334,14 @@ def recallify_alike(nodes: dict[UOp, None], device: str, last: UOp,
   if sum(b is None for b in bufs) != len(t.fresh): return None  # a buffer not in the graph
   becomes, fresh = {}, []
   for node, dev, dtype, shape, slot in t.fresh:
-    if (u := get(node())) is None: return None
-    view = becomes[u] = new_buffer(dev, dtype, shape)
+    if (new := get(node())) is None: return None
+    view = becomes[new] = new_buffer(dev, dtype, shape)
     bufs[slot] = _base(view)
-    fresh.append(Fresh(u, view, dev, dtype, shape))
+    fresh.append(Fresh(new, view, dev, dtype, shape))
   for k, v in t.aliases:
-    if (u := get(k())) is None: return None
-    becomes[u] = get(v(), v())
+    if (new := get(k())) is None: return None
+    becomes[new] = get(v(), v())
+  # every None slot got a fresh buffer (counted above): mypy cannot see it
   return CallifyResult(t.body, tuple(bufs), becomes, dict(t.var_vals), fresh)  # type: ignore[arg-type]
 
 

@@ -40,15 +40,17 @@ import math
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar, cast
 
 from unigrad.dtype import DType, dtypes
 from unigrad.knobs import SPEC
-from unigrad.schedule.callify import buffer_base, is_plain_buffer, new_buffer
-from unigrad.uop import GroupOp, Ops, UOp, shape_uop
+from unigrad.schedule.callify import buffer_base, is_assign, is_plain_buffer, new_buffer
+from unigrad.uop import GroupOp, Ops, UOp, shape_uop, sint
 from unigrad.uop.properties import as_shape
 
 Device = str | tuple[str, ...]
 Locals = tuple[UOp, ...]
+T = TypeVar("T")
 
 __all__ = ["MultiDeviceError", "MultiPlan", "lower_multi", "new_multi_buffer", "is_multi_view",
            "multi_view", "shards", "shards_of", "local_shape", "verify_lowered"]
@@ -74,17 +76,17 @@ def _permute(x: UOp, order: Sequence[int]) -> UOp:
   return UOp(Ops.PERMUTE, x.dtype, (x,), tuple(order))
 
 
-def _shrink(x: UOp, offsets: Sequence[int], sizes: Sequence[int]) -> UOp:
+def _shrink(x: UOp, offsets: Sequence[sint], sizes: Sequence[sint]) -> UOp:
   if not any(offsets) and tuple(sizes) == tuple(x.shape): return x
   return UOp(Ops.SHRINK, x.dtype, (x, shape_uop(tuple(offsets)), shape_uop(tuple(sizes))))
 
 
-def _pad(x: UOp, offsets: Sequence[int], shape: Sequence[int]) -> UOp:
+def _pad(x: UOp, offsets: Sequence[sint], shape: Sequence[sint]) -> UOp:
   if not any(offsets) and tuple(shape) == tuple(x.shape): return x
   return UOp(Ops.PAD, x.dtype, (x, shape_uop(tuple(offsets)), shape_uop(tuple(shape))))
 
 
-def _at(values: Sequence[int], axis: int, value: int) -> list[int]:
+def _at(values: Sequence[T], axis: int, value: T) -> list[T]:
   out = list(values)
   out[axis] = value
   return out
@@ -151,7 +153,7 @@ def new_multi_buffer(devices: tuple[str, ...], dtype: DType, shape: Sequence[int
   if axis is not None and shape[axis] % n:
     raise MultiDeviceError(f"axis {axis} of shape {tuple(shape)} does not split evenly across "
                            f"{n} devices")
-  buf = new_buffer(devices, dtype, (n * math.prod(local_shape(shape, axis, n)),))  # type: ignore[arg-type]
+  buf = new_buffer(devices, dtype, (n * math.prod(local_shape(shape, axis, n)),))
   return multi_view(buf, shape, axis)
 
 
@@ -190,10 +192,10 @@ def shards_of(buf: UOp) -> Locals:
 
 def _assemble(u: UOp, devices: tuple[str, ...], bufs: Sequence[UOp]) -> UOp:
   """The realized form of `u`: a BUFFER on `devices` whose shards are `bufs`, viewed as `u`."""
-  bases = tuple(buffer_base(b) for b in bufs)
-  assert all(b is not None for b in bases), "locals realize into plain buffers"
-  buf = new_buffer(devices, u.dtype, (sum(b.shape[0] for b in bases),))  # type: ignore[arg-type, union-attr]
-  shards[buf] = bases  # type: ignore[assignment]
+  bases = tuple(base for b in bufs if (base := buffer_base(b)) is not None)
+  assert len(bases) == len(bufs), "locals realize into plain buffers"
+  buf = new_buffer(devices, u.dtype, (sum(b.shape[0] for b in bases),))
+  shards[buf] = bases
   return multi_view(buf, u.shape, u.axis if isinstance(u.device, tuple) else None)
 
 
@@ -301,11 +303,13 @@ def _lower_pad_shrink(ctx: MultiCtx, u: UOp) -> Locals:
   size = locs[0].shape[a]
   locs = tuple(view(x, _at(offs, a, 0), _at(new, a, size)) for x in locs)
   if offs[a] == 0 and new[a] == src.shape[a]: return locs
-  if new[a] % n:
+  if not isinstance(size_a := new[a], int) or size_a % n:  # (a symbolic size: never even)
     raise MultiDeviceError(f"{u.op.name} to shape {tuple(new)} leaves {new[a]} elements on the "
                            f"shard axis {a}, which {n} devices cannot split evenly: gather it "
                            "with .to(device) first")
-  c, o = new[a] // n, offs[a]
+  # the offset on the shard axis is an int here: a symbolic one fails _gather_range's
+  # comparisons (TypeError), as it always has
+  c, o = size_a // n, cast(int, offs[a])
   if u.op is Ops.SHRINK:
     return tuple(_gather_range(locs, a, o + j * c, o + (j + 1) * c, d)
                  for j, d in enumerate(u.device))
@@ -438,11 +442,6 @@ class MultiPlan:
     for u, (devices, locs) in self.targets.items():
       if u not in out: out[u] = _assemble(u, devices, [becomes[x] for x in locs])
     return out
-
-
-def is_assign(u: UOp) -> bool:
-  """AFTER(target, STORE...): once realized, its value is the target buffer."""
-  return u.op is Ops.AFTER and all(s.op is Ops.STORE for s in u.src[1:])
 
 
 def uses_tuple_devices(uops: Sequence[UOp], devices: Sequence[Device],

@@ -496,7 +496,7 @@ def index_movement(x: UOp, idx: tuple[UOp, ...]) -> tuple[tuple[UOp, ...], UOp |
   if x.op is Ops.RESHAPE: return index_reshape(x, idx), None
   if x.op is Ops.PERMUTE:
     out: list[UOp] = [idx[0]] * len(idx)
-    for i, p in enumerate(x.arg): out[p] = idx[i]
+    for k, p in enumerate(x.arg): out[p] = idx[k]
     return tuple(out), None
   if x.op is Ops.EXPAND:
     zero = UOp.const(dtypes.index, 0)

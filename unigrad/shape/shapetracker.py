@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from unigrad.shape.view import View, _add, _mul, _prod
+from unigrad.shape.view import View, sint_add, sint_mul, sint_prod
 from unigrad.uop import Ops, UOp, sint
 from unigrad.uop.properties import as_shape
 from unigrad.uop.symbolic import linear_terms
@@ -120,7 +120,7 @@ def _unflatten(flat: UOp, shape: tuple[sint, ...]) -> tuple[UOp, ...]:
   for k in reversed(range(len(shape))):
     v = flat if inner == 1 else flat // as_uop(inner)
     out.append(v % as_uop(shape[k]) if k > 0 else v)
-    inner = _mul(inner, shape[k])
+    inner = sint_mul(inner, shape[k])
   return tuple(reversed(out))
 
 
@@ -131,7 +131,7 @@ def view_chain(u: UOp) -> tuple[UOp, ShapeTracker]:
   while u.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP):
     chain.append(u)
     u = u.src[0]
-  st = ShapeTracker.from_shape((_prod(u.shape),)).reshape(tuple(u.shape))
+  st = ShapeTracker.from_shape((sint_prod(u.shape),)).reshape(tuple(u.shape))
   for m in reversed(chain): st = _apply(st, m)
   return u, st
 
@@ -143,6 +143,6 @@ def _apply(st: ShapeTracker, m: UOp) -> ShapeTracker:
   if m.op is Ops.EXPAND: return st.expand(as_shape(m.src[1]))
   if m.op is Ops.FLIP: return st.flip(m.arg)
   offs, sizes = as_shape(m.src[1]), as_shape(m.src[2])
-  if m.op is Ops.SHRINK: return st.shrink(tuple((o, _add(o, n)) for o, n in zip(offs, sizes)))
+  if m.op is Ops.SHRINK: return st.shrink(tuple((o, sint_add(o, n)) for o, n in zip(offs, sizes)))
   before = zip(offs, st.shape, sizes)
-  return st.pad(tuple((o, _add(n, _mul(_add(o, s), -1))) for o, s, n in before))
+  return st.pad(tuple((o, sint_add(n, sint_mul(sint_add(o, s), -1))) for o, s, n in before))

@@ -38,11 +38,11 @@ def _same(a: sint, b: sint) -> bool:
   return a == b if isinstance(a, int) and isinstance(b, int) else sizes_equal(a, b)
 
 
-def _mul(a: sint, b: sint) -> sint:
+def sint_mul(a: sint, b: sint) -> sint:
   return a * b if isinstance(a, int) and isinstance(b, int) else simplify_size(a * b)
 
 
-def _add(a: sint, b: sint) -> sint:
+def sint_add(a: sint, b: sint) -> sint:
   return a + b if isinstance(a, int) and isinstance(b, int) else simplify_size(a + b)
 
 
@@ -56,9 +56,9 @@ def _min(a: sint, b: sint) -> sint:
   return simplify_size(-((-as_uop(a)).maximum(-as_uop(b))))
 
 
-def _prod(xs: Any) -> sint:
+def sint_prod(xs: Any) -> sint:
   out: sint = 1
-  for x in xs: out = _mul(out, x)
+  for x in xs: out = sint_mul(out, x)
   return out
 
 
@@ -71,7 +71,7 @@ def strides_for_shape(shape: tuple[sint, ...]) -> tuple[sint, ...]:
   out, acc = [], 1
   for s in reversed(shape):
     out.append(0 if _is(s, 1) else acc)
-    acc = _mul(acc, s)
+    acc = sint_mul(acc, s)
   return tuple(reversed(out))
 
 
@@ -118,7 +118,8 @@ class View:
         return View(shape, (0,) * len(shape), 0, _empty_mask(len(shape)), False)
       # an axis valid at one position only: that position goes into the offset
       fixed = [isinstance(lo, int) and isinstance(hi, int) and hi - lo == 1 for lo, hi in mask]
-      offset = _add(offset, sum(_mul(lo, st) for f, (lo, _), st in zip(fixed, mask, strides) if f))
+      offset = sint_add(offset,
+                        sum(sint_mul(lo, st) for f, (lo, _), st in zip(fixed, mask, strides) if f))
       strides = tuple(0 if f else st for f, st in zip(fixed, strides))
       if all(_is(lo, 0) and _same(hi, s) for (lo, hi), s in zip(mask, shape)): mask = None
     offset = simplify_size(offset)
@@ -129,7 +130,7 @@ class View:
   @property
   def size(self) -> sint:
     """The number of indices (the product of the shape)."""
-    return _prod(self.shape)
+    return sint_prod(self.shape)
 
   @property
   def reads_nothing(self) -> bool:
@@ -167,10 +168,10 @@ class View:
     if len(flags) != len(self.shape): raise ValueError(f"flip needs {len(self.shape)} flags")
     offset = self.offset
     for f, s, st in zip(flags, self.shape, self.strides):
-      if f: offset = _add(offset, _mul(_add(s, -1), st))
-    strides = tuple(_mul(st, -1) if f else st for f, st in zip(flags, self.strides))
+      if f: offset = sint_add(offset, sint_mul(sint_add(s, -1), st))
+    strides = tuple(sint_mul(st, -1) if f else st for f, st in zip(flags, self.strides))
     mask = None if self.mask is None else tuple(
-      (_add(s, _mul(hi, -1)), _add(s, _mul(lo, -1))) if f else (lo, hi)
+      (sint_add(s, sint_mul(hi, -1)), sint_add(s, sint_mul(lo, -1))) if f else (lo, hi)
       for f, (lo, hi), s in zip(flags, self.mask, self.shape))
     return View.create(self.shape, strides, offset, mask)
 
@@ -187,14 +188,15 @@ class View:
     if len(arg) != len(self.shape): raise ValueError(f"pad needs {len(self.shape)} pairs")
     if any(isinstance(x, int) and x < 0 for p in arg for x in p):
       raise ValueError(f"pad amounts must be >= 0, got {arg}")
-    return self._window(tuple((_mul(b, -1), _add(s, a)) for (b, a), s in zip(arg, self.shape)))
+    return self._window(tuple((sint_mul(b, -1), sint_add(s, a))
+                              for (b, a), s in zip(arg, self.shape)))
 
   def _window(self, window: tuple[tuple[sint, sint], ...]) -> View:
     """New axis k covers old indices [start, end) (positions outside the old shape invalid)."""
     offset = self.offset
-    for (start, _), st in zip(window, self.strides): offset = _add(offset, _mul(start, st))
-    shape = tuple(_add(e, _mul(b, -1)) for b, e in window)
-    mask = tuple((_max(_add(lo, _mul(b, -1)), 0), _min(_add(hi, _mul(b, -1)), n))
+    for (start, _), st in zip(window, self.strides): offset = sint_add(offset, sint_mul(start, st))
+    shape = tuple(sint_add(e, sint_mul(b, -1)) for b, e in window)
+    mask = tuple((_max(sint_add(lo, sint_mul(b, -1)), 0), _min(sint_add(hi, sint_mul(b, -1)), n))
                  for (lo, hi), (b, _), n in zip(self._full_mask(), window, shape))
     return View.create(shape, self.strides, offset, mask)
 
@@ -339,7 +341,7 @@ def _reshape(v: View, new_shape: tuple[sint, ...]) -> View | None:
     inner = [math.prod(int(s) for s in ng[k + 1:]) for k in range(len(ng))]
     strides.extend(stride * r for r in inner)
     masks.extend(sub)
-    offset = _add(offset, correction)
+    offset = sint_add(offset, correction)
   it_st, it_mask = iter(strides), iter(masks)
   full_st = tuple(0 if _is(s, 1) else next(it_st) for s in new_shape)
   full_mask = tuple((0, 1) if _is(s, 1) else next(it_mask) for s in new_shape)

@@ -117,6 +117,7 @@ def _graph_rewrite(sink: UOp, pm: PatternMatcher | None, ctx: Any, bottom_up: bo
       push((n, _LINK, r))
       push((r, _DESCEND, None))
     else:
+      assert other is not None  # a link entry holds the node `n` was rewritten to
       memo[n] = memo.get(other, other)
       busy.discard(n)
   return memo.get(sink, sink)

@@ -52,9 +52,10 @@ class Spec:
   def verify_node(self, u: UOp) -> None:
     rules = self.checks.get(u.op)
     if rules is None:
-      msg = f"{u.op.name} may not appear in the {self.stage} stage"
-      raise SpecError(self.stage, u, "allowed ops", msg)
+      raise SpecError(self.stage, u, "allowed ops",
+                      f"{u.op.name} may not appear in the {self.stage} stage")
     for rule, check in ((("stored dtype", _check_dtype),) + rules):
+      msg: str | None
       try: msg = check(u)
       except (ValueError, TypeError, IndexError, AttributeError) as e:
         msg = f"{type(e).__name__}: {e}"

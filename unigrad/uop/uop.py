@@ -13,9 +13,10 @@ import threading
 import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import replace as dc_replace
-from typing import Any, Generic, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, Union
 
 from unigrad.dtype import AddrSpace, DType, dtypes, truncate
+from unigrad.helpers import bounded_put
 from unigrad.uop import properties as props
 from unigrad.uop.alu import float_bits
 from unigrad.uop.ops import ARITY, AxisType, Invalid, InvalidType, Ops, ParamArg, RangeArg
@@ -161,6 +162,11 @@ class UOp(metaclass=UOpMetaClass):
   src: tuple[UOp, ...]
   arg: Any
   tag: Any
+  _key: tuple  # the hash-cons key it was made under
+
+  if TYPE_CHECKING:  # UOpMetaClass.__call__ makes the nodes; this is its signature for mypy
+    def __init__(self, op: Ops, dtype: DType | None = None, src: Iterable[UOp] = (),
+                 arg: Any = None, tag: Any = None) -> None: ...
 
   def __setattr__(self, name: str, value: Any) -> None:
     if name in _FIELDS: raise AttributeError(f"UOp is immutable: use u.replace({name}=...)")
@@ -185,13 +191,15 @@ class UOp(metaclass=UOpMetaClass):
   def __repr__(self) -> str: return pyrender(self)
 
   # ---- derived properties (uop/properties.py) ----
-  shape = _derived(props.derive_shape)
-  device = _derived(props.derive_device)
-  addrspace = _derived(props.derive_addrspace)
-  min_max = _derived(props.derive_min_max)
-  axis = _derived(props.derive_axis)
-  grad_free = _derived(props.derive_grad_free)
-  _open_ranges = _derived(props.derive_ranges)
+  # declared `property`: properties.py reads them in the uop <-> properties import cycle, where
+  # mypy cannot infer an attribute's type from the call that makes it
+  shape: property = _derived(props.derive_shape)
+  device: property = _derived(props.derive_device)
+  addrspace: property = _derived(props.derive_addrspace)
+  min_max: property = _derived(props.derive_min_max)
+  axis: property = _derived(props.derive_axis)
+  grad_free: property = _derived(props.derive_grad_free)
+  _open_ranges: property = _derived(props.derive_ranges)
 
   @property
   def ranges(self) -> dict[UOp, None]:
@@ -236,7 +244,7 @@ class UOp(metaclass=UOpMetaClass):
         if s not in out: push((s, False))
     return out
 
-  def topovisit(self, visitor: Callable[[UOp], T], cache: dict[UOp, T]) -> T:
+  def topovisit(self, visitor: Callable[[UOp], T], cache: dict[UOp, T] | NodeMap[T]) -> T:
     """Apply `visitor` to every node not yet in `cache`, sources first; the root's result."""
     for node in self.toposort(lambda n: n not in cache):
       cache[node] = visitor(node)
@@ -497,7 +505,7 @@ class UOp(metaclass=UOpMetaClass):
 # the slot setters, which bypass the immutability guard (only UOpMetaClass.__call__ uses them)
 _set_op, _set_dtype, _set_src, _set_arg, _set_tag, _set_key = (
   vars(UOp)[f].__set__ for f in ("op", "dtype", "src", "arg", "tag", "_key"))
-_new_node = object.__new__
+_new_node: Callable[[type], Any] = object.__new__
 
 
 def _check_float_div(u: UOp) -> UOp:
@@ -520,7 +528,7 @@ def as_uop(x: sint) -> UOp:
 
 
 # static shape -> its VCONST: every movement op asks for one (held, so a hit makes no node)
-_static_shapes: dict[tuple[int, ...], UOp] = {}
+_static_shapes: dict[tuple[sint, ...], UOp] = {}  # (only tuples of plain ints are put in)
 STATIC_SHAPE_CACHE = 4096
 
 
@@ -531,9 +539,8 @@ def shape_uop(shape: Iterable[sint]) -> UOp:
     if type(d) is not int: break
   else:  # plain ints only: no key here equals another type's
     if (u := _static_shapes.get(shape)) is not None: return u
-    if len(_static_shapes) >= STATIC_SHAPE_CACHE: _static_shapes.pop(next(iter(_static_shapes)))
-    u = _static_shapes[shape] = UOp(Ops.VCONST, dtypes.index, (), shape)
-    return u
+    return bounded_put(_static_shapes, shape, UOp(Ops.VCONST, dtypes.index, (), shape),
+                       STATIC_SHAPE_CACHE)
   if all(isinstance(d, int) and not isinstance(d, bool) for d in shape):  # int subclasses
     return UOp(Ops.VCONST, dtypes.index, arg=shape)
   return UOp(Ops.STACK, dtypes.index, tuple(as_uop(d) for d in shape))

@@ -109,7 +109,7 @@ class UPat:
   def match(self, u: UOp, store: Store) -> list[Store]:
     """Every way `u` matches, as binding dicts extending `store`."""
     if self._any is not None:
-      out = [r for p in self._any for r in p.match(u, dict(store))]
+      out: list[Store] = [r for p in self._any for r in p.match(u, dict(store))]
       if self.name is not None:
         out = [r for r in out if r.setdefault(self.name, u) is u]
       return out
@@ -120,7 +120,7 @@ class UPat:
     if self.name is not None and store.setdefault(self.name, u) is not u: return []
     if self._repeat is not None: return _match_srcs(u.src, (self._repeat,) * len(u.src), store)
     if self.src is None: return [store]
-    out: list[Store] = []
+    out = []
     for pats in self.src:
       if len(pats) != len(u.src) and not (self.allow_any_len and len(u.src) >= len(pats)): continue
       out.extend(_match_srcs(u.src, pats, dict(store) if len(self.src) > 1 else store))
@@ -205,7 +205,7 @@ class _Codegen:
   def pat(self, p: UPat, v: str, names: Names, ind: int, cont: Cont, root: bool = False) -> None:
     """Emit the tests of `p` on variable `v`, then `cont(names, ind)` where they hold."""
     if p._any is not None:
-      named: Cont = lambda nm, i: self.bind(p.name, v, nm, i, cont)
+      named: Cont = lambda nm, i: self.bind(p.name, v, nm, i, cont)  # noqa: E731
       for alt in p._any: self.pat(alt, v, names, ind, named)
       return
     conds = self.checks(p, v, root)

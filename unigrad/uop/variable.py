@@ -126,7 +126,10 @@ def sizes_equal(a: sint, b: sint) -> bool:
   (ac, asyms), (bc, bsyms) = _factors((a,)), _factors((b,))
   if not asyms and not bsyms: return ac == bc
   if ac == bc and sorted(map(id, asyms)) == sorted(map(id, bsyms)): return True
-  diff = (b - a if isinstance(b, UOp) else -(a - b)).simplify()
+  if isinstance(b, UOp): diff = (b - a).simplify()
+  else:
+    assert isinstance(a, UOp)  # not both ints: returned above
+    diff = (-(a - b)).simplify()
   return diff.op is Ops.CONST and diff.arg == 0
 
 

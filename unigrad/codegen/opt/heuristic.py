@@ -424,16 +424,17 @@ def dot_order(k: OptKernel, plan: DotPlan, tile_bytes: int) -> OptKernel:
   once per call, not once per sequence) when the whole stream fits DOT_STREAM_BYTES; else the
   stream in blocks that fit, each block's loop outside the panel's. Loops run in range id
   order, and SWAP exchanges two ranges' ids."""
-  if (stream := axis_of(k, plan.stream)) is None or axis_of(k, plan.panel) is None: return k
+  stream, panel = axis_of(k, plan.stream), axis_of(k, plan.panel)
+  if stream is None or panel is None: return k
   batch = [b for i in plan.batch if (b := axis_of(k, i)) is not None]
   streamed = tile_bytes * k.sizes[stream] * math.prod(k.sizes[b] for b in batch)
   block = _divisor_upto(k.sizes[stream], max(1, DOT_STREAM_BYTES // tile_bytes))
   if streamed > DOT_STREAM_BYTES and block < k.sizes[stream]:
     blocked = _try(k, Opt.split(stream, block, AxisType.LOOP))
     if blocked is not k:  # the block loop (the stream's id) goes outside the panel's
-      panel, stream = axis_of(blocked, plan.panel), axis_of(blocked, plan.stream)
-      return _try(blocked, Opt.swap(stream, panel)) if stream > panel else blocked
-  panel = axis_of(k, plan.panel)
+      b_panel, b_stream = axis_of(blocked, plan.panel), axis_of(blocked, plan.stream)
+      if b_panel is None or b_stream is None: return blocked  # (a split keeps both axes)
+      return _try(blocked, Opt.swap(b_stream, b_panel)) if b_stream > b_panel else blocked
   if stream < panel: k, panel = _try(k, Opt.swap(stream, panel)), stream
   if streamed > DOT_STREAM_BYTES: return k
   for b in sorted(b for b in batch if b < panel): k, panel = _try(k, Opt.swap(b, panel)), b
