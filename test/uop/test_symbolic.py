@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from unigrad.uop import Invalid, Ops, UOp, dtypes, sym_infer
+from unigrad.uop import AxisType, Invalid, Ops, UOp, dtypes, sym_infer
 from unigrad.uop.alu import exec_alu
 from unigrad.uop.symbolic import (linear_terms, order_cmp, order_key, pm_canonical, pm_compare,
                                   pm_divmod, pm_fold_constants, pm_identities, pm_invalid,
@@ -485,3 +485,36 @@ def test_affine_and_small_remainder_divmod_keep_values(ts: list, dt, rnd: random
   for d in {t[2] for t in ts}:
     for e in (lin // d, lin % d, (lin * 16 + vs[0]) // (16 * d), (lin * 16 + vs[-1]) % (16 * d)):
       check_same_values(e, vs, rnd)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 8), st.integers(0, 8), st.integers(-3, 3), st.integers(1, 9),
+       st.integers(0, 3), st.integers(0, 70), st.randoms(use_true_random=False))
+def test_divmod_by_a_symbolic_multiple_keeps_values(k: int, e: int, qa: int, bw: int, kc: int,
+                                                    nmin: int, rnd: random.Random) -> None:
+  """(d*q + n*b + e*r + kc) // d and % d with d = k*n, n a variable, r a range ending at n (an
+  index over a symbolic axis, flattened and unflattened): folded where the remainder provably
+  stays in [0, d), and equal to the unfolded value for every n and position in any case."""
+  n = UOp.variable("n", nmin + 1, nmin + 40, idx)
+  r = UOp.range(n, 1, AxisType.LOOP)
+  q, b = UOp.variable("q", 0, 5, idx), UOp.variable("b", 0, bw, idx)
+  d = n * k
+  x = q * qa * d + n * b + r * e + kc
+  for expr in (x // d, x % d, (r + n * q) // n, (r + n * q) % n):
+    s = expr.simplify()
+    for _ in range(20):
+      nv = rnd.randint(n.vmin, n.vmax)
+      env = {n: nv, r: rnd.randrange(nv), q: rnd.randint(0, 5), b: rnd.randint(0, bw)}
+      want = sym_infer(expr, env)
+      assert sym_infer(s, env) == want, f"{expr.render(simplify=False)} -> {s.render()}"
+
+
+def test_index_over_a_symbolic_axis_folds_its_divisions():
+  """ridx*64 + j + i*(64*n) unflattened by 64*n and n: no division or modulo left."""
+  n = UOp.variable("n", 1, 2047, idx)
+  r, i = UOp.range(n, 1, AxisType.LOOP), UOp.range(c(3), 2, AxisType.LOOP)
+  j = UOp.range(c(64), 3, AxisType.LOOP)
+  flat = r * 64 + j + i * (n * 64)
+  assert (flat // (n * 64)).simplify() is i
+  assert not any(u.op in (Ops.IDIV, Ops.MOD) for u in (flat % (n * 64)).simplify().toposort())
+  assert ((r + (flat // 64 - r)) % n).simplify() is r

@@ -136,10 +136,22 @@ def linear_terms(u: UOp) -> tuple[dict[UOp, int], int]:
     elif x.op is Ops.ADD: stack.extend((s, c) for s in x.src)
     elif x.op is Ops.MUL and (v := int_const(x.src[1])) is not None: stack.append((x.src[0], c * v))
     elif x.op is Ops.MUL and (v := int_const(x.src[0])) is not None: stack.append((x.src[1], c * v))
+    elif x.op is Ops.MUL and (inner := _scaled_factor(x)) is not None:
+      stack.append((inner[0], c * inner[1]))  # a*(b*k) -> (a*b)*k
     else: terms[x] = terms.get(x, 0) + c
   terms, const = _recombine_divmod(terms, const)
   if u.op is Ops.ADD or u.op is Ops.MUL: u.__dict__["_linear_terms"] = (terms, const)
   return dict(terms), const
+
+
+def _scaled_factor(x: UOp) -> tuple[UOp, int] | None:
+  """A product a*(b*k) or (b*k)*a of integers, with k constant, as (a*b, k); None otherwise (an
+  index over a symbolic axis: ridx*(n*64) is the term ridx*n times 64)."""
+  for i in (0, 1):
+    f = x.src[i]
+    if f.op is Ops.MUL and (k := int_const(f.src[1])) is not None and k != 0:
+      return x.src[1 - i].alu(Ops.MUL, f.src[0]), k
+  return None
 
 
 def _recombine_divmod(terms: dict[UOp, int], const: int) -> tuple[dict[UOp, int], int]:
@@ -458,6 +470,60 @@ pm_min_max = PatternMatcher([
   (UPat(Ops.MAX, name="m", src=(UPat.var("a"), UPat.var("b"))), fold_max),  # max by intervals
 ])
 
+def fold_symbolic_divmod(u: UOp, x: UOp, d: UOp) -> UOp | None:
+  """(d*q + n*b + r) // d -> q and (...) % d -> n*b + r, for a divisor d = c*n with a symbolic
+  factor n (a variable sequence length), when the remainder n*b + r is provably in [0, d):
+  0 <= b <= c-1 and r in [0, n) (a range that ends at n, or a small constant). This is what
+  flattening then unflattening an index over a symbolic axis leaves (a reshape or a transpose
+  of a KV cache read up to a bound position)."""
+  if int_const(d) is not None: return None
+  dterms, dk = linear_terms(d)
+  if dk != 0 or len(dterms) != 1: return None
+  (n, c), = dterms.items()
+  if c <= 0 or n.vmin < 1: return None
+  quot: dict[UOp, int] = {}
+  mult: dict[UOp, int] = {}
+  rest: dict[UOp, int] = {}
+  terms, k = linear_terms(x)
+  qk = mk = 0
+  for t, a in terms.items():
+    if (other := _without_factor(t, n)) is None:
+      rest[t] = a
+      continue
+    oterms, ok = linear_terms(other)
+    for s, f in oterms.items():
+      if (a * f) % c == 0: quot[s] = quot.get(s, 0) + a * f // c
+      else: mult[s] = mult.get(s, 0) + a * f
+    if (a * ok) % c == 0: qk += a * ok // c
+    else: mk += a * ok
+  r, b = build_linear(x, rest, k), build_linear(x, mult, mk)
+  if b.vmin < 0 or not _below(rest, k, b.vmax, n, c): return None
+  if u.op is Ops.IDIV: return build_linear(x, quot, qk)
+  return r if not mult and not mk else b.alu(Ops.MUL, n).alu(Ops.ADD, r)
+
+
+def _without_factor(t: UOp, n: UOp) -> UOp | None:
+  """t / n for a product t that has n as a factor, else None."""
+  if t is n: return t.const_like(1)
+  if t.op is not Ops.MUL: return None
+  for i in (0, 1):
+    if (inner := _without_factor(t.src[i], n)) is not None:
+      return t.src[1 - i] if int_const(inner) == 1 else inner.alu(Ops.MUL, t.src[1 - i])
+  return None
+
+
+def _below(rest: dict[UOp, int], k: int, bmax: int, n: UOp, c: int) -> bool:
+  """Whether 0 <= n*b + sum(rest) + k < c*n for every value, with b <= bmax: the sum is bounded
+  by alpha*n + beta, a range that ends at n counting as at most n-1."""
+  alpha, beta, low = bmax, k, k
+  for t, e in rest.items():
+    if t.op is Ops.RANGE and t.src[0] is n and e > 0: alpha, beta = alpha + e, beta - e
+    else: beta += max(e * t.vmin, e * t.vmax)
+    low += min(e * t.vmin, e * t.vmax)
+  if low < 0 or alpha > c: return False
+  return beta <= -1 if alpha == c else (c - alpha) * n.vmin >= beta + 1
+
+
 _pair = (UPat.var(), UPat.var())
 
 pm_canonical = PatternMatcher([
@@ -476,6 +542,8 @@ pm_divmod = PatternMatcher([
   (UPat(Ops.MOD, _int, src=(_x, _d)), fold_mod),  # (x*c+y)%c -> y%c
   (UPat((Ops.IDIV, Ops.MOD), _int, name="u", src=(_x, _d)), fold_small_remainder),  # (4a+s)//8
   (UPat((Ops.IDIV, Ops.MOD), _int, name="u", src=(_x, _d)), fold_affine_divmod),  # (2t+2)%3 -> 2-t
+  # (n*q+r)//n -> q for a symbolic n
+  (UPat((Ops.IDIV, Ops.MOD), _int, name="u", src=(_x, UPat.var("d"))), fold_symbolic_divmod),
 ])
 
 pm_compare = PatternMatcher([
