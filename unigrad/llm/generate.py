@@ -63,11 +63,13 @@ class Generator:
 
   def __init__(self, model: Transformer) -> None:
     self.model = model
-    self.position = Variable("start_pos", 1, model.max_context - 1)
+    # the variable is the length attended over (position + 1): the cache is read as [0, end), a
+    # plain variable size whose index arithmetic folds (end = start_pos + 1 kept a division)
+    self.length = Variable("end", 2, model.max_context)
     self.decode_step = TinyJit(self._decode)
 
-  def _decode(self, token: Tensor, start_pos: UOp) -> Tensor:
-    return self.model(token, start_pos, last_only=True).realize()
+  def _decode(self, token: Tensor, end: UOp) -> Tensor:
+    return self.model(token, end - 1, last_only=True).realize()
 
   def prefill(self, prompt: list[int]) -> list[float]:
     """Run the prompt through the model (writing its keys and values); the last logits."""
@@ -81,7 +83,7 @@ class Generator:
   def decode(self, token: int, pos: int) -> list[float]:
     """One token at position `pos` (the positions before it are in the cache): its logits."""
     tokens = Tensor([[token]], dtype=dtypes.int32)
-    return self.decode_step(tokens, self.position.bind(pos)).tolist()[0]
+    return self.decode_step(tokens, self.length.bind(pos + 1)).tolist()[0]
 
   def generate(self, prompt: list[int], params: SamplingParams) -> Iterator[int]:
     """The generated tokens, one at a time, until a stop token, `max_tokens` or a full context."""

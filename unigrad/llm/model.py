@@ -15,6 +15,7 @@ Face checkpoints they come from rotate the halves of each head.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,9 +126,24 @@ class Attention:
     self.cache_v[:b, start_pos:end].assign(v)
     keys, values = self.cache_k[:b, 0:end], self.cache_v[:b, 0:end]
     mask = None if t == 1 else causal_mask(t, start_pos, end, x.device)
-    out = q.transpose(1, 2).scaled_dot_product_attention(
-      keys.transpose(1, 2), values.transpose(1, 2), attn_mask=mask, enable_gqa=True)
-    return out.transpose(1, 2).reshape(b, t, cfg.n_heads * cfg.head_dim) @ self.wo.T
+    out = grouped_attention(q, keys, values, mask)
+    return out.reshape(b, t, cfg.n_heads * cfg.head_dim) @ self.wo.T
+
+
+def grouped_attention(q: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None) -> Tensor:
+  """softmax(q k^T / sqrt(d) + mask) v for q (B, T, H, D) and keys, values (B, L, KV, D), each
+  key/value head serving H / KV query heads: the query heads are grouped (B, KV, H/KV, T, D) and
+  the keys broadcast over a group, so no axis of the cache length L is merged with another (a
+  merged symbolic axis costs a division per element). Returns (B, T, H, D)."""
+  b, t, h, d = q.shape
+  kv, length = keys.shape[2], keys.shape[1]
+  qg = q.permute(0, 2, 1, 3).reshape(b, kv, h // kv, t, d)
+  k = keys.permute(0, 2, 3, 1).reshape(b, kv, 1, d, length)
+  v = values.permute(0, 2, 1, 3).reshape(b, kv, 1, length, d)
+  scores = (qg @ k) * (1 / math.sqrt(d))
+  if mask is not None: scores = mask.where(scores, -math.inf)
+  out = scores.softmax(-1) @ v
+  return out.reshape(b, h, t, d).permute(0, 2, 1, 3)
 
 
 def causal_mask(t: int, start_pos: int | UOp, end: int | UOp, device: str) -> Tensor:

@@ -478,9 +478,10 @@ def fold_symbolic_divmod(u: UOp, x: UOp, d: UOp) -> UOp | None:
   of a KV cache read up to a bound position)."""
   if int_const(d) is not None: return None
   dterms, dk = linear_terms(d)
-  if dk != 0 or len(dterms) != 1: return None
-  (n, c), = dterms.items()
-  if c <= 0 or n.vmin < 1: return None
+  c = math.gcd(dk, *dterms.values())  # d = c*n, n the symbolic size (e.g. a position + 1)
+  if c <= 0: return None
+  n = build_linear(d, {t: a // c for t, a in dterms.items()}, dk // c)
+  if n.vmin < 1: return None
   quot: dict[UOp, int] = {}
   mult: dict[UOp, int] = {}
   rest: dict[UOp, int] = {}
@@ -503,13 +504,26 @@ def fold_symbolic_divmod(u: UOp, x: UOp, d: UOp) -> UOp | None:
 
 
 def _without_factor(t: UOp, n: UOp) -> UOp | None:
-  """t / n for a product t that has n as a factor, else None."""
-  if t is n: return t.const_like(1)
+  """t / n for a product t that has n (or a constant multiple of it) as a factor, else None."""
+  if (m := _multiple_of(t, n)) is not None: return t.const_like(m)
   if t.op is not Ops.MUL: return None
   for i in (0, 1):
     if (inner := _without_factor(t.src[i], n)) is not None:
-      return t.src[1 - i] if int_const(inner) == 1 else inner.alu(Ops.MUL, t.src[1 - i])
+      return t.src[1 - i] if int_const(inner) == 1 else t.src[1 - i].alu(Ops.MUL, inner)
   return None
+
+
+def _multiple_of(f: UOp, n: UOp) -> int | None:
+  """m when f == m*n as linear forms (64*v+64 is 64 times v+1), else None."""
+  if f is n: return 1
+  if f.op is not Ops.ADD and f.op is not Ops.MUL: return None
+  fterms, fk = linear_terms(f)
+  nterms, nk = linear_terms(n)
+  if fterms.keys() != nterms.keys() or not nterms: return None
+  t0 = next(iter(nterms))
+  m, rem = divmod(fterms[t0], nterms[t0])
+  if rem or m == 0: return None
+  return m if fk == m * nk and all(fterms[t] == m * a for t, a in nterms.items()) else None
 
 
 def _below(rest: dict[UOp, int], k: int, bmax: int, n: UOp, c: int) -> bool:
