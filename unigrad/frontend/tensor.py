@@ -388,7 +388,7 @@ def _realize_values(targets: dict[UOp, str]) -> None:
 
 def realize_stale_values(written: dict[UOp, None]) -> None:
   """Compute every live lazy value that reads a buffer of `written`, before something that is no
-  realize (a TinyJit replay) overwrites them; then mark them written."""
+  realize (a TinyJit replay) overwrites those buffers."""
   with engine.realize_lock:
     if written and (stale := _stale_values(all_tensors.alive(), written, [])):
       _realize_values(stale)
