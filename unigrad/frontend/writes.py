@@ -25,7 +25,7 @@ from typing import Any
 
 from unigrad.dtype import dtypes
 from unigrad.schedule.callify import buffer_base
-from unigrad.uop import Ops, UOp
+from unigrad.uop import NodeMap, Ops, UOp
 
 
 class PendingWrites:
@@ -47,32 +47,41 @@ class PendingWrites:
     kept = {b: w for b, w in writes.items() if w[0] in held}
     return dict.fromkeys(kept), [a for a, _ in kept.values()], [d for _, d in kept.values()]
 
-  def writes(self, base: UOp) -> bool: return base in self._writes
-
 
 pending = PendingWrites()
 
 
+class ViewRefs:
+  """The tensors viewing one buffer, held weakly; the dead ones are dropped once the list has
+  grown to twice what was alive at the last pruning."""
+
+  def __init__(self) -> None:
+    self.refs: list[weakref.ref] = []
+    self.limit = 8
+
+  def add(self, t: Any) -> None:
+    self.refs.append(weakref.ref(t))
+    if len(self.refs) > self.limit:
+      self.refs = [r for r in self.refs if r() is not None]
+      self.limit = 2 * len(self.refs) + 8
+
+
 class Views:
-  """Per buffer, the tensors made as views of it (held weakly): the tensors an assign to the
-  buffer must reach. Kept on the BUFFER node; dead references are dropped as the list grows."""
-  attr = "_map_views"
+  """Per buffer, the tensors made as views of it: the tensors an assign to the buffer must
+  reach (kept on the BUFFER node, as long as it lives)."""
+
+  def __init__(self) -> None: self._of: NodeMap[ViewRefs] = NodeMap("views")
 
   def note(self, t: Any) -> None:
     """Remember `t` if its value is a view of a buffer."""
     if (base := buffer_base(t.uop)) is None: return
-    d = base.__dict__
-    if (refs := d.get(self.attr)) is None: refs = d[self.attr] = [weakref.ref(t), 8]
-    else: refs.insert(-1, weakref.ref(t))
-    if len(refs) > refs[-1]: self._prune(refs)
-
-  def _prune(self, refs: list) -> None:
-    alive = [r for r in refs[:-1] if r() is not None]
-    refs[:] = [*alive, 2 * len(alive) + 8]
+    if (refs := self._of.get(base)) is None: refs = self._of[base] = ViewRefs()
+    refs.add(t)
 
   def others(self, base: UOp, t: Any) -> bool:
     """Whether a live tensor other than `t` views `base` now."""
-    for r in base.__dict__.get(self.attr, [None])[:-1]:
+    if (refs := self._of.get(base)) is None: return False
+    for r in refs.refs:
       if (v := r()) is not None and v is not t and buffer_base(v.uop) is base: return True
     return False
 

@@ -235,10 +235,3 @@ class Transformer:
     for blk in self.layers: x = blk(x, start_pos, cos, sin).realize()
     if last_only: x = x[:, -1]
     return self.norm(x) @ self.output.T
-
-  def reset(self) -> None:
-    """Forget every cached key and value (a new conversation)."""
-    for blk in self.layers:
-      blk.attention.cache_k.assign(blk.attention.cache_k.zeros_like())
-      blk.attention.cache_v.assign(blk.attention.cache_v.zeros_like())
-
