@@ -21,7 +21,7 @@ from common import CLOCK, make_transformer, transformer_loss
 
 from unigrad import Tensor
 from unigrad.codegen.pipeline import CODEGEN_STAGES, gc_paused, keep_all_params
-from unigrad.engine.realize import renderer_for
+from unigrad.engine.programs import renderer_for
 from unigrad.uop import Ops, UOp
 
 

@@ -22,7 +22,7 @@ from common import CLOCK, row
 from kernels import TARGETS
 
 from unigrad import Tensor
-from unigrad.engine.realize import get_runner
+from unigrad.engine.programs import get_runner
 from unigrad.knobs import THREADS
 from unigrad.runtime.device import Buffer
 from unigrad.uop import Ops

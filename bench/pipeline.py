@@ -22,7 +22,7 @@ from common import best_of, row, try_torch
 
 from unigrad import Tensor
 from unigrad.codegen.pipeline import full_rewrite
-from unigrad.engine import realize as engine
+from unigrad.engine import entry
 from unigrad.renderer.cstyle import CRenderer
 
 
@@ -81,7 +81,7 @@ def bench_compile_overhead(repeat: int) -> None:
   ren = CRenderer()
   for name, t in graphs.items():
     def run(t: Tensor = t) -> int:
-      engine.schedule_cache.clear()
+      entry.schedule_cache.clear()
       lin = t.schedule()
       for call in lin.src: full_rewrite(call.src[0], ren)
       return len(lin.src)

@@ -59,12 +59,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 NO_DEVICE_MODULES = ("engine", "codegen")  # layers that may not import runtime/ops_*.py
 
 # (importer, imported) edges that break a rule today; each goes when its issue-26 item lands
-KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset({
-  # item 3: both import ops_cpu.cpu_threads; thread counts are to come from the renderer or the
-  # device, which the engine and codegen ask through Device[...]
-  ("unigrad.engine.realize", "unigrad.runtime.ops_cpu"),
-  ("unigrad.codegen.pipeline", "unigrad.runtime.ops_cpu"),
-})
+KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset()
 
 
 def module_name(path: pathlib.Path) -> str:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import operator
 import re
 import time
@@ -10,13 +11,13 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from unigrad.knobs import CHECK_OOB, DEBUG, EMULATED_DTYPES, JIT, Context, getenv
+from unigrad.knobs import CHECK_OOB, DEBUG, EMULATED_DTYPES, JIT, THREADS, Context, getenv
 
 __all__ = ["DEBUG", "Context", "getenv", "GlobalCounters", "prod", "dedup", "all_same", "flatten",
            "argsort", "ceildiv", "round_up", "unwrap", "Timing", "make_tuple", "partition",
            "CHECK_OOB", "EMULATED_DTYPES", "JIT", "cdiv", "cmod", "argfix", "fully_flatten",
            "merge_dicts", "strip_parens", "colored", "ansistrip", "get_shape", "time_to_str",
-           "getbits", "word_wrap", "bounded_put"]
+           "getbits", "word_wrap", "bounded_put", "cpu_threads", "usable_cores"]
 
 T = TypeVar("T")
 K = TypeVar("K")
@@ -204,3 +205,26 @@ def time_to_str(t: float, w: int = 8) -> str:
 def getbits(value: int, start: int, end: int) -> int:
   """Bits start..end (inclusive) of value."""
   return (value >> start) & ((1 << (end - start + 1)) - 1)
+
+
+# *** the host's cores ***
+
+def cpu_threads() -> int:
+  """How many OS threads run a kernel's chunks: the `THREADS` knob, 0 meaning every usable core."""
+  if (n := THREADS.value) > 0: return int(n)
+  return usable_cores()
+
+
+_cores: list[int] = []  # [count]: asked of the OS once per process (each launch reads it)
+
+
+def usable_cores() -> int:
+  """The cores this process may run on (its affinity mask), read once per process."""
+  if _cores: return _cores[0]
+  n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+  _cores[:] = [n]
+  return n
+
+
+# a forked child may run on other cores: it asks the OS again
+if hasattr(os, "register_at_fork"): os.register_at_fork(after_in_child=_cores.clear)

@@ -5,7 +5,7 @@ import pytest
 
 from unigrad import Tensor, dtypes
 from unigrad.codegen.pipeline import full_rewrite
-from unigrad.engine.realize import get_runner, renderer_for
+from unigrad.engine.programs import get_runner, renderer_for
 from unigrad.knobs import CHECK_OOB, Context
 from unigrad.runtime.device import Buffer, OutOfBoundsError
 from unigrad.runtime.ops_cpu import find_c_compiler

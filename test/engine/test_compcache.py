@@ -11,8 +11,9 @@ import pytest
 
 from unigrad import Tensor, dtypes
 from unigrad.engine import compcache
-from unigrad.engine import realize as engine
+from unigrad.engine import entry, execute, programs
 from unigrad.knobs import Context
+from unigrad.runtime.device import Device
 from unigrad.runtime.diskcache import cache_path, diskcache_get, diskcache_put
 from unigrad.runtime.ops_cpu import ClangCompiler, check_shared_object, find_c_compiler
 from unigrad.uop import Ops, UOp
@@ -37,23 +38,23 @@ def want() -> np.ndarray:
 def counting(monkeypatch):
   """Counts scheduler and codegen runs; the in-process caches start empty (a fresh process)."""
   calls = {"schedule": 0, "codegen": 0}
-  real_schedule, real_codegen = engine.create_schedule, engine._codegen
+  real_schedule, real_codegen = entry.create_schedule, programs.to_rendered
   def schedule(*args):
     calls["schedule"] += 1
     return real_schedule(*args)
   def codegen(*args):
     calls["codegen"] += 1
     return real_codegen(*args)
-  monkeypatch.setattr(engine, "create_schedule", schedule)
-  monkeypatch.setattr(engine, "_codegen", codegen)
+  monkeypatch.setattr(entry, "create_schedule", schedule)
+  monkeypatch.setattr(programs, "to_rendered", codegen)
   forget()
   return calls
 
 
 def forget() -> None:
   """Drop this process's schedule and program caches (what a new process starts without)."""
-  engine.schedule_cache.clear()
-  engine.forget_programs()
+  entry.schedule_cache.clear()
+  execute.forget_programs()
 
 
 def test_warm_disk_cache_skips_scheduling_and_codegen(tmp_path, counting):
@@ -171,7 +172,7 @@ def test_truncated_shared_object_raises_oserror():
   if find_c_compiler() is None: pytest.skip("no C compiler")
   lib = ClangCompiler().compile("void f(int core_id) {}")
   for bad in (lib[:-8], lib[:len(lib) // 2], lib[:64], b"", os.urandom(len(lib))):
-    with pytest.raises(OSError, match="shared object"): engine.Device["CPU"].runtime("f", bad)
+    with pytest.raises(OSError, match="shared object"): Device["CPU"].runtime("f", bad)
 
 
 CHILD = """

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from unigrad import Tensor, TinyJit, nn
-from unigrad.engine import jit as engine_jit
-from unigrad.engine import realize as engine_realize
+from unigrad.engine import execute as engine_execute
 from unigrad.engine.interrupts import deferred_interrupts
 from unigrad.helpers import GlobalCounters
 
@@ -137,8 +136,7 @@ def test_interrupted_optimizer_step_is_applied_once(monkeypatch):
     params, opt = _model("PYTHON")
     step = _step_fn(params, opt)
     step(Tensor(X, "PYTHON"))
-    monkeypatch.setattr(engine_realize, "count_launch",
-                        _interrupt_after(k, engine_realize.count_launch))
+    monkeypatch.setattr(engine_execute, "_launch", _interrupt_after(k, engine_execute._launch))
     with pytest.raises(KeyboardInterrupt): step(Tensor(X, "PYTHON"))
     monkeypatch.undo()
     assert _steps_applied(_state(params, opt), trajectory) == 2
@@ -155,7 +153,7 @@ def test_interrupted_jit_replay_is_applied_once(monkeypatch):
     for _ in range(2): step(Tensor(X, "PYTHON"))  # eager, capture
     launches = launches or len(step.captured.launches)
     if k > launches: break
-    monkeypatch.setattr(engine_jit, "_launch", _interrupt_after(k, engine_jit._launch))
+    monkeypatch.setattr(engine_execute, "_launch", _interrupt_after(k, engine_execute._launch))
     with pytest.raises(KeyboardInterrupt): step(Tensor(X, "PYTHON"))
     monkeypatch.undo()
     assert _steps_applied(_state(params, opt), trajectory) == 3

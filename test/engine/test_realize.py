@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from unigrad import Context, Tensor, function, nn
-from unigrad.engine import realize as engine
+from unigrad import engine
+from unigrad.engine import entry, execute, programs
 from unigrad.helpers import GlobalCounters
 from unigrad.runtime.device import Device
 from unigrad.schedule import callify as callify_mod
@@ -23,11 +24,11 @@ from unigrad.uop import Ops, UOp
 def count_schedules(monkeypatch):
   """How many times the scheduler ran (create_schedule is only called on a cache miss)."""
   calls = []
-  real = engine.create_schedule
+  real = entry.create_schedule
   def counting(*args):
     calls.append(args)
     return real(*args)
-  monkeypatch.setattr(engine, "create_schedule", counting)
+  monkeypatch.setattr(entry, "create_schedule", counting)
   return calls
 
 
@@ -141,8 +142,8 @@ def test_realizing_the_same_graph_again_does_not_callify_it_again(monkeypatch):
   x = Tensor([1.0, 2.0, 3.0], device="PYTHON").realize()
   first = (x * 2 + 1).realize()  # its history holds the graph: x * 2 + 1 rebuilds the same nodes
   calls = []
-  real = engine.callify
-  monkeypatch.setattr(engine, "callify", lambda *a: calls.append(a) or real(*a))
+  real = entry.callify
+  monkeypatch.setattr(entry, "callify", lambda *a: calls.append(a) or real(*a))
   again = x * 2 + 1
   assert again.uop is engine.history[first.uop][0]
   again.realize()
@@ -156,8 +157,8 @@ def test_realizing_the_same_graph_again_does_not_callify_it_again(monkeypatch):
 
 
 def test_a_cpu_schedule_runs_as_one_command_buffer_repointed_each_run(monkeypatch):
-  runs, real = [], engine.BatchedRun.run
-  monkeypatch.setattr(engine.BatchedRun, "run", lambda run, *a: runs.append(run) or real(run, *a))
+  runs, real = [], execute.Executor.run
+  monkeypatch.setattr(execute.Executor, "run", lambda run, *a: runs.append(run) or real(run, *a))
   rng = np.random.default_rng(0)
   outs = []
   for _ in range(3):  # new input and output buffers each run: the arguments are re-pointed
@@ -169,13 +170,17 @@ def test_a_cpu_schedule_runs_as_one_command_buffer_repointed_each_run(monkeypatc
   for out, want in outs: np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-6)
 
 
-def test_per_kernel_timing_and_other_devices_launch_one_by_one(monkeypatch):
-  runs = []
-  monkeypatch.setattr(engine.BatchedRun, "run", lambda self, *a: runs.append(self))
+def test_per_kernel_timing_and_other_devices_launch_one_by_one(monkeypatch, capsys):
   x = Tensor(np.arange(8, dtype=np.float32), device="CPU")
   with Context(DEBUG=2): assert x.softmax().numpy().sum() == pytest.approx(1.0)
+  timed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("*** CPU")]
+  assert len(timed) >= 2, "DEBUG=2 times and prints every kernel of the schedule on its own"
+  made, real = [], execute.Executor._make_segments
+  monkeypatch.setattr(execute.Executor, "_make_segments",
+                      lambda self, *a: made.append(self) or real(self, *a))
   assert Tensor([1.0, 2.0], device="PYTHON").softmax().numpy().sum() == pytest.approx(1.0)
-  assert not runs
+  assert made and all(seg.batch is None for ex in made for seg in ex.segments), \
+    "PYTHON has no native command buffers: its kernels launch one by one"
 
 
 def test_the_last_graph_is_held_until_the_next_realize(monkeypatch):
@@ -189,8 +194,8 @@ def test_the_last_graph_is_held_until_the_next_realize(monkeypatch):
   gc.collect()
   assert view() is not None and w.T.uop is view(), "the next step's transpose is the same node"
   calls = []
-  real = engine.callify
-  monkeypatch.setattr(engine, "callify", lambda *a: calls.append(a) or real(*a))
+  real = entry.callify
+  monkeypatch.setattr(entry, "callify", lambda *a: calls.append(a) or real(*a))
   np.testing.assert_allclose((x @ w.T).numpy(), x.numpy() @ w.numpy().T, rtol=1e-6)
   assert not calls, "the same graph: its callify result was reused"
   (x + 1).realize()
@@ -202,8 +207,8 @@ def test_the_last_graph_is_held_until_the_next_realize(monkeypatch):
 def callifies(monkeypatch):
   """The graphs callify walked (a graph matched to the last one is not walked by callify)."""
   calls = []
-  real = engine.callify
-  monkeypatch.setattr(engine, "callify", lambda *a: calls.append(a) or real(*a))
+  real = entry.callify
+  monkeypatch.setattr(entry, "callify", lambda *a: calls.append(a) or real(*a))
   return calls
 
 
@@ -242,7 +247,7 @@ def test_a_step_of_traced_ops_is_matched_to_the_last_graph_without_resolving_cal
 
 def test_calls_are_resolved_in_callifys_walk(monkeypatch):
   # no separate pass rebuilding every node above a call (a training step's whole backward)
-  monkeypatch.setattr(engine, "inline_functions", lambda *a: pytest.fail("inlined first"))
+  monkeypatch.setattr(entry, "inline_functions", lambda *a: pytest.fail("inlined first"))
   x = Tensor(np.linspace(-3, 3, 12, dtype=np.float32).reshape(3, 4), requires_grad=True)
   x.gelu().layernorm().sum().backward()
   tx = torch.tensor(x.numpy(), requires_grad=True)
@@ -354,11 +359,11 @@ def test_kernel_settings_follow_every_knob_change():
   read must not keep the last values): under NOOPT the same expression runs the unoptimized
   kernel, a program of its own, and gives the same values."""
   a = Tensor(np.arange(64, dtype=np.float32).reshape(8, 8)).realize()
-  before = engine._settings()
+  before = programs.settings()
   want = (a @ a).numpy()
   with Context(NOOPT=1):
-    assert engine._settings() != before and engine._settings()[1] is True
-    runners = len(engine._runners)
+    assert programs.settings() != before and programs.settings()[1] is True
+    runners = len(programs.programs.runners)
     np.testing.assert_allclose((a @ a).numpy(), want)
-    assert len(engine._runners) > runners, "NOOPT compiled its own program"
-  assert engine._settings() == before
+    assert len(programs.programs.runners) > runners, "NOOPT compiled its own program"
+  assert programs.settings() == before

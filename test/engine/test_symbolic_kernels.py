@@ -6,7 +6,8 @@ import pytest
 
 from unigrad import Context, Tensor, Variable
 from unigrad.codegen.pipeline import full_rewrite, make_timer
-from unigrad.engine import realize as engine
+from unigrad import engine
+from unigrad.engine import entry, programs
 from unigrad.helpers import GlobalCounters
 from unigrad.runtime.ops_cpu import find_c_compiler
 from unigrad.uop import Ops
@@ -38,7 +39,7 @@ def _run_all_sizes(device, check):
   """Run both programs for n = 1..64; returns (new programs compiled, new schedules)."""
   n = Variable("n", 1, 64)
   x, w = Tensor(X, device=device).realize(), Tensor(W, device=device).realize()
-  runners, schedules = len(engine._runners), len(engine.schedule_cache)
+  runners, schedules = len(programs.programs.runners), len(entry.schedule_cache)
   for v in range(1, 65):
     nb = n.bind(v)
     s, m = (x[:nb] * 2).sum(axis=0), x[:nb] @ w
@@ -46,13 +47,13 @@ def _run_all_sizes(device, check):
     if check:
       np.testing.assert_allclose(s.numpy(), (X[:v] * 2).sum(0), rtol=1e-5, atol=1e-5)
       np.testing.assert_allclose(m.numpy(), X[:v] @ W, rtol=1e-5, atol=1e-5)
-  return len(engine._runners) - runners, len(engine.schedule_cache) - schedules
+  return len(programs.programs.runners) - runners, len(entry.schedule_cache) - schedules
 
 
 @pytest.mark.parametrize("dev", ["CPU", "PYTHON", "NULL"])
 def test_one_compile_for_every_value(dev):
   if dev == "CPU" and find_c_compiler() is None: pytest.skip("no C compiler")
-  engine.schedule_cache.clear()
+  entry.schedule_cache.clear()
   before = GlobalCounters.kernel_count
   compiled, scheduled = _run_all_sizes(dev, check=dev != "NULL")
   assert scheduled == 1  # one program (both outputs), scheduled once for 64 values

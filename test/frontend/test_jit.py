@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from unigrad import Context, Tensor, TinyJit, Variable, dtypes, function, nn
-from unigrad.engine.realize import CaptureError
+from unigrad.engine import CaptureError
 from unigrad.frontend.jit import JitError
 from unigrad.helpers import GlobalCounters
 from unigrad.nn.state import get_parameters
@@ -44,7 +44,8 @@ def test_cpu_replay_is_one_native_batch():
   for _ in range(3): out = f(x)
   assert out.tolist() == [32.0] * 4
   prog = f.captured
-  assert prog.kernel_count == 5 and len(prog.segments) == 1 and prog.segments[0].batch is not None
+  assert prog.kernel_count == 5 and len(prog.executor.segments) == 1 and \
+    prog.executor.segments[0].batch is not None
 
 
 def _digits_step(jit: bool, steps: int, device: str = "CPU"):

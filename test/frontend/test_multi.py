@@ -7,7 +7,7 @@ import pytest
 
 from unigrad import Tensor, dtypes, multi, nn
 from unigrad.dtype import to_numpy_name
-from unigrad.engine.realize import buffer_of
+from unigrad.engine import buffer_of
 from unigrad.nn import optim
 from unigrad.runtime.ops_cpu import find_c_compiler
 from unigrad.schedule.multi import MultiDeviceError, multi_view, shards

@@ -16,7 +16,7 @@ import torch
 from unigrad import Tensor
 from unigrad.codegen.pipeline import full_rewrite
 from unigrad.dtype import dtypes
-from unigrad.engine.realize import renderer_for
+from unigrad.engine.programs import renderer_for
 from unigrad.runtime.ops_cpu import find_c_compiler
 from unigrad.uop import AxisType, Ops, ReduceArg, UOp
 

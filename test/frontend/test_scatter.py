@@ -14,7 +14,7 @@ from unigrad.codegen.linearize import launch_size
 from unigrad.codegen.opt.heuristic import hand_coded_optimizations
 from unigrad.codegen.opt.kernel import OptKernel
 from unigrad.codegen.pipeline import CODEGEN_STAGES, full_rewrite
-from unigrad.engine import realize as engine
+from unigrad.engine import entry
 from unigrad.renderer.cstyle import CRenderer
 from unigrad.uop import AxisType, KernelInfo, Ops
 
@@ -246,11 +246,11 @@ def test_scatter_kernels_never_loop_over_the_target_axis(name):
 
 def test_setitem_kernels_never_loop_over_the_target_axis(monkeypatch):
   ran = []
-  def record(linear, args, *rest):
-    ran.append(linear)
-    return run(linear, args, *rest)
-  run = engine.run_linear
-  monkeypatch.setattr(engine, "run_linear", record)
+  def record(cb, *rest):
+    ran.append(cb.linear)
+    return run(cb, *rest)
+  run = entry.run_commands
+  monkeypatch.setattr(entry, "run_commands", record)
   x = Tensor(values(np.float32, K, 3)).realize()
   idx = Tensor(positions(K, 11)).realize()
   x[idx] = Tensor(values(np.float32, 11, 3)).realize()

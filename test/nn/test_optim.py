@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from unigrad import Tensor, dtypes
-from unigrad.engine import realize as engine
+from unigrad import engine
+from unigrad.engine import entry
 from unigrad.nn import optim
 from unigrad.nn.state import get_state_dict
 
@@ -176,12 +177,12 @@ def test_one_realize_in_place_and_cache_replay(monkeypatch):
   buffers = [engine.buffer_of(p.uop) for p in params]
   for step in range(3):
     for p in params: p.grad = Tensor(np.full(p.shape, step + 1.0, np.float32))
-    if step == 2: cached = len(engine.schedule_cache)
+    if step == 2: cached = len(entry.schedule_cache)
     opt.step()
   assert len(calls) == 3, "a step realizes everything in one call"
   assert [engine.buffer_of(p.uop) for p in params] == buffers, "params are updated in place"
   assert [engine.buffer_of(m.uop) for m in opt.m] == [engine.buffer_of(m.uop) for m in opt.m]
-  assert len(engine.schedule_cache) == cached, "the third step replays the cached schedule"
+  assert len(entry.schedule_cache) == cached, "the third step replays the cached schedule"
 
 
 def test_state_buffers_are_distinct():

@@ -14,7 +14,7 @@ import safetensors.torch
 import torch
 
 from unigrad import Tensor, dtypes, nn
-from unigrad.engine import realize as engine
+from unigrad import engine
 from unigrad.helpers import GlobalCounters
 from unigrad.nn.state import (
   SafetensorsError, StateDictError, get_parameters, get_state_dict, load_state_dict, safe_load,

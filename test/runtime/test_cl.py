@@ -11,7 +11,7 @@ from unigrad.codegen.opt import KernelOptError, Opt
 from unigrad.codegen.opt.kernel import OptKernel
 from unigrad.codegen.opt.search import GPUTarget, extend, work_items
 from unigrad.codegen.pipeline import CODEGEN_STAGES, full_rewrite
-from unigrad.engine.realize import get_runner
+from unigrad.engine.programs import get_runner
 from unigrad.runtime import ops_cl
 from unigrad.runtime.device import Buffer, CompileError, Device
 from unigrad.dtype import dtypes

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from unigrad import Context, Tensor
-from unigrad.engine.realize import _runners, renderer_for
+from unigrad.engine.programs import programs, renderer_for
 from unigrad.runtime.ops_cpu import ClangCompiler, find_c_compiler, target_vector_bytes
 
 pytestmark = pytest.mark.skipif(find_c_compiler() is None or platform.machine() != "x86_64",
@@ -37,7 +37,7 @@ def test_unknown_target_is_a_clear_error():
     target_vector_bytes()
 
 
-def kernel_names() -> set[str]: return {r.name for r in _runners.values()}
+def kernel_names() -> set[str]: return {r.name for r in programs.runners.values()}
 
 
 @pytest.mark.parametrize("march", [AVX2, "native"])
@@ -62,6 +62,6 @@ def test_kernels_on_a_target_match_numpy(march):
 def test_same_kernel_compiles_once_per_target():
   a = Tensor(rnd(32, 48)).realize()
   with Context(MARCH=AVX2): (a * 3).realize()
-  count = len(_runners)
+  count = len(programs.runners)
   with Context(MARCH="x86-64-v4"): (a * 3).realize()
-  assert len(_runners) == count + 1, "the AVX-512 program must not be the AVX2 one"
+  assert len(programs.runners) == count + 1, "the AVX-512 program must not be the AVX2 one"

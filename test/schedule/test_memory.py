@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from unigrad import Tensor, nn
-from unigrad.engine import realize as engine
+from unigrad.engine import commands
 from unigrad.schedule.callify import callify
 from unigrad.schedule.schedule import create_schedule
 from unigrad.schedule.memory import ALIGN, Lifetime, plan_memory
@@ -45,7 +45,7 @@ def test_mlp_forward_backward_peak_is_below_the_sum_of_intermediates():
   h.sum().backward()
   grads = [g for lin in layers for g in (lin.weight.grad, lin.bias.grad)]
   res = callify([g.uop for g in grads], [g.device for g in grads])
-  plan = engine.launch_plan(create_schedule(res.body, len(res.bufs), "CPU"), len(res.bufs))
+  plan = commands.command_buffer(create_schedule(res.body, len(res.bufs), "CPU"), len(res.bufs))
   assert len(plan.inter) >= 6
   arena = sum(plan.arenas.values())
   assert 0 < arena < plan.inter_bytes * 0.8, (arena, plan.inter_bytes)

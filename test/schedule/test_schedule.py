@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from unigrad import Tensor
-from unigrad.engine import realize as engine
+from unigrad.engine import entry
 from unigrad.helpers import GlobalCounters
 from unigrad.schedule.callify import callify
 from unigrad.uop import Ops
@@ -58,12 +58,12 @@ def test_broadcast_expensive_value_realized_once(abc):
 
 
 def test_schedule_cache_hits_for_same_program_on_other_buffers():
-  engine.schedule_cache.clear()
+  entry.schedule_cache.clear()
   x, y = Tensor.empty(8, 8), Tensor.empty(8, 8)
   (x * 2 + 1).realize()
-  assert len(engine.schedule_cache) == 1
+  assert len(entry.schedule_cache) == 1
   (y * 2 + 1).realize()
-  assert len(engine.schedule_cache) == 1, \
+  assert len(entry.schedule_cache) == 1, \
     "the same function on other buffers must reuse the schedule"
 
 

@@ -1,9 +1,13 @@
 """The codegen pipeline as data: an ordered table of named stages run by one driver.
 
-The driver times each stage (DEBUG>=1 prints the timings), verifies each stage's output with its
+The driver times each stage (DEBUG>=3 prints the timings), verifies each stage's output with its
 spec verifier when SPEC>=1, prints the graph after each stage at DEBUG>=5 and records each stage
-as a step of the active rewrite traces (the viewer, VIZ=1). Stages consume and
-produce UOps; only the last one (linearize) changes the form, to a LINEAR.
+as a step of the active rewrite traces (the viewer, VIZ=1). Stages consume and produce UOps:
+`CODEGEN_STAGES` lower a kernel AST to its LINEAR (`full_rewrite`), `PROGRAM_STAGES` render and
+compile it into the spec's PROGRAM(LINEAR, SOURCE, BINARY) with the device's renderer and
+compiler (codegen/program.py; `to_program` runs the whole pipeline). The engine runs the two
+program stages apart (`to_rendered`, then `to_compiled`): its disk cache keeps the rendered
+half, and a schedule's new kernels compile on several threads at once.
 """
 from __future__ import annotations
 
@@ -27,14 +31,15 @@ from unigrad.codegen.isel import (lower_index_dtype, pm_add_loads, pm_divmod_non
 from unigrad.codegen.linearize import linearize
 from unigrad.codegen.transpose_sums import transpose_sums
 from unigrad.codegen.local_reduce import local_reduce
+from unigrad.codegen.program import compile_program, render_program, spec_program
 from unigrad.codegen.opt import KernelOptError
 from unigrad.codegen.opt.search import GPUTarget, beam_search, kernel_key, scratch_params
 from unigrad.codegen.simplify import pm_kernel_simplify
 from unigrad.codegen.vectorize import vectorize
 from unigrad.knobs import BEAM, DEBUG, NOOPT, SPEC
 from unigrad.dtype import dtypes
+from unigrad.helpers import cpu_threads
 from unigrad.runtime.device import Buffer, CompileError, Device, Program
-from unigrad.runtime.ops_cpu import cpu_threads
 from unigrad.renderer import Renderer
 from unigrad.uop import KernelInfo, Ops, PatternMatcher, Spec, UOp, graph_rewrite, pm_simplify
 from unigrad.uop.spec_kernel import spec_kernel, spec_linear
@@ -68,9 +73,9 @@ def optimize(ast: UOp, ren: Renderer) -> UOp:
     for opt in info.opts_to_apply: k = k.apply(opt)
   elif not NOOPT:
     heuristic = gpu_optimizations(k, ren) if ren.has_local else hand_coded_optimizations(
-      k, ren, ren_threads(ren))
+      k, ren, ren.threads)
     k = heuristic if BEAM < 1 else beam_search(
-      k, heuristic, int(BEAM), make_timer(ast, ren), ren_threads(ren),
+      k, heuristic, int(BEAM), make_timer(ast, ren), ren.threads,
       kernel_key(ast, f"{ren.device}:{ren.vector_bytes}x{ren.vector_registers}", int(BEAM)),
       ren.vector_bytes, GPUTarget(ren.local_max, ren.tensor_cores) if ren.has_local else None)
   if DEBUG >= 3: print(f"  opts {k.name()}: {list(k.applied)}")
@@ -153,10 +158,6 @@ def lower(ast: UOp, ren: Renderer) -> UOp:
   return keep_all_params(ast, kernel)
 
 
-def ren_threads(ren: Renderer) -> int:
-  return cpu_threads() if ren.has_threads else 1
-
-
 CODEGEN_STAGES: tuple[Stage, ...] = (
   Stage("simplify", lambda ast, ren: graph_rewrite(ast, pm_kernel_simplify, name="simplify"),
         spec_kernel),
@@ -195,15 +196,37 @@ def gc_paused() -> Iterator[None]:
     if was_enabled: gc.enable()
 
 
+PROGRAM_STAGES: tuple[Stage, ...] = (
+  Stage("render", render_program),
+  Stage("compile", lambda prog, ren: compile_program(prog), spec_program),
+)
+
+
 def full_rewrite(ast: UOp, renderer: Renderer) -> UOp:
-  """Run every codegen stage on a kernel AST; returns its LINEAR."""
-  with gc_paused(): return _run_stages(ast, renderer)
-
-
-def _run_stages(ast: UOp, renderer: Renderer) -> UOp:
+  """Run the lowering stages on a kernel AST; returns its LINEAR."""
   if SPEC >= 1: spec_kernel.verify(ast)
-  kernel = ast
-  for stage in CODEGEN_STAGES:
+  with gc_paused(): return keep_all_params(_run_stages(ast, renderer, CODEGEN_STAGES), ast)
+
+
+def to_rendered(ast: UOp, renderer: Renderer) -> UOp:
+  """A kernel AST lowered and rendered: PROGRAM(LINEAR, SOURCE), not compiled yet."""
+  return _run_stages(full_rewrite(ast, renderer), renderer, PROGRAM_STAGES[:1])
+
+
+def to_compiled(rendered: UOp, renderer: Renderer, binary: bytes | None = None) -> UOp:
+  """The compile stage on a rendered PROGRAM (`binary`: its bytes, compiled elsewhere)."""
+  if binary is None: return _run_stages(rendered, renderer, PROGRAM_STAGES[1:])
+  prog = compile_program(rendered, binary)
+  return spec_program.verify(prog) if SPEC >= 1 else prog
+
+
+def to_program(ast: UOp, renderer: Renderer) -> UOp:
+  """The whole codegen pipeline: a kernel AST to its PROGRAM(LINEAR, SOURCE, BINARY)."""
+  return to_compiled(to_rendered(ast, renderer), renderer)
+
+
+def _run_stages(ast: UOp, renderer: Renderer, stages: tuple[Stage, ...]) -> UOp:
+  for stage in stages:
     t0 = time.perf_counter()
     if active_traces: begin_step(stage.name, ast)
     ast = stage.run(ast, renderer)
@@ -213,4 +236,4 @@ def _run_stages(ast: UOp, renderer: Renderer) -> UOp:
     if DEBUG >= 6 and ast.op is Ops.LINEAR:
       print("\n".join(f"{i:4d} {u.op.name}" for i, u in enumerate(ast.src)))
     if DEBUG >= 3: print(f"  codegen {stage.name:12s} {(time.perf_counter() - t0) * 1e3:7.2f} ms")
-  return keep_all_params(ast, kernel)
+  return ast

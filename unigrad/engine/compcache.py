@@ -5,7 +5,7 @@ every process; without these a fresh process redoes scheduling and codegen for e
 when the C compiler's output is on disk. Two tables of the disk cache (runtime/diskcache.py) add:
 
   schedule  (function body, number of args, device)    -> the LINEAR of kernel CALLs
-  kernel    (kernel AST, device, renderer, threads)    -> name, source, work estimates, launch size
+  kernel    (kernel AST, device, renderer, threads)    -> the rendered PROGRAM(LINEAR, SOURCE)
 
 Keys are content digests: the graph's canonical Merkle hash (uop/serialize.py), the settings that
 change the result (every knob but `OUTPUT_KNOBS`) and `source_digest()`, a hash of unigrad's own
@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from unigrad.codegen.linearize import Estimates
-from unigrad.dtype import AddrSpace
+from unigrad.codegen.program import ProgramInfo
+from unigrad.dtype import AddrSpace, dtypes
 from unigrad.knobs import CACHELEVEL, DEBUG, KNOBS
 from unigrad.renderer import Renderer
 from unigrad.runtime.diskcache import cache_digest, diskcache_get, diskcache_put
@@ -36,7 +37,7 @@ from unigrad.uop import Ops, UOp
 from unigrad.uop.serialize import (DIGEST_BYTES, SerializeError, content_digest, dumps, loads,
                                    seed_digest)
 
-__all__ = ["cached_schedule", "cached_kernel", "KernelSource", "source_digest", "stats",
+__all__ = ["cached_schedule", "cached_kernel", "source_digest", "stats",
            "CacheStats", "OUTPUT_KNOBS"]
 
 # knobs that change what is printed or where the cache lives, never a schedule or a kernel
@@ -57,16 +58,6 @@ class CacheStats:
 
 
 stats = CacheStats()
-
-
-@dataclass(frozen=True)
-class KernelSource:
-  """What codegen produces for one kernel: all a launch needs besides the compiled binary."""
-  name: str
-  src: str
-  estimates: Estimates
-  global_size: tuple[int, ...]
-  local_size: tuple[int, ...] | None = None  # work items per work group (GPU targets)
 
 
 @functools.cache
@@ -169,28 +160,39 @@ def _is_portable(linear: UOp, body: UOp) -> bool:
   return _buffers(linear) <= _buffers(body)
 
 
-def _encode_kernel(ks: KernelSource) -> bytes:
-  local = None if ks.local_size is None else list(ks.local_size)
-  return json.dumps([ks.name, ks.src, ks.estimates.flops, ks.estimates.mem_bytes,
-                     list(ks.global_size), local]).encode()
+def _encode_kernel(prog: UOp) -> bytes:
+  """A first line with the ProgramInfo and the source, then the LINEAR."""
+  info = prog.arg
+  local = None if info.local_size is None else list(info.local_size)
+  return json.dumps([info.name, prog.src[1].arg, info.estimates.flops, info.estimates.mem_bytes,
+                     list(info.global_size), local]).encode() + b"\n" + dumps(prog.src[0])
 
 
-def _decode_kernel(data: bytes) -> KernelSource | None:
-  try: name, src, flops, mem, size, local = json.loads(data)
-  except (ValueError, TypeError, UnicodeDecodeError): return None
-  if not (isinstance(name, str) and isinstance(src, str) and isinstance(size, list)): return None
-  if local is not None and not (isinstance(local, list) and all(type(v) is int for v in local)):
-    return None
-  if not all(isinstance(v, int) for v in (flops, mem, *size)): return None
-  return KernelSource(name, src, Estimates(flops, mem), tuple(size),
-                      None if local is None else tuple(local))
+def _kernel_decoder(device: str) -> Callable[[bytes], UOp | None]:
+  def decode(data: bytes) -> UOp | None:
+    head, _, graph = data.partition(b"\n")
+    try: name, src, flops, mem, size, local = json.loads(head)
+    except (ValueError, TypeError, UnicodeDecodeError): return None
+    if not (isinstance(name, str) and isinstance(src, str) and isinstance(size, list)): return None
+    if local is not None and not (isinstance(local, list) and all(type(v) is int for v in local)):
+      return None
+    if not all(isinstance(v, int) for v in (flops, mem, *size)): return None
+    try: linear = loads(graph)
+    except (SerializeError, ValueError, UnicodeDecodeError): return None
+    if linear.op is not Ops.LINEAR: return None
+    info = ProgramInfo(name, device, Estimates(flops, mem), tuple(size),
+                       None if local is None else tuple(local))
+    return UOp(Ops.PROGRAM, dtypes.void, (linear, UOp(Ops.SOURCE, dtypes.void, (), src)), info)
+  return decode
 
 
 def cached_kernel(kernel: UOp, device: str, ren: Renderer, threads: int,
-                  build: Callable[[], KernelSource]) -> KernelSource:
-  """The codegen result for `kernel` from the disk cache, else `build()` (and stored)."""
+                  build: Callable[[], UOp]) -> UOp:
+  """The rendered PROGRAM of `kernel` from the disk cache, else `build()` (and stored)."""
   key = _graph_key("kernel", kernel, device, renderer_identity(ren), str(threads))
-  if (ks := _lookup("kernel", key, _decode_kernel)) is not None: return ks
-  ks = build()
-  if key is not None: diskcache_put("kernel", key, _encode_kernel(ks))
-  return ks
+  if (prog := _lookup("kernel", key, _kernel_decoder(device))) is not None: return prog
+  prog = build()
+  if key is not None:
+    try: diskcache_put("kernel", key, _encode_kernel(prog))
+    except SerializeError: pass
+  return prog

@@ -187,7 +187,7 @@ def render_source(name: str, plan: ExportPlan, kernels: dict[UOp, KernelSource],
             for dt, n in plan.scratch.items()]
   body = []
   for launch in plan.launches:
-    kernel = kernels.get(launch.kernel)
+    kernel = kernels.get(launch.ast)
     body += _launch(names, kernel, tuple(plan.slots[s] for s in launch.slots))
   for dst, src in plan.copies:  # an output holding the same value as an earlier one
     spec = outs[dst]

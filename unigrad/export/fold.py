@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from unigrad.engine.realize import Launch, get_runner
+from unigrad.engine.commands import Entry
+from unigrad.engine.programs import get_runner
 from unigrad.export.buffers import Category, Slot
 from unigrad.export.trace import EXPORT_DEVICE
 from unigrad.runtime.device import Buffer
@@ -34,10 +35,10 @@ def written_param(kernel: UOp) -> int:
   return slots.pop()
 
 
-def _foldable(launch: Launch, slots: dict[int, Slot]) -> int | None:
+def _foldable(launch: Entry, slots: dict[int, Slot]) -> int | None:
   """The slot a launch would fold into, or None."""
-  if launch.kernel.op is Ops.COPY: return None
-  out = launch.slots[written_param(launch.kernel)]
+  if launch.ast.op is Ops.COPY: return None
+  out = launch.slots[written_param(launch.ast)]
   reads = [s for s in launch.slots if s != out]
   if slots[out].category is not Category.INTERMEDIATE: return None
   if not all(slots[s].category is Category.CONSTANT for s in reads): return None
@@ -45,7 +46,7 @@ def _foldable(launch: Launch, slots: dict[int, Slot]) -> int | None:
   return out if slots[out].size * slots[out].dtype.itemsize <= read_bytes else None
 
 
-def fold_constants(launches: tuple[Launch, ...], slots: dict[int, Slot],
+def fold_constants(launches: tuple[Entry, ...], slots: dict[int, Slot],
                    values: dict[int, bytes]) -> tuple[list[int], dict[int, Slot], dict[int, bytes]]:
   """(indices of the launches kept, slots, constant bytes by slot) after folding."""
   slots, values = dict(slots), dict(values)
@@ -56,7 +57,7 @@ def fold_constants(launches: tuple[Launch, ...], slots: dict[int, Slot],
       kept.append(i)
       continue
     bufs = [_buffer(slots[s], values.get(s)) for s in launch.slots]
-    runner = get_runner(launch.kernel, EXPORT_DEVICE)
+    runner = get_runner(launch.ast, EXPORT_DEVICE)
     runner.program(*bufs, global_size=runner.global_size, wait=True)
     values[out] = bytes(bufs[launch.slots.index(out)].copyout())
     slots[out] = replace(slots[out], category=Category.CONSTANT)

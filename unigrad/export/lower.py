@@ -2,8 +2,9 @@
 
 Consumes: a `Trace` (trace.py).
 Produces: an `ExportPlan`: the schedule (`LINEAR` of kernel CALLs over PARAM slots, from the
-same callify and create_schedule as `Tensor.realize`, less the kernels fold.py ran at export
-time), the category of every slot used (seed 003's four: input, output, constant, intermediate),
+same callify, schedule cache and command buffer (engine/commands.py) as `Tensor.realize`, less
+the kernels fold.py ran at export time), the category of every slot used (seed 003's four:
+input, output, constant, intermediate),
 the constants' bytes, each intermediate's place in a per-dtype scratch array (the memory plan,
 schedule/memory.py), the launches, and the copies that fill an output holding the same value as
 an earlier one (a Tensor returned twice: each output is written).
@@ -18,7 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from unigrad.dtype import DType
-from unigrad.engine.realize import Launch, copyout, launch_plan
+from unigrad.engine.commands import Entry, command_buffer
+from unigrad.engine.entry import copyout, schedule_for
 from unigrad.export.buffers import Category, Slot
 from unigrad.export.fold import fold_constants
 from unigrad.export.trace import EXPORT_DEVICE, ExportError, Trace
@@ -26,7 +28,6 @@ from unigrad.frontend.tensor import Tensor
 from unigrad.schedule.callify import buffer_base, callify, is_plain_buffer
 from unigrad.schedule.function import inline_functions
 from unigrad.schedule.memory import Lifetime, plan_memory
-from unigrad.schedule.schedule import create_schedule
 from unigrad.uop import Ops, UOp
 
 __all__ = ["Category", "Slot", "ExportPlan", "lower"]  # Category, Slot: buffers.py
@@ -40,7 +41,7 @@ class ExportPlan:
   constants: tuple[bytes, ...]
   constant_dtypes: tuple[DType, ...]
   scratch: dict[DType, int]  # dtype -> elements of its static scratch array
-  launches: tuple[Launch, ...]
+  launches: tuple[Entry, ...]
   copies: tuple[tuple[int, int], ...] = ()  # (output, earlier output of the same value), in order
 
 
@@ -64,14 +65,14 @@ def lower(tr: Trace) -> ExportPlan:
     elif b in made: slots[s] = Slot(Category.INTERMEDIATE, s, b.shape[0], b.dtype)
     else: raise ExportError(f"buffer {b.arg} is read by the function but is neither an input "
                             "nor a captured value")
-  linear = create_schedule(res.body, len(res.bufs), EXPORT_DEVICE)
-  plan = launch_plan(linear, len(res.bufs))
+  linear = schedule_for(res.body, len(res.bufs), EXPORT_DEVICE)
+  plan = command_buffer(linear, len(res.bufs))
   for s, p in plan.inter.items(): slots[s] = Slot(Category.INTERMEDIATE, s, p.size, p.dtype)
   views = {_base(c): c for c in consts}
   values = {s: bytes(copyout(views[b])) for s, b in enumerate(res.bufs)
             if b in views and slots[s].category is Category.CONSTANT}
-  kept, slots, values = fold_constants(plan.launches, slots, values)
-  launches = tuple(plan.launches[i] for i in kept)
+  kept, slots, values = fold_constants(plan.entries, slots, values)
+  launches = tuple(plan.entries[i] for i in kept)
   slots = {s: slots[s] for s in dict.fromkeys(s for launch in launches for s in launch.slots)}
   const_slots = [s for s, v in slots.items() if v.category is Category.CONSTANT]
   for i, s in enumerate(const_slots): slots[s] = replace(slots[s], index=i)
@@ -109,7 +110,7 @@ def _base(u: UOp) -> UOp:
   return b
 
 
-def _place_intermediates(launches: tuple[Launch, ...], slots: dict[int, Slot]) -> dict[DType, int]:
+def _place_intermediates(launches: tuple[Entry, ...], slots: dict[int, Slot]) -> dict[DType, int]:
   """Give every intermediate slot its offset in a scratch array of its dtype (one memory plan
   per dtype, so each array is only ever accessed through its own type); updates `slots`."""
   uses: dict[int, list[int]] = {}

@@ -16,7 +16,7 @@ import tempfile
 import threading
 from dataclasses import dataclass, field
 
-from unigrad.engine.realize import buffer_of
+from unigrad.engine.buffers import buffer_of
 from unigrad.export.trace import EXPORT_DEVICE, ExportError, TensorSpec
 from unigrad.frontend.tensor import Tensor
 from unigrad.runtime.ops_cpu import find_c_compiler

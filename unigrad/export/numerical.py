@@ -26,7 +26,7 @@ from typing import Any
 
 from unigrad.codegen.linearize import launch_size
 from unigrad.codegen.pipeline import full_rewrite
-from unigrad.engine.realize import renderer_for
+from unigrad.engine.programs import renderer_for
 from unigrad.export.csource import KernelSource, render_header, render_source
 from unigrad.export.lower import ExportPlan, Slot, lower
 from unigrad.export.names import name_problem
@@ -146,8 +146,8 @@ class NumericalFunction:
     out: dict[UOp, KernelSource] = {}
     taken = {self.name}  # a kernel never takes the public function's name
     for launch in self._plan.launches:
-      if launch.kernel.op is Ops.COPY or launch.kernel in out: continue
-      linear = full_rewrite(launch.kernel, ren)
+      if launch.ast.op is Ops.COPY or launch.ast in out: continue
+      linear = full_rewrite(launch.ast, ren)
       if any(u.op is Ops.PARAM and u.arg.name is not None for u in linear.src):
         raise ExportError(f"{self.name}: a kernel takes a symbolic variable; symbolic shapes "
                           "are not exported (use svmap for a runtime batch size)")
@@ -156,7 +156,7 @@ class NumericalFunction:
                   if n not in taken)
       taken.add(name)
       helpers, text = ren.render_parts(name, linear)
-      out[launch.kernel] = KernelSource(name, helpers, text, launch_size(linear)[0])
+      out[launch.ast] = KernelSource(name, helpers, text, launch_size(linear)[0])
     return out
 
   @functools.cached_property

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from unigrad.dtype import DType, PtrDType, buffer_nbytes, dtypes, to_dtype
 from unigrad.helpers import bounded_put
-from unigrad.engine import realize as engine
+from unigrad import engine
 from unigrad.frontend.dtypes import check_int_value
 from unigrad.runtime.device import Buffer, Device
 from unigrad.uop import UOp, sint

@@ -30,7 +30,7 @@ from typing import Any
 
 from unigrad.dtype import DType, dtypes
 from unigrad.helpers import bounded_put
-from unigrad.engine import realize as engine
+from unigrad import engine
 from unigrad.frontend.tensor import Tensor, all_tensors
 from unigrad.schedule.function import param_like
 from unigrad.uop import Ops, UOp, sint

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from unigrad.dtype import DType, dtypes
-from unigrad.engine import realize as engine
+from unigrad import engine
 from unigrad.frontend.elementwise import compose_cos
 from unigrad.knobs import TRAINING
 from unigrad.schedule.function import body_params, param_like

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from unigrad.dtype import DType, dtypes
-from unigrad.engine import realize as engine
+from unigrad import engine
 from unigrad.frontend.composite import reversed_order, axis_to_last, is_nan
 from unigrad.frontend.dtypes import check_int_value
 from unigrad.frontend.movement import canonical_axis, getitem_basic

@@ -15,7 +15,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from unigrad.dtype import FP8S, dtypes, to_numpy_name
-from unigrad.engine import realize as engine
+from unigrad import engine
 from unigrad.frontend.strided import contiguous_strides, strided, strided_view_of, torch_strides
 from unigrad.runtime.device import Buffer, Device
 from unigrad.runtime.dlpack import (KDL_CUDA, dlpack_device, export_capsule, import_capsule,

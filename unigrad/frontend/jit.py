@@ -43,9 +43,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from unigrad.engine import realize as engine
+from unigrad import engine
 from unigrad.engine.interrupts import deferred_interrupts
-from unigrad.engine.jit import CapturedProgram, capture, is_capturing
+from unigrad.engine.capture import capture, is_capturing
+from unigrad.engine.jit import CapturedProgram
 from unigrad.frontend.function import (TensorLeaf, flatten_tensors, structure_key,
                                        tensor_signature, unflatten_tensors)
 from unigrad.frontend.tensor import Tensor, all_tensors, realize_stale_values

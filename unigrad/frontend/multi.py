@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from unigrad.engine import realize as engine
+from unigrad import engine
 from unigrad.frontend.gradient import detach_if_no_grad
 from unigrad.frontend.movement import canonical_axis
 from unigrad.runtime.device import Device

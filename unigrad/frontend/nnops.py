@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from unigrad.dtype import LOW_FLOATS, dtypes, least_upper_dtype
-from unigrad.engine import realize as engine
+from unigrad import engine
 from unigrad.frontend.dtypes import result_type
 from unigrad.frontend.gradient import override_gradient
 from unigrad.frontend.movement import canonical_axis

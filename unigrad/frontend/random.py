@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from unigrad.dtype import FLOAT_BITS, FP8S, DType, dtypes, to_bytes, to_dtype
 from unigrad.helpers import bounded_put
-from unigrad.engine import realize as engine
+from unigrad import engine
 from unigrad.frontend.reduce import any_true
 from unigrad.runtime.device import Device
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from unigrad.dtype import LOW_FLOATS, DType, dtypes, sum_acc_dtype, to_dtype, to_numpy_name
-from unigrad.engine import realize as engine
+from unigrad import engine
 from unigrad.frontend.dtypes import result_type
 from unigrad.frontend.elementwise import LOG2E, expand_node, scalar_operand
 from unigrad.frontend.movement import canonical_axis

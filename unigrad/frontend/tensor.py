@@ -14,9 +14,9 @@ from typing import Any
 
 from unigrad.dtype import (FP8S, DType, dtypes, from_bytes, from_numpy_name, to_bytes, to_dtype,
                            to_numpy_name)
-from unigrad.engine import realize as engine
+from unigrad import engine
 from unigrad.engine.interrupts import deferred_interrupts
-from unigrad.engine.jit import outside_capture
+from unigrad.engine.capture import outside_capture
 from unigrad.frontend.activations import ActivationsMixin
 from unigrad.frontend.composite import CompositeMixin
 from unigrad.frontend.creation import CreationMixin
@@ -422,12 +422,11 @@ def _apply_map(mapping: dict[UOp, UOp]) -> None:
   kept = [old for old, new in mapping.items() if old.op not in _WRITES and new not in leaves]
   # a target's history: its graph with every other target in it read from that one's buffer
   if len(mapping) == 1:  # no other target: the graph as it is
-    for old in kept: engine.history[mapping[old]] = (old, engine.write_epoch)
+    for old in kept: engine.history.record(mapping[old], old)
     return
   srcs = iter(_substitute_all([s for old in kept for s in old.src], mapping))
   for old in kept:
-    engine.history[mapping[old]] = (old.with_src(tuple(next(srcs) for _ in old.src)),
-                                    engine.write_epoch)
+    engine.history.record(mapping[old], old.with_src(tuple(next(srcs) for _ in old.src)))
 
 
 def _substitute_all(roots: list[UOp], mapping: dict[UOp, UOp]) -> list[UOp]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from unigrad.dtype import DType, dtypes
-from unigrad.engine import realize as engine
+from unigrad import engine
 from unigrad.frontend.tensor import Tensor
 from unigrad.nn.gguf import GGML_TYPES, ggml_data_to_tensor, gguf_load, gguf_metadata
 from unigrad.nn.tensor_io import (FileLike, FormatError, TensorIO, check_file_like, read_bytes,

@@ -14,7 +14,7 @@ import tarfile
 from typing import Any
 
 from unigrad.dtype import DType, dtypes
-from unigrad.engine import realize as engine
+from unigrad import engine
 from unigrad.frontend.tensor import Tensor
 from unigrad.runtime.device import Device
 

@@ -10,6 +10,7 @@ import functools
 from dataclasses import dataclass
 
 from unigrad.dtype import DType, dtypes
+from unigrad.helpers import cpu_threads
 from unigrad.knobs import EMULATED_DTYPES
 from unigrad.uop import GroupOp, Ops, UOp
 
@@ -57,6 +58,12 @@ class Renderer:
   tensor_cores: tuple = ()  # the TensorCore shapes of the TC opt (codegen/opt/tc.py)
 
   def render(self, name: str, linear: UOp) -> str: raise NotImplementedError
+
+  @property
+  def threads(self) -> int:
+    """The OS threads a kernel's THREAD axis is split over: the host's (`THREADS` knob, else
+    every usable core) on a target that runs THREAD axes, else 1."""
+    return cpu_threads() if self.has_threads else 1
 
   def emulates(self, dt: DType) -> bool:
     """Whether `dt` lives in memory as its bits and computes in float32 on this target: the

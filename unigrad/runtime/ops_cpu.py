@@ -27,7 +27,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from unigrad.knobs import CC, MARCH, THREADS
+from unigrad.helpers import cpu_threads
+from unigrad.knobs import CC, MARCH
 from unigrad.renderer.cstyle import CRenderer
 from unigrad.runtime.device import (Buffer, Compiled, CompileError, Compiler, LRUAllocator,
                                     OOB_STATE, OutOfBoundsError)
@@ -193,23 +194,6 @@ class ClangCompiler(Compiler):
 
 
 # *** programs and the thread pool ***
-
-def cpu_threads() -> int:
-  """How many OS threads run a kernel's chunks: the `THREADS` knob, 0 meaning every usable core."""
-  if (n := THREADS.value) > 0: return int(n)
-  return usable_cores()
-
-
-_cores: list[int] = []  # [count]: asked of the OS once per process (each launch reads it)
-
-
-def usable_cores() -> int:
-  """The cores this process may run on (its affinity mask), read once per process."""
-  if _cores: return _cores[0]
-  n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-  _cores[:] = [n]
-  return n
-
 
 # The pool is C: a worker that finished a launch waits for the next one spinning (SPIN_NS) before
 # it sleeps on a condition variable, so launches in a row (a schedule's kernels) start on every
@@ -411,11 +395,10 @@ def chunk_pool(n: int | None = None) -> ChunkPool:
 
 def _after_fork() -> None:
   """In a forked child: the parent's pool threads do not exist here, and the child may run on
-  other cores; both are made again at the first launch (no pid check on every launch: a
-  getpid is a system call)."""
+  other cores (helpers.usable_cores asks again); the pool is made again at the first launch (no
+  pid check on every launch: a getpid is a system call)."""
   global _pool, _pool_lock
   _pool, _pool_lock = None, threading.Lock()  # (a parent thread may have held the lock)
-  _cores.clear()
 
 
 if hasattr(os, "register_at_fork"): os.register_at_fork(after_in_child=_after_fork)

@@ -15,7 +15,7 @@ from unigrad.codegen.opt.search import (FunctionTimer, actions, beam_search, ext
                                          tile_floor, tiles)
 from unigrad.codegen import pipeline
 from unigrad.codegen.pipeline import CODEGEN_STAGES, make_timer
-from unigrad.engine.realize import renderer_for
+from unigrad.engine.programs import renderer_for
 from unigrad.runtime.ops_cpu import find_c_compiler
 
 needs_cc = pytest.mark.skipif(find_c_compiler() is None, reason="no C compiler")

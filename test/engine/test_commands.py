@@ -1,0 +1,56 @@
+"""The command buffer: one object for eager runs, Tensor.schedule(), TinyJit and the C export."""
+import numpy as np
+
+from unigrad import Tensor, TinyJit
+from unigrad.engine import commands, entry, execute
+from unigrad.engine.commands import CommandBuffer
+
+
+def test_schedule_and_realize_take_one_path(monkeypatch):
+  x = Tensor(np.arange(16, dtype=np.float32).reshape(4, 4), device="CPU").realize()
+  y = (x @ x.T).relu().sum(1)
+  linear = y.schedule()
+  ran: list[CommandBuffer] = []
+  real = entry.run_commands
+  monkeypatch.setattr(entry, "run_commands", lambda cb, *a: ran.append(cb) or real(cb, *a))
+  np.testing.assert_allclose(y.numpy(), np.maximum(x.numpy() @ x.numpy().T, 0).sum(1))
+  assert len(ran) == 1
+  assert [c.src[0] for c in ran[0].linear.src] == [c.src[0] for c in linear.src], \
+    "realize runs the kernels Tensor.schedule() showed"
+
+
+def test_the_entry_point_is_not_re_entered(monkeypatch):
+  """A graph over several devices that calls a function: lowered and inlined in one pass."""
+  from unigrad import function
+  @function
+  def f(a): return a * 2 + 1
+  calls = []
+  real = entry.Realizer.prepare
+  monkeypatch.setattr(entry.Realizer, "prepare", lambda self, *a: calls.append(1) or real(self, *a))
+  devs = ("CPU", "CPU:1")
+  x = Tensor(np.arange(8, dtype=np.float32)).shard(devs, axis=0)
+  assert f(x).tolist() == [2.0 * i + 1 for i in range(8)]
+  assert len(calls) <= 2, "one prepare for the value, at most one for the gather onto a device"
+
+
+def test_a_capture_is_joined_into_one_command_buffer_and_replanned():
+  @TinyJit
+  def step(a):
+    b = (a * 2).contiguous().realize()  # a run of its own inside the capture
+    return ((b + 1).exp() * 3).sum()
+  xs = [Tensor(np.full(64, i, np.float32), device="CPU") for i in range(4)]
+  outs = [step(x).item() for x in xs]
+  np.testing.assert_allclose(outs, [64 * 3 * np.exp(2 * i + 1) for i in range(4)], rtol=1e-5)
+  prog = step.captured
+  assert isinstance(prog.commands, CommandBuffer) and prog.kernel_count >= 2
+  assert prog.commands.linear.src, "the joined LINEAR of the capture's CALLs"
+  assert prog.arena_bytes <= prog.inter_bytes
+
+
+def test_an_executor_serves_every_run_of_a_command_buffer():
+  x = Tensor(np.ones(32, np.float32), device="CPU")
+  for _ in range(3): (x.exp() + 1).sum().realize()
+  cbs = [k[0] for k in execute._executors]
+  assert all(isinstance(cb, CommandBuffer) for cb in cbs)
+  assert len(cbs) == len(set(map(id, cbs))), "one executor per command buffer and setting"
+  assert commands.command_buffer(cbs[-1].linear, cbs[-1].nargs) is cbs[-1], "built once"

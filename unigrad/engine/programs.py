@@ -1,0 +1,163 @@
+"""The program cache: each kernel AST compiled once per device and setting, loaded and ready.
+
+`get_runner(kernel, device)` runs the codegen pipeline to its PROGRAM(LINEAR, SOURCE, BINARY)
+(codegen/pipeline.py), with the device's renderer and compiler, and loads the binary with the
+device's Program class. The rendered half comes from the disk cache when another process made it
+(engine/compcache.py); the compiler keeps the binaries on disk. Kernels are keyed by their AST
+(hash-consing makes equal kernels the same node) and the knobs that choose their code (BEAM,
+NOOPT, MARCH, CHECK_OOB). `compile_ahead` makes the runners of a schedule's new kernels together,
+compiling on every core. One `ProgramCache` per process (`programs`), kept until
+`forget_programs()` (engine/execute.py: a test's "new process").
+"""
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from unigrad import knobs
+from unigrad.codegen.linearize import Estimates
+from unigrad.codegen.pipeline import to_compiled, to_rendered
+from unigrad.codegen.program import ProgramInfo, program_binary
+from unigrad.engine import compcache, profile
+from unigrad.helpers import GlobalCounters, cpu_threads
+from unigrad.knobs import BEAM, CHECK_OOB, DEBUG, IGNORE_BEAM_CACHE, MARCH, NOOPT, PROFILE
+from unigrad.renderer import Renderer
+from unigrad.runtime.device import Device, Program
+from unigrad.uop import UOp
+from unigrad.uop.upat import traced_call
+
+__all__ = ["Runner", "ProgramCache", "programs", "get_runner", "compile_ahead", "settings",
+           "renderer_for"]
+
+
+@dataclass
+class Runner:
+  """A compiled kernel ready to launch on one device: its PROGRAM and the loaded binary."""
+  program_uop: UOp  # PROGRAM(LINEAR, SOURCE, BINARY)
+  program: Program
+
+  @property
+  def info(self) -> ProgramInfo: return self.program_uop.arg
+  @property
+  def name(self) -> str: return self.info.name
+  @property
+  def estimates(self) -> Estimates: return self.info.estimates
+  @property
+  def global_size(self) -> tuple[int, ...]: return self.info.global_size
+  @property
+  def local_size(self) -> tuple[int, ...] | None: return self.info.local_size
+  @property
+  def src(self) -> str: return self.program_uop.src[1].arg
+
+
+Key = tuple[UOp, str, int, bool, str, bool]  # (kernel, device, *settings)
+
+
+class ProgramCache:
+  """Loaded programs by (kernel, device, settings); see the module docstring."""
+
+  def __init__(self) -> None:
+    self.runners: dict[Key, Runner] = {}
+    self._settings: tuple[int, tuple[int, bool, str, bool]] = (-1, (0, False, "", False))
+
+  def settings(self) -> tuple[int, bool, str, bool]:
+    """The knobs that choose a kernel's code, read again only after a knob was set (every run
+    asks: the four reads took 0.6 us)."""
+    gen, values = self._settings
+    if gen != knobs.generation:
+      values = (int(BEAM), bool(NOOPT), str(MARCH), bool(CHECK_OOB))
+      self._settings = (knobs.generation, values)
+    return values
+
+  def key(self, kernel: UOp, device: str) -> Key: return (kernel, device, *self.settings())
+
+  def forget(self) -> None: self.runners.clear()
+
+
+programs = ProgramCache()
+
+
+def settings() -> tuple[int, bool, str, bool]: return programs.settings()
+
+
+def renderer_for(device: str) -> Renderer:
+  """The renderer of `device`'s kernels: the device owns it."""
+  return Device[device].renderer
+
+
+def _rendered(kernel: UOp, device: str) -> UOp:
+  """The kernel lowered and rendered (PROGRAM(LINEAR, SOURCE)), from the disk cache when another
+  process made it."""
+  ren = Device[device].renderer
+  if DEBUG >= 3: print(f"kernel AST:\n{kernel!r}")
+  if BEAM >= 1 and IGNORE_BEAM_CACHE: prog = _traced_render(kernel, device)  # a fresh search
+  else: prog = compcache.cached_kernel(kernel, device, ren, ren.threads,
+                                       lambda: _traced_render(kernel, device))
+  if DEBUG >= 4: print(prog.src[1].arg)
+  return prog
+
+
+def _traced_render(kernel: UOp, device: str) -> UOp:
+  ren = Device[device].renderer
+  prog, trace = traced_call("kernel", to_rendered, kernel, ren)
+  if trace is not None:
+    trace.name = prog.arg.name
+    linear = prog.src[0]
+    trace.info.update(src=prog.src[1].arg, device=ren.device, graph=linear,
+                      opts=list(getattr(linear.arg, "applied_opts", ())))
+  return prog
+
+
+def _load(rendered: UOp, device: str, binary: bytes | None = None) -> Runner:
+  """The loaded runner of a rendered PROGRAM; a cached binary the loader rejects is rebuilt."""
+  dev = Device[device]
+  prog = to_compiled(rendered, dev.renderer, binary)
+  try: loaded = dev.runtime(prog.arg.name, prog.src[2].arg)
+  except OSError as e:
+    if DEBUG >= 1: print(f"loading {prog.arg.name} failed ({e}), recompiling")
+    prog = to_compiled(rendered, dev.renderer, program_binary(rendered, refresh=True))
+    loaded = dev.runtime(prog.arg.name, prog.src[2].arg)
+  GlobalCounters.programs_compiled += 1
+  return Runner(prog, loaded)
+
+
+def get_runner(kernel: UOp, device: str) -> Runner:
+  """The compiled program for a kernel AST on a device (see the module docstring)."""
+  key = programs.key(kernel, device)
+  if (r := programs.runners.get(key)) is not None: return r
+  t0 = time.perf_counter()
+  rendered = _rendered(kernel, device)
+  t1 = time.perf_counter()
+  r = programs.runners[key] = _load(rendered, device)
+  if PROFILE:
+    profile.record(f"codegen {r.name}", "codegen", device, t0, t1)
+    profile.record(f"compile {r.name}", "compile", device, t1)
+  if DEBUG >= 1:
+    print(f"compiled {r.name} for {device}: codegen {(t1 - t0) * 1e3:.2f} ms, "
+          f"compile {(time.perf_counter() - t1) * 1e3:.2f} ms")
+  return r
+
+
+def compile_ahead(kernels: list[UOp], device: str) -> None:
+  """Make the runners `get_runner` would make for the kernels that have none yet, the compiler
+  running on every core at once where the device's compiler allows it (a first call of a model
+  compiles tens of kernels: one after another they took twice as long on two cores). Codegen
+  stays on this thread (Python); a compile error is raised here, as get_runner raises it."""
+  comp = Device[device].compiler
+  if comp is None or not comp.compiles_in_parallel or cpu_threads() < 2: return
+  todo = [k for k in dict.fromkeys(kernels) if programs.key(k, device) not in programs.runners]
+  if len(todo) < 2: return
+  t0 = time.perf_counter()
+  rendered = [_rendered(k, device) for k in todo]
+  t1 = time.perf_counter()
+  with ThreadPoolExecutor(min(cpu_threads(), len(rendered))) as pool:
+    binaries = list(pool.map(program_binary, rendered))
+  for k, prog, binary in zip(todo, rendered, binaries):
+    programs.runners[programs.key(k, device)] = _load(prog, device, binary)
+  if PROFILE:
+    profile.record(f"codegen {len(todo)} kernels", "codegen", device, t0, t1)
+    profile.record(f"compile {len(todo)} kernels", "compile", device, t1)
+  if DEBUG >= 1:
+    print(f"compiled {len(todo)} kernels for {device}: codegen {(t1 - t0) * 1e3:.2f} ms, "
+          f"compile {(time.perf_counter() - t1) * 1e3:.2f} ms on {cpu_threads()} threads")
