@@ -13,7 +13,7 @@ from typing import Any
 
 
 # counts the knob values set (Context, an assignment to `.value`): a hot path that reads several
-# knobs keeps what it read while the count is unchanged (engine/realize.py's settings)
+# knobs keeps what it read while the count is unchanged (engine/programs.py's settings)
 generation = 0
 
 

@@ -11,7 +11,7 @@ A `CommandBuffer` holds
 - the memory plan of the intermediates: each one's place in one arena per device, by lifetime
   (schedule/memory.py).
 Who builds it: `command_buffer(linear, nargs)` (cached per LINEAR), called by the realize path
-(engine/realize.py: eager `realize` and `Tensor.schedule()` share it), by TinyJit, which joins the
+(engine/entry.py: eager `realize` and `Tensor.schedule()` share it), by TinyJit, which joins the
 runs of a capture into one (`join_runs`, engine/jit.py), and by the C export (export/lower.py).
 Who runs it: engine/execute.py, for every one of them.
 """

@@ -7,7 +7,7 @@ devices and the other arguments) runs the op on placeholders into a FUNCTION bod
 builds one FUNCTION over its inputs and one GETTUPLE per result. Realizing resolves the calls
 (schedule/function.py), so the kernels are those of the op's own graph, and gradients flow
 through (frontend/gradient.py). A graph alike the one realized last (the next step of an eager
-loop) is matched to it call by call, without resolving the calls again (engine/realize.py).
+loop) is matched to it call by call, without resolving the calls again (engine/entry.py).
 
 The decorator only marks where the op's `op_function` (frontend/function.py) will be made: at
 the op's first call, since the function machinery needs the Tensor class, which the mixins

@@ -152,7 +152,7 @@ class Compiler:
   `cache_key` names the compiler, its version and flags; when it is not None, `compile_cached`
   keeps results in the on-disk cache (see `diskcache`) under (cache_key, source).
   `compiles_in_parallel`: `compile` may run on several threads at once (the engine compiles a
-  schedule's new kernels together, engine/realize.py compile_ahead).
+  schedule's new kernels together, engine/programs.py compile_ahead).
   """
   compiles_in_parallel: bool = False
 
