@@ -7,8 +7,9 @@ Both ask the kernel's device: render uses the device's renderer (the one the ear
 lowered for), compile its compiler (a device without one, PYTHON, loads the source itself: its
 BINARY is the source's bytes). The PROGRAM's arg, a `ProgramInfo`, is what a launch needs besides
 the binary: the kernel's name, its device, its work estimates and its launch size. The engine
-caches and launches PROGRAMs (engine/programs.py); the rendered half is what its disk cache keeps,
-the compiler's own disk cache keeps the binaries.
+caches and launches PROGRAMs (engine/programs.py); its disk cache keeps the rendered half's info
+and SOURCE (a PROGRAM loaded from there has an empty LINEAR: engine/compcache.py), the compiler's
+own disk cache keeps the binaries.
 `spec_program` is the verifier of the compile stage's output.
 """
 from __future__ import annotations

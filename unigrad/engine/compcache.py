@@ -5,7 +5,7 @@ every process; without these a fresh process redoes scheduling and codegen for e
 when the C compiler's output is on disk. Two tables of the disk cache (runtime/diskcache.py) add:
 
   schedule  (function body, number of args, device)    -> the LINEAR of kernel CALLs
-  kernel    (kernel AST, device, renderer, threads)    -> the rendered PROGRAM(LINEAR, SOURCE)
+  kernel    (kernel AST, device, renderer, threads)    -> a rendered PROGRAM's info and SOURCE
 
 Keys are content digests: the graph's canonical Merkle hash (uop/serialize.py), the settings that
 change the result (every knob but `OUTPUT_KNOBS`) and `source_digest()`, a hash of unigrad's own
@@ -13,6 +13,9 @@ source files, so any change to unigrad's code invalidates both tables. A graph t
 serialized (a gradient function in a CallInfo) is simply not cached on disk. A damaged entry is a
 miss (diskcache checks its checksum; what fails to decode is a miss too): rebuilt and rewritten.
 Both tables are used at `CACHELEVEL>=2` (the default); 1 keeps only compiled binaries.
+A PROGRAM from the kernel table has an empty LINEAR: its instructions are not kept (decoding a
+kernel's LINEAR took 3-20 ms, more than the rest of a warm first call), and a launch needs only
+the SOURCE, the BINARY and the ProgramInfo.
 `stats` counts hits and misses for benchmarks and tests.
 """
 from __future__ import annotations
@@ -161,25 +164,22 @@ def _is_portable(linear: UOp, body: UOp) -> bool:
 
 
 def _encode_kernel(prog: UOp) -> bytes:
-  """A first line with the ProgramInfo and the source, then the LINEAR."""
+  """The ProgramInfo and the source (not the LINEAR: see the module docstring)."""
   info = prog.arg
   local = None if info.local_size is None else list(info.local_size)
   return json.dumps([info.name, prog.src[1].arg, info.estimates.flops, info.estimates.mem_bytes,
-                     list(info.global_size), local]).encode() + b"\n" + dumps(prog.src[0])
+                     list(info.global_size), local]).encode()
 
 
 def _kernel_decoder(device: str) -> Callable[[bytes], UOp | None]:
   def decode(data: bytes) -> UOp | None:
-    head, _, graph = data.partition(b"\n")
-    try: name, src, flops, mem, size, local = json.loads(head)
+    try: name, src, flops, mem, size, local = json.loads(data)
     except (ValueError, TypeError, UnicodeDecodeError): return None
     if not (isinstance(name, str) and isinstance(src, str) and isinstance(size, list)): return None
     if local is not None and not (isinstance(local, list) and all(type(v) is int for v in local)):
       return None
     if not all(isinstance(v, int) for v in (flops, mem, *size)): return None
-    try: linear = loads(graph)
-    except (SerializeError, ValueError, UnicodeDecodeError): return None
-    if linear.op is not Ops.LINEAR: return None
+    linear = UOp(Ops.LINEAR, dtypes.void, ())
     info = ProgramInfo(name, device, Estimates(flops, mem), tuple(size),
                        None if local is None else tuple(local))
     return UOp(Ops.PROGRAM, dtypes.void, (linear, UOp(Ops.SOURCE, dtypes.void, (), src)), info)
@@ -192,7 +192,5 @@ def cached_kernel(kernel: UOp, device: str, ren: Renderer, threads: int,
   key = _graph_key("kernel", kernel, device, renderer_identity(ren), str(threads))
   if (prog := _lookup("kernel", key, _kernel_decoder(device))) is not None: return prog
   prog = build()
-  if key is not None:
-    try: diskcache_put("kernel", key, _encode_kernel(prog))
-    except SerializeError: pass
+  if key is not None: diskcache_put("kernel", key, _encode_kernel(prog))
   return prog
