@@ -58,3 +58,11 @@ def test_an_executor_serves_every_run_of_a_command_buffer(monkeypatch):
   assert len(kernels) == 3 and kernels[0] is kernels[1] is kernels[2]
   cb = kernels[0].cb
   assert commands.command_buffer(cb.linear, cb.nargs) is cb, "built once per LINEAR"
+
+
+def test_a_command_buffer_with_no_kernels_runs_again_on_a_device_without_addresses():
+  """Regression: a run with no entries counted as all-batched and took the address path, which
+  an OpenCL buffer (no raw address) cannot give."""
+  from unigrad.runtime.device import Device
+  if not Device.device_class("CL").is_available(): pytest.skip("no OpenCL device")
+  for _ in range(3): assert Tensor.eye(0, device="CL").numpy().shape == (0, 0)

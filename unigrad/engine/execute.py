@@ -152,7 +152,7 @@ class Executor:
       segs.append(Segment(i, j, batch))
       i = j
     self.segments = segs
-    self.views_needed = any(s.batch is None for s in segs)
+    self.views_needed = not segs or any(s.batch is None for s in segs)
 
   def _point(self, slot: int, address: int) -> None:
     """Slot `slot` is at `address` for the next run."""
