@@ -33,12 +33,13 @@ __all__ = ["Runner", "ProgramCache", "programs", "get_runner", "compile_ahead", 
 
 @dataclass
 class Runner:
-  """A compiled kernel ready to launch on one device: its PROGRAM and the loaded binary."""
-  program_uop: UOp  # PROGRAM(LINEAR, SOURCE, BINARY)
+  """A program ready to launch on one device: its info (name, device, estimates, launch size),
+  the loaded program, and the PROGRAM(LINEAR, SOURCE, BINARY) codegen built it from (None for a
+  program no codegen made: a collective's, runtime/collective.py)."""
+  info: ProgramInfo
   program: Program
+  program_uop: UOp | None = None
 
-  @property
-  def info(self) -> ProgramInfo: return self.program_uop.arg
   @property
   def name(self) -> str: return self.info.name
   @property
@@ -48,7 +49,7 @@ class Runner:
   @property
   def local_size(self) -> tuple[int, ...] | None: return self.info.local_size
   @property
-  def src(self) -> str: return self.program_uop.src[1].arg
+  def src(self) -> str: return "" if self.program_uop is None else self.program_uop.src[1].arg
 
 
 Key = tuple[UOp, str, int, bool, str, bool]  # (kernel, device, *settings)
@@ -119,7 +120,7 @@ def _load(rendered: UOp, device: str, binary: bytes | None = None) -> Runner:
     prog = to_compiled(rendered, dev.renderer, program_binary(rendered, refresh=True))
     loaded = dev.runtime(prog.arg.name, prog.src[2].arg)
   GlobalCounters.programs_compiled += 1
-  return Runner(prog, loaded)
+  return Runner(prog.arg, loaded, prog)
 
 
 def get_runner(kernel: UOp, device: str) -> Runner:
