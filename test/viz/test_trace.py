@@ -94,7 +94,7 @@ def test_viz_traces_schedules_and_kernels_with_codegen_stages_and_source() -> No
   assert sched.name.startswith("schedule ") and sched.info["graph"].op is Ops.LINEAR
   kern = next(t for t in new if t.kind == "kernel" and "0.318309" in t.info["src"])
   top = [s.name for s in kern.steps if s.depth == 0]
-  assert top[:2] == ["simplify", "optimize"] and top[-1] == "linearize"
+  assert top[:2] == ["simplify", "optimize"] and top[-2:] == ["linearize", "render"]
   assert any(s.depth == 1 and s.records for s in kern.steps)  # graph_rewrite calls in stages
   assert kern.info["graph"].op is Ops.LINEAR and isinstance(kern.info["opts"], list)
 
