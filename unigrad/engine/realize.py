@@ -35,6 +35,7 @@ from unigrad.helpers import GlobalCounters, bounded_put
 from unigrad import knobs
 from unigrad.knobs import BEAM, CHECK_OOB, DEBUG, IGNORE_BEAM_CACHE, MARCH, NOOPT, PROFILE
 from unigrad.renderer import Renderer
+from unigrad.runtime.collective import collective_program
 from unigrad.runtime.device import Batch, Buffer, Compiled, Device, Program
 from unigrad.runtime.ops_cpu import cpu_threads
 from unigrad.schedule import multi
@@ -353,6 +354,10 @@ def get_runner(kernel: UOp, device: str) -> Runner:
   results come from the disk cache when another process produced them (engine/compcache.py)."""
   key = _runner_key(kernel, device)
   if (r := _runners.get(key)) is not None: return r
+  if kernel.op is Ops.COLLECTIVE:  # an MPI call, launched like a kernel (runtime/collective.py)
+    prog = collective_program(kernel, device)
+    r = _runners[key] = Runner(kernel.arg.kind, prog, Estimates(0, prog.nbytes))
+    return r
   t0 = time.perf_counter()
   dev = Device[device]
   ks = _kernel_source(kernel, device)
@@ -375,7 +380,8 @@ def compile_ahead(kernels: list[UOp], device: str) -> None:
   stays on this thread (Python); a compile error is raised here, as get_runner raises it."""
   comp = Device[device].compiler
   if comp is None or not comp.compiles_in_parallel or cpu_threads() < 2: return
-  todo = [k for k in dict.fromkeys(kernels) if _runner_key(k, device) not in _runners]
+  todo = [k for k in dict.fromkeys(kernels)
+          if _runner_key(k, device) not in _runners and k.op is not Ops.COLLECTIVE]
   if len(todo) < 2: return
   t0 = time.perf_counter()
   sources = [_kernel_source(k, device) for k in todo]

@@ -31,7 +31,7 @@ _GROUPS: tuple[tuple[str, frozenset[Ops]], ...] = (
   ("source", GroupOp.Source),
   ("movement", GroupOp.Movement),
   ("reduce", frozenset({Ops.REDUCE, Ops.WMMA})),
-  ("memory", frozenset({Ops.LOAD, Ops.STORE, Ops.INDEX, Ops.COPY, Ops.ATOMICADD, Ops.GETADDR})),
+  ("memory", frozenset({Ops.LOAD, Ops.STORE, Ops.INDEX, Ops.COPY, Ops.COLLECTIVE, Ops.ATOMICADD, Ops.GETADDR})),
   ("control", frozenset({Ops.RANGE, Ops.END, Ops.IF, Ops.ENDIF, Ops.BARRIER, Ops.SPECIAL,
                          Ops.AFTER, Ops.GROUP})),
   ("call", frozenset({Ops.SINK, Ops.LINEAR, Ops.CALL, Ops.FUNCTION, Ops.TUPLE, Ops.GETTUPLE,
