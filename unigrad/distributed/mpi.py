@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any
 
-from unigrad.dtype import DType, dtypes
+from unigrad.dtype import DTYPES_DICT, DType, dtypes
 from unigrad.engine.realize import forget_programs
 from unigrad.knobs import THREADS
 from unigrad.runtime.collective import CollectiveError, register_backend
@@ -270,15 +270,15 @@ class CollectiveProgram(CPUProgram):
                           f"{_differences(lo, hi)}; every rank must pass the same shape and dtype")
 
 
-_DTYPE_CODES: dict[DType, int] = {}
+_DTYPE_NAMES = sorted({dt.name for dt in DTYPES_DICT.values()})  # the same list on every rank
 
 
 def _dtype_code(dt: DType) -> int:
-  return _DTYPE_CODES.setdefault(dt, sum(map(ord, dt.name)) * 31 + dt.itemsize)
+  return _DTYPE_NAMES.index(dt.name) if dt.name in _DTYPE_NAMES else len(_DTYPE_NAMES)
 
 
 def _dtype_name(code: int) -> str:
-  return next((dt.name for dt, c in _DTYPE_CODES.items() if c == code), f"dtype #{code}")
+  return _DTYPE_NAMES[code] if 0 <= code < len(_DTYPE_NAMES) else f"dtype #{code}"
 
 
 def _describe(h: list[int]) -> str:
