@@ -7,7 +7,8 @@ from unigrad.engine import jit as engine_jit
 import unigrad.distributed as dist
 
 
-def values(rank: int) -> np.ndarray: return (np.arange(12, dtype=np.float32) * (rank + 1)).reshape(4, 3)
+def values(rank: int) -> np.ndarray:
+  return (np.arange(12, dtype=np.float32) * (rank + 1)).reshape(4, 3)
 
 
 def check_values(rank: int, n: int) -> None:
@@ -37,12 +38,13 @@ def check_values(rank: int, n: int) -> None:
 
 
 def check_gradients(rank: int, n: int) -> None:
-  x = Tensor(values(rank), requires_grad=True)
-  (dist.all_gather(x) * Tensor(np.arange(12 * n, dtype=np.float32).reshape(4 * n, 3))).sum().backward()
-  assert np.array_equal(x.grad.numpy(), np.arange(12 * n, dtype=np.float32).reshape(4 * n, 3)[4 * rank:4 * rank + 4])
+  x, weights = Tensor(values(rank), requires_grad=True), np.arange(12 * n, dtype=np.float32)
+  (dist.all_gather(x) * Tensor(weights.reshape(4 * n, 3))).sum().backward()
+  assert np.array_equal(x.grad.numpy(), weights.reshape(4 * n, 3)[4 * rank:4 * rank + 4])
   y = Tensor(values(rank), requires_grad=True)
   (dist.reduce_scatter(y) * (rank + 1)).sum().backward()  # the gradient of rank r's part is r + 1
-  assert np.array_equal(y.grad.numpy(), np.repeat(np.arange(1, n + 1, dtype=np.float32), 4 // n)[:, None].repeat(3, 1))
+  want = np.repeat(np.arange(1, n + 1, dtype=np.float32), 4 // n)[:, None].repeat(3, 1)
+  assert np.array_equal(y.grad.numpy(), want)
 
 
 def check_jit(rank: int) -> None:
@@ -65,7 +67,8 @@ def check_jit(rank: int) -> None:
 
 
 def check_mismatch(rank: int) -> None:
-  for bad in (Tensor.ones(4 + rank), Tensor.ones(4, dtype=dtypes.float32 if rank else dtypes.float64)):
+  other = dtypes.float32 if rank else dtypes.float64
+  for bad in (Tensor.ones(4 + rank), Tensor.ones(4, dtype=other)):
     try:
       dist.all_reduce(bad).realize()
     except dist.CollectiveError as e:

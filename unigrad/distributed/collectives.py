@@ -52,7 +52,8 @@ def _along(x: Tensor, axis: int, kind: str) -> tuple[Tensor, int]:
 def all_reduce(x: Tensor, op: str = "sum") -> Tensor:
   """Every rank's `x` combined by `op` (sum, max, min or mean), on every rank.
   `all_reduce(Tensor([rank() + 1.0]))` is [3.0] on both of 2 ranks."""
-  if op not in REDUCE_OPS: raise ValueError(f"all_reduce: op must be one of {REDUCE_OPS}, got {op!r}")
+  if op not in REDUCE_OPS:
+    raise ValueError(f"all_reduce: op must be one of {REDUCE_OPS}, got {op!r}")
   if op == "mean":
     if not dtypes.is_float(x.dtype):
       raise CollectiveError(f"all_reduce(mean) of {x.dtype.name}: a mean needs a float tensor")

@@ -22,6 +22,12 @@ __all__ = ["allreduce_gradients", "broadcast_parameters", "DistributedOptimizer"
 BUCKET_BYTES = 4 << 20
 
 
+def _numel(t: Tensor) -> int:
+  n = t.numel()
+  if not isinstance(n, int): raise ValueError(f"data parallel needs concrete shapes, got {t.shape}")
+  return n
+
+
 def _buckets(params: list[Tensor], bucket_bytes: int) -> list[list[Tensor]]:
   """The parameters that have gradients, last first, grouped by dtype into buckets of at most
   `bucket_bytes` (a larger gradient gets a bucket of its own)."""
@@ -29,7 +35,7 @@ def _buckets(params: list[Tensor], bucket_bytes: int) -> list[list[Tensor]]:
   open_: dict[object, tuple[list[Tensor], list[int]]] = {}  # dtype -> (bucket, [bytes])
   for p in reversed(params):
     if p.grad is None: continue
-    nbytes = p.grad.numel() * p.grad.dtype.itemsize
+    nbytes = _numel(p.grad) * p.grad.dtype.itemsize
     bucket, size = open_.get(p.grad.dtype, (None, [0]))
     if bucket is None or size[0] + nbytes > bucket_bytes:
       bucket, size = [], [0]
@@ -53,7 +59,7 @@ def allreduce_gradients(params: Iterable[Tensor], op: str = "mean",
       reduced = all_reduce(flat, op)
       start = 0
       for p in bucket:
-        n = p.numel()
+        n = _numel(p)
         p.grad = reduced[start:start + n].reshape(p.shape)
         start += n
 

