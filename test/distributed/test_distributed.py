@@ -10,6 +10,7 @@ import pytest
 
 from unigrad import Tensor
 from unigrad.engine.realize import schedule
+from unigrad.llm import default_model_path
 from unigrad.runtime.collective import CollectiveError
 from unigrad.uop import Ops, SpecError, UOp, spec_tensor
 from unigrad.uop.ops import CollectiveArg
@@ -57,6 +58,14 @@ def test_data_parallel_matches_one_process():
 def test_tensor_parallel_matches_one_rank():
   """Column/row-parallel MLP training step and head-sharded attention == the whole layers."""
   assert_ranks_ok(run_ranks("worker_tensor_parallel.py"))
+
+
+def test_tensor_parallel_smollm2_decodes_the_greedy_tokens():
+  """SmolLM2-135M with its feed-forward networks split over 2 ranks decodes the tokens of the
+  whole model (the worker splits the attention heads too under 3 ranks, which divide them)."""
+  try: default_model_path()
+  except FileNotFoundError as e: pytest.skip(f"no model file: {e}")
+  assert_ranks_ok(run_ranks("worker_llm.py", timeout=400))
 
 
 def test_a_raising_rank_stops_the_job():
