@@ -21,7 +21,15 @@ import subprocess
 import sys
 import time
 
+from collections.abc import Callable
+
 import numpy as np
+
+from unigrad import Tensor, TinyJit, nn
+import unigrad.distributed as dist
+from unigrad.distributed.data_parallel import DistributedOptimizer
+from unigrad.engine.realize import buffer_of
+from unigrad.nn.state import get_parameters
 
 SIZES = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20]
 
@@ -36,19 +44,18 @@ def _mpiexec(n: int) -> list[str]:
 
 
 def _launch(n: int, *args: str) -> list[dict]:
-  env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-    [os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.environ.get("PYTHONPATH", "")])}
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
   res = subprocess.run([*_mpiexec(n), sys.executable, __file__, "--worker", *args],
                        capture_output=True, text=True, env=env)
   if res.returncode != 0: raise SystemExit(res.stdout + res.stderr)
   return [json.loads(line[5:]) for line in res.stdout.splitlines() if line.startswith("JSON ")]
 
 
-def _best(fns: dict, repeat: int, rounds: int = 7) -> dict[str, float]:
+def _best(fns: dict[str, Callable[[], object]], repeat: int, rounds: int = 7) -> dict[str, float]:
   """Seconds per call of each function: the best of `rounds` rounds of `repeat` calls, the
   functions taking turns within a round (a loaded machine slows them alike), ranks aligned by a
   barrier before each."""
-  import unigrad.distributed as dist
   best = {k: float("inf") for k in fns}
   for _ in range(rounds):
     for k, fn in fns.items():
@@ -59,52 +66,51 @@ def _best(fns: dict, repeat: int, rounds: int = 7) -> dict[str, float]:
   return best
 
 
+def _allreduce_times(nbytes: int) -> dict[str, float]:
+  """mpi4py's Allreduce, the collective's program (with and without its header check) and a
+  TinyJit replay, all on the same two buffers."""
+  count, n = nbytes // 4, dist.world_size()
+  x = Tensor(np.full(count, dist.rank() + 1.0, np.float32)).realize()
+  y = dist.all_reduce(x).realize()
+  xb, yb = buffer_of(x.uop), buffer_of(y.uop)
+  xs = np.frombuffer(xb.as_memoryview(), np.float32)
+  ys = np.frombuffer(yb.as_memoryview(), np.float32)
+  prog = next(p for p in dist.mpi.group().programs.values() if p.desc.count == count)
+  step = TinyJit(lambda t: dist.all_reduce(t))
+  for _ in range(3): step(x)
+  comm = dist.mpi.group().comm
+
+  def unchecked() -> None:
+    prog.desc.check = 0
+    prog(yb, xb)
+    prog.desc.check = 1
+  times = _best({"mpi4py": lambda: comm.Allreduce(xs, ys), "program": lambda: prog(yb, xb),
+                 "unchecked": unchecked, "jit": lambda: step(x)},
+                max(2, min(500, (64 << 20) // nbytes)))
+  assert ys[0] == n * (n + 1) / 2
+  return times
+
+
 def worker_allreduce() -> None:
-  from mpi4py import MPI
-
-  from unigrad import Tensor, TinyJit
-  import unigrad.distributed as dist
-  from unigrad.engine.realize import buffer_of
   dist.init()
-  comm, n = MPI.COMM_WORLD, dist.world_size()
   for nbytes in SIZES:
-    count = nbytes // 4
-    x = Tensor(np.full(count, dist.rank() + 1.0, np.float32)).realize()
-    y = dist.all_reduce(x).realize()
-    xb, yb = buffer_of(x.uop), buffer_of(y.uop)
-    xs = np.frombuffer(xb.as_memoryview(), np.float32)
-    ys = np.frombuffer(yb.as_memoryview(), np.float32)
-    repeat = max(2, min(500, (64 << 20) // nbytes))
-    prog = next(p for p in dist.mpi.group().programs.values() if p.desc.count == count)
-    step = TinyJit(lambda t: dist.all_reduce(t))
-    for _ in range(3): step(x)
-
-    def unchecked() -> None:
-      prog.desc.check = 0
-      prog(yb, xb)
-      prog.desc.check = 1
-    times = _best({"mpi4py": lambda: comm.Allreduce(xs, ys), "program": lambda: prog(yb, xb),
-                   "unchecked": unchecked, "jit": lambda: step(x)}, repeat)
-    assert ys[0] == n * (n + 1) / 2
+    times = _allreduce_times(nbytes)
     if dist.rank() == 0:
-      print("JSON " + json.dumps({"bytes": nbytes, "ranks": n, **times}), flush=True)
+      print("JSON " + json.dumps({"bytes": nbytes, "ranks": dist.world_size(), **times}),
+            flush=True)
 
 
 def worker_train(steps: int, batch: int) -> None:
-  from unigrad import Tensor, TinyJit, nn
-  import unigrad.distributed as dist
-  from unigrad.distributed.data_parallel import DistributedOptimizer
-  from unigrad.nn.state import get_parameters
   dist.init()
   Tensor.manual_seed(0)
   c1, c2, fc = nn.Conv2d(1, 8, 3, padding=1), nn.Conv2d(8, 16, 3, padding=1), nn.Linear(256, 10)
-  model = lambda x: fc(c2(c1(x.reshape(-1, 1, 8, 8)).relu().max_pool2d(2)).relu().flatten(1))  # noqa: E731
   opt = DistributedOptimizer(nn.optim.Adam(get_parameters([c1, c2, fc]), lr=1e-3))
 
   @TinyJit
   def step(x: Tensor, y: Tensor) -> Tensor:
     opt.zero_grad()
-    loss = model(x).sparse_categorical_crossentropy(y)
+    h = c2(c1(x.reshape(-1, 1, 8, 8)).relu().max_pool2d(2)).relu()
+    loss = fc(h.flatten(1)).sparse_categorical_crossentropy(y)
     loss.backward()
     Tensor.realize_all(loss, *opt.schedule_step())
     return loss
@@ -118,6 +124,10 @@ def worker_train(steps: int, batch: int) -> None:
     samples = batch * dist.world_size() / per_step
     print("JSON " + json.dumps({"ranks": dist.world_size(), "step_ms": per_step * 1e3,
                                 "samples_s": samples}), flush=True)
+
+
+def _cell(seconds: float, algo_bytes: float) -> str:
+  return f"{seconds * 1e6:9.1f} ({algo_bytes / seconds / 1e9:5.2f})"
 
 
 def main() -> None:
@@ -135,10 +145,10 @@ def main() -> None:
         f"{'TinyJit replay':>18} {'program/mpi4py':>15}")
   for r in rows:
     algo = 2 * (r["ranks"] - 1) / r["ranks"] * r["bytes"]
-    cell = lambda s: f"{s * 1e6:9.1f} ({algo / s / 1e9:5.2f})"  # noqa: E731
     size = f"{r['bytes'] >> 20} MB" if r["bytes"] >= 1 << 20 else f"{r['bytes'] >> 10} KB"
-    print(f"{size:>8} {cell(r['mpi4py']):>16} {cell(r['program']):>18} "
-          f"{cell(r['unchecked']):>18} {cell(r['jit']):>18} {r['mpi4py'] / r['program']:14.2f}x")
+    cells = [f"{_cell(r[k], algo):>{w}}" for k, w in (("mpi4py", 16), ("program", 18),
+                                                      ("unchecked", 18), ("jit", 18))]
+    print(f"{size:>8} {' '.join(cells)} {r['mpi4py'] / r['program']:14.2f}x")
   print(f"\ndata-parallel digits CNN step (TinyJit, Adam), {args.batch} samples per rank:")
   for n in sorted({1, args.ranks}):
     r = _launch(n, "train", "--steps", str(args.steps), "--batch", str(args.batch))[0]

@@ -33,10 +33,11 @@ def mpiexec(n: int) -> list[str]:
   return cmd
 
 
-def run_ranks(script: str, n: int = 2, timeout: float = 110) -> subprocess.CompletedProcess:
+def run_ranks(script: str, *args: str, n: int = 2,
+              timeout: float = 110) -> subprocess.CompletedProcess:
   env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-  return subprocess.run([*mpiexec(n), sys.executable, str(HERE / script)], capture_output=True,
-                        text=True, timeout=timeout, env=env, cwd=ROOT)
+  return subprocess.run([*mpiexec(n), sys.executable, str(HERE / script), *args],
+                        capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
 
 
 def assert_ranks_ok(res: subprocess.CompletedProcess, n: int = 2) -> None:
@@ -68,11 +69,13 @@ def test_tensor_parallel_smollm2_decodes_the_greedy_tokens():
   assert_ranks_ok(run_ranks("worker_llm.py", timeout=400))
 
 
-def test_a_raising_rank_stops_the_job():
-  """Rank 1 raises while rank 0 waits in an all-reduce: the job ends with an error, no hang."""
-  res = run_ranks("worker_abort.py", timeout=60)
+@pytest.mark.parametrize("how", ["raise", "die"])
+def test_a_failing_rank_stops_the_job(how):
+  """Rank 1 raises or is killed while rank 0 waits in an all-reduce: the job ends with an
+  error within the timeout, no hang."""
+  res = run_ranks("worker_abort.py", how, timeout=60)
   assert res.returncode != 0
-  assert "rank 1 fails on purpose" in res.stderr
+  if how == "raise": assert "rank 1 fails on purpose" in res.stderr
   assert "rank 0 returned" not in res.stdout
 
 
