@@ -33,6 +33,9 @@ def check_values(rank: int, n: int) -> None:
   assert np.array_equal(dist.all_gather(half).numpy(), np.concatenate(every, 0).astype(np.float16))
   if rank == 0: dist.send(x * 10, dst=1, tag=5)
   if rank == 1: assert np.array_equal(dist.recv(x, src=0, tag=5).numpy(), every[0] * 10)
+  into = Tensor.zeros(8).contiguous().realize()  # a collective stored into a slice
+  into[4:8].assign(dist.all_reduce(Tensor.ones(4)))
+  assert into.tolist() == [0.0] * 4 + [float(n)] * 4
   scalar = dist.all_reduce(Tensor(float(rank)))
   assert scalar.shape == () and scalar.item() == sum(range(n))
 

@@ -629,10 +629,18 @@ def _build_copy(ctx: RangeifyCtx, target: UOp, copy: UOp, key: UOp) -> None:
   ctx.kernels.append(kernel)
 
 
+def _is_whole_buffer(target: UOp) -> bool:
+  """Whether a store target is all of its buffer (a copy call writes a buffer from its start)."""
+  while target.op is Ops.RESHAPE: target = target.src[0]
+  return target.op is Ops.PARAM
+
+
 def _build_kernel(ctx: RangeifyCtx, store: UOp, key: UOp) -> None:
   """Make the kernel computing `store` (a STORE into a buffer view) and register it."""
   target, value = store.src[0], store.src[1]
-  if value.op in (Ops.COPY, Ops.COLLECTIVE): return _build_copy(ctx, target, value, key)
+  if value.op in (Ops.COPY, Ops.COLLECTIVE):
+    if _is_whole_buffer(target): return _build_copy(ctx, target, value, key)
+    _source_buffer(ctx, value)  # copied whole into an intermediate, stored into the view below
   kernel = Kernel(ast=value, key=key, writes=_base_param(target))
   saved = ctx.current
   ctx.current = kernel
