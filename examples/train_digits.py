@@ -2,6 +2,7 @@
 
   python examples/train_digits.py                      # CPU, ~97-99% test accuracy, TinyJit steps
   python examples/train_digits.py --device PYTHON --steps 2 --batch 4 --test-size 8  # interpreter
+  mpiexec -n 2 python examples/train_digits.py --distributed  # data parallel: half a batch a rank
 
 Shows a progress bar with loss and accuracy, evaluates on a held-out 20% split and writes the
 weights as safetensors.
@@ -13,9 +14,12 @@ import gzip
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from unigrad import Context, Device, Tensor, TinyJit, dtypes, nn
 from unigrad.nn.state import get_parameters, get_state_dict, safe_save
+import unigrad.distributed as dist  # mpi4py (unigrad[mpi]) is imported by dist.init() only
+from unigrad.distributed.data_parallel import DistributedOptimizer
 
 DATA = Path(__file__).parent / "data" / "digits.csv.gz"
 
@@ -87,29 +91,41 @@ def main() -> None:
   p.add_argument("--seed", type=int, default=42)
   p.add_argument("--test-size", type=int, default=None, help="evaluate on the first N test digits")
   p.add_argument("--no-jit", action="store_true", help="build and schedule every step (no TinyJit)")
+  p.add_argument("--distributed", action="store_true",
+                 help="data parallel over the MPI ranks (run under mpiexec; needs unigrad[mpi]): "
+                      "each rank takes its part of every batch, the gradients are averaged")
   args = p.parse_args()
   with Context(**({"DEV": args.device} if args.device else {})): train(args)
 
 
 def train(args: argparse.Namespace) -> None:
   device = Device.DEFAULT
+  rank, ranks = 0, 1
+  if args.distributed:  # every rank draws the same batches (same seed) and keeps its part
+    dist.init()
+    rank, ranks = dist.rank(), dist.world_size()
+    if args.batch % ranks: raise SystemExit(f"--batch {args.batch} does not split over {ranks}")
   Tensor.manual_seed(args.seed)
   (xtr, ytr), (xte, yte) = split(*load_digits())
   xte, yte = xte[:args.test_size], yte[:args.test_size]
   X, Y = Tensor(xtr, device=device), Tensor(ytr, dtype=dtypes.int32, device=device)
   model = DigitsCNN()
-  opt = nn.optim.Adam(get_parameters(model), lr=args.lr)
-  print(f"training on {device}: {len(xtr)} train / {len(xte)} test digits, "
+  opt: Any = nn.optim.Adam(get_parameters(model), lr=args.lr)
+  if args.distributed: opt = DistributedOptimizer(opt)
+  where = f"rank {rank} of {ranks}, " if args.distributed else ""
+  print(f"training on {where}{device}: {len(xtr)} train / {len(xte)} test digits, "
         f"{args.steps} steps of {args.batch}")
+  part = args.batch // ranks
 
   def train_step() -> tuple[Tensor, Tensor]:
-    idx = Tensor.randint(0, len(xtr), (args.batch,), device=device)
+    idx = Tensor.randint(0, len(xtr), (args.batch,), device=device)[rank * part:(rank + 1) * part]
     xb, yb = X[idx], Y[idx]
     opt.zero_grad()
     out = model(xb)
     loss = out.sparse_categorical_crossentropy(yb)
     loss.backward()
     acc = (out.argmax(-1) == yb).float().mean()
+    if args.distributed: loss, acc = dist.all_reduce(loss, "mean"), dist.all_reduce(acc, "mean")
     Tensor.realize_all(loss, acc, *opt.schedule_step())  # forward shared with the update: one run
     return loss, acc
   step_fn = train_step if args.no_jit else TinyJit(train_step)  # replays from the third step on
@@ -118,9 +134,10 @@ def train(args: argparse.Namespace) -> None:
   with Tensor.train():
     for step in range(1, args.steps + 1):
       loss, acc = step_fn()
-      if step % 10 == 0 or step == args.steps:
+      if (step % 10 == 0 or step == args.steps) and rank == 0:
         progress(step, args.steps, loss.item(), acc.item(), t0)
   elapsed = time.perf_counter() - t0
+  if rank != 0: return  # the ranks hold the same model: rank 0 evaluates and saves it
   sys.stderr.write("\n")
   print(f"{args.steps / elapsed:.1f} steps/s ({'eager' if args.no_jit else 'TinyJit'})")
   test_acc = evaluate(model, xte, yte, device)

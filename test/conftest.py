@@ -1,6 +1,9 @@
 """Test defaults: every stage's spec verifier runs (SPEC=1) and every generated load and store
 checks its index against its buffer (CHECK_OOB=1), so an out-of-bounds access anywhere in the suite
-fails the test that caused it."""
+fails the test that caused it. Tests marked `slow` (a feature's heaviest end-to-end check, whose
+feature the default run also covers with a smaller test) run only with SLOW=1."""
+import os
+
 import pytest
 
 from unigrad.helpers import GlobalCounters
@@ -28,3 +31,10 @@ def no_kernels():
   before = GlobalCounters.kernel_count
   yield
   assert GlobalCounters.kernel_count == before, "a kernel ran"
+
+
+def pytest_collection_modifyitems(config, items):
+  if os.environ.get("SLOW", "0") not in ("", "0"): return
+  skip = pytest.mark.skip(reason="slow: runs with SLOW=1")
+  for item in items:
+    if "slow" in item.keywords: item.add_marker(skip)

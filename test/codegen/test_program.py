@@ -5,6 +5,7 @@ import pytest
 from unigrad import Tensor
 from unigrad.codegen.pipeline import to_program, to_rendered
 from unigrad.codegen.program import ProgramInfo, spec_program
+from unigrad.engine.programs import get_runner
 from unigrad.knobs import Context
 from unigrad.runtime.device import Device
 from unigrad.uop import Ops, UOp
@@ -34,13 +35,13 @@ def test_the_program_spec_rejects_a_program_without_its_binary():
   rendered = to_rendered(kernel, Device["PYTHON"].renderer)
   with pytest.raises(SpecError, match="LINEAR, SOURCE, BINARY"): spec_program.verify(rendered)
   compiled = to_program(kernel, Device["PYTHON"].renderer)
-  with pytest.raises(SpecError, match="ProgramInfo"): spec_program.verify(compiled.replace(arg=None))
+  with pytest.raises(SpecError, match="ProgramInfo"):
+    spec_program.verify(compiled.replace(arg=None))
   empty = compiled.replace(src=(*compiled.src[:2], compiled.src[2].replace(arg=b"")))
   with pytest.raises(SpecError, match="empty"): spec_program.verify(empty)
 
 
 def test_the_engine_launches_the_programs_codegen_built():
-  from unigrad.engine.programs import get_runner
   kernel = kernel_of(Tensor(np.ones(8, dtype=np.float32), device="CPU").exp())
   runner = get_runner(kernel, "CPU")
   assert runner.program_uop.op is Ops.PROGRAM and runner.name == runner.program_uop.arg.name

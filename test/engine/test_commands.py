@@ -2,9 +2,10 @@
 import numpy as np
 import pytest
 
-from unigrad import Tensor, TinyJit
+from unigrad import Tensor, TinyJit, function
 from unigrad.engine import commands, entry, execute
 from unigrad.engine.commands import CommandBuffer
+from unigrad.runtime.device import Device
 
 
 def test_schedule_and_realize_take_one_path(monkeypatch):
@@ -22,7 +23,6 @@ def test_schedule_and_realize_take_one_path(monkeypatch):
 
 def test_the_entry_point_is_not_re_entered(monkeypatch):
   """A graph over several devices that calls a function: lowered and inlined in one pass."""
-  from unigrad import function
   @function
   def f(a): return a * 2 + 1
   calls = []
@@ -63,6 +63,5 @@ def test_an_executor_serves_every_run_of_a_command_buffer(monkeypatch):
 def test_a_command_buffer_with_no_kernels_runs_again_on_a_device_without_addresses():
   """Regression: a run with no entries counted as all-batched and took the address path, which
   an OpenCL buffer (no raw address) cannot give."""
-  from unigrad.runtime.device import Device
   if not Device.device_class("CL").is_available(): pytest.skip("no OpenCL device")
   for _ in range(3): assert Tensor.eye(0, device="CL").numpy().shape == (0, 0)

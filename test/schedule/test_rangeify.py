@@ -222,3 +222,12 @@ def test_deep_graph_of_many_kernels_realizes_without_recursion_error():
     want = np.exp(hn - hn.max(-1, keepdims=True))
     want = want / want.sum(-1, keepdims=True) * 16
   np.testing.assert_allclose(x.numpy(), want, rtol=1e-3, atol=1e-4)
+
+
+def test_a_copy_assigned_into_a_slice_lands_in_the_slice():
+  """A COPY (or COLLECTIVE) call writes a whole buffer from its start: stored into a view that is
+  not its whole buffer, it is copied into an intermediate first and stored by a kernel (it
+  raised, or would have written at offset 0)."""
+  u = Tensor.zeros(8).contiguous().realize()
+  u[4:8].assign(Tensor.arange(4).float().to("CPU:1").to("CPU"))
+  assert u.tolist() == [0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 2.0, 3.0]

@@ -23,8 +23,9 @@ from unigrad.engine import compcache, profile
 from unigrad.helpers import GlobalCounters, cpu_threads
 from unigrad.knobs import BEAM, CHECK_OOB, DEBUG, IGNORE_BEAM_CACHE, MARCH, NOOPT, PROFILE
 from unigrad.renderer import Renderer
+from unigrad.runtime.collective import collective_program
 from unigrad.runtime.device import Device, Program
-from unigrad.uop import UOp
+from unigrad.uop import Ops, UOp
 from unigrad.uop.upat import traced_call
 
 __all__ = ["Runner", "ProgramCache", "programs", "get_runner", "compile_ahead", "settings",
@@ -127,6 +128,11 @@ def get_runner(kernel: UOp, device: str) -> Runner:
   """The compiled program for a kernel AST on a device (see the module docstring)."""
   key = programs.key(kernel, device)
   if (r := programs.runners.get(key)) is not None: return r
+  if kernel.op is Ops.COLLECTIVE:  # an MPI call, launched like a kernel (runtime/collective.py)
+    prog = collective_program(kernel, device)
+    r = programs.runners[key] = Runner(ProgramInfo(kernel.arg.kind, device,
+                                                   Estimates(0, prog.nbytes)), prog)
+    return r
   t0 = time.perf_counter()
   rendered = _rendered(kernel, device)
   t1 = time.perf_counter()
@@ -147,7 +153,8 @@ def compile_ahead(kernels: list[UOp], device: str) -> None:
   stays on this thread (Python); a compile error is raised here, as get_runner raises it."""
   comp = Device[device].compiler
   if comp is None or not comp.compiles_in_parallel or cpu_threads() < 2: return
-  todo = [k for k in dict.fromkeys(kernels) if programs.key(k, device) not in programs.runners]
+  todo = [k for k in dict.fromkeys(kernels)
+          if k.op is not Ops.COLLECTIVE and programs.key(k, device) not in programs.runners]
   if len(todo) < 2: return
   t0 = time.perf_counter()
   rendered = [_rendered(k, device) for k in todo]

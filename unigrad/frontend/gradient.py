@@ -25,6 +25,7 @@ import math
 import threading
 import weakref
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from unigrad.dtype import DType, dtypes
@@ -188,6 +189,9 @@ pm_gradient = PatternMatcher([
   (UPat(Ops.DETACH), lambda: (None,)),
   # y = copy(x) to another device: g copied back
   (UPat(Ops.COPY, src=(_x,)), lambda ctx, x: (UOp(Ops.COPY, ctx.dtype, (ctx,), x.device),)),
+  # collectives between processes (a value equal on every rank is one value, as a replicated
+  # multi-device tensor is): see _collective_grad
+  (UPat(Ops.COLLECTIVE, name="c"), lambda ctx, c: (_collective_grad(ctx, c),)),
   # REPLICATED keeps one of n equal slices: the first slice gets the gradient, the others none
   (UPat(Ops.REPLICATED, src=(_x,)), lambda ctx, x: (
     UOp(Ops.PAD, ctx.dtype, (ctx, shape_uop((0,) * len(x.shape)), shape_uop(x.shape))),)),
@@ -195,6 +199,27 @@ pm_gradient = PatternMatcher([
   (UPat(Ops.AFTER, name="a"), _after_grad),
   (UPat(Ops.STORE, name="st"), lambda ctx, st: (None, ctx, *(None,) * (len(st.src) - 2))),
 ])
+
+
+def _collective_grad(g: UOp, c: UOp) -> UOp | None:
+  """The local gradient of a collective, with a value equal on every rank counted once (the
+  multi-process form of a replicated tensor): all_reduce(sum) passes g (each rank's share of
+  the sum gets the same g), mean scales it, max/min give it to the ranks holding the extreme;
+  all_gather keeps this rank's rows of g; reduce_scatter gathers g; a broadcast gives g to its
+  root; a send passes g to its local copy; a recv has no gradient."""
+  x, a = c.src[0], c.arg
+  if a.kind == "all_reduce" and a.reduce == "sum": return g
+  if a.kind == "all_reduce": return _eq(x, c).where(g, UOp.const(g.dtype, 0.0))
+  if a.kind == "all_gather":
+    rows = x.shape[0]
+    start = shape_uop((a.rank * rows, *(0 for _ in x.shape[1:])))
+    return UOp(Ops.SHRINK, g.dtype, (g, start, shape_uop(x.shape)))
+  if a.kind == "reduce_scatter" and a.reduce == "sum":
+    return UOp(Ops.COLLECTIVE, g.dtype, (g,), replace(a, kind="all_gather", reduce=None))
+  if a.kind == "broadcast": return g if a.rank == a.peer else g.const_like(0.0)
+  if a.kind == "send": return g
+  if a.kind == "recv": return None
+  raise GradientError(f"gradient: no rule for {a.kind}({a.reduce}): detach() its input")
 
 
 # ---- gradient overrides ----

@@ -494,6 +494,11 @@ class CPUProgram:
     if self.oob is not None and self.oob[0]: self._raise_oob()
     return time.perf_counter() - st if wait else None
 
+  def tramp_address(self, nbufs: int, nvals: int) -> int:
+    """The trampoline a native command buffer calls this program through (`trampoline`); a
+    program that is not a kernel (an MPI collective) brings its own."""
+    return trampoline(nbufs, nvals)
+
   def _raise_oob(self) -> None:
     _, slot, index, size, store, lanes = list(self.oob)
     ctypes.memset(self.oob, 0, ctypes.sizeof(self.oob))
@@ -523,7 +528,7 @@ class CPUBatch:
       words = [_address(b) for b in bufs] + [int(v) & (2 ** 64 - 1) for v in vals]
       arr = (ctypes.c_uint64 * max(1, len(words)))(*words)
       self.args.append(arr)
-      self.items[i] = _Item(trampoline(len(bufs), len(vals)), prog.address,
+      self.items[i] = _Item(prog.tramp_address(len(bufs), len(vals)), prog.address,
                             ctypes.addressof(arr), int(global_size[0]))
 
   def set_arg(self, launch: int, index: int, value: Any) -> None:

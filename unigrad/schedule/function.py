@@ -92,7 +92,7 @@ def graph_nodes(root: UOp) -> dict[UOp, None]:
 
 # what a body must not hold for `call_result`: a walk rebuilding the graph must see these itself
 # (buffers, markers; a copy may go to several devices, which realize lowers before callify)
-_REWRITTEN = frozenset({Ops.BUFFER, Ops.CONTIGUOUS, Ops.AFTER, Ops.COPY})
+_REWRITTEN = frozenset({Ops.BUFFER, Ops.CONTIGUOUS, Ops.AFTER, Ops.COPY, Ops.COLLECTIVE})
 
 
 @functools.lru_cache(maxsize=4096)

@@ -404,7 +404,7 @@ def find_realizes(body: UOp) -> set[UOp]:
     u, expanded, reduced = stack.pop()
     if (u, expanded, reduced) in seen: continue
     seen.add((u, expanded, reduced))
-    if u.op in (Ops.CONTIGUOUS, Ops.COPY): realize.add(u)
+    if u.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.COLLECTIVE): realize.add(u)
     if u not in realize and (
         ((expanded or reduced) and u.op is Ops.REDUCE and not _has_closed_form(u))
         or (expanded and u.op in GroupOp.ALU and _is_expensive(u, realize))
@@ -618,20 +618,29 @@ def _source_buffer(ctx: RangeifyCtx, x: UOp) -> tuple[UOp, int | None]:
 
 
 def _build_copy(ctx: RangeifyCtx, target: UOp, copy: UOp, key: UOp) -> None:
-  """A COPY to another device is a copy call in the command buffer, not a kernel."""
+  """A COPY to another device (or a COLLECTIVE between processes) is a call of its own in the
+  command buffer, not a kernel."""
   src, dep = _source_buffer(ctx, copy.src[0])
   dst = _base_param(target)
-  ast = UOp(Ops.COPY, copy.dtype, (dst, src), copy.arg)
+  ast = UOp(copy.op, copy.dtype, (dst, src), copy.arg)
   kernel = Kernel(ast=ast, key=key, writes=dst, reads={src})
   if dep is not None: kernel.deps.add(dep)
   ctx.producer[key] = len(ctx.kernels)
   ctx.kernels.append(kernel)
 
 
+def _is_whole_buffer(target: UOp) -> bool:
+  """Whether a store target is all of its buffer (a copy call writes a buffer from its start)."""
+  while target.op is Ops.RESHAPE: target = target.src[0]
+  return target.op is Ops.PARAM
+
+
 def _build_kernel(ctx: RangeifyCtx, store: UOp, key: UOp) -> None:
   """Make the kernel computing `store` (a STORE into a buffer view) and register it."""
   target, value = store.src[0], store.src[1]
-  if value.op is Ops.COPY: return _build_copy(ctx, target, value, key)
+  if value.op in (Ops.COPY, Ops.COLLECTIVE):
+    if _is_whole_buffer(target): return _build_copy(ctx, target, value, key)
+    _source_buffer(ctx, value)  # copied whole into an intermediate, stored into the view below
   kernel = Kernel(ast=value, key=key, writes=_base_param(target))
   saved = ctx.current
   ctx.current = kernel

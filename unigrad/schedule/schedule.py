@@ -147,6 +147,9 @@ def create_schedule(body: UOp, nargs: int, device: str) -> UOp:
       ast = ctx.kernels[i].ast
       calls.append(UOp(Ops.CALL, dtypes.void, (ast.replace(src=()), *ast.src)))
       continue
+    if ctx.kernels[i].ast.op is Ops.COLLECTIVE:  # CALL(COLLECTIVE(dst, src), dst, src): MPI
+      calls.append(UOp(Ops.CALL, dtypes.void, (ctx.kernels[i].ast, *ctx.kernels[i].ast.src)))
+      continue
     kernel, params = finalize_kernel(ctx.kernels[i].ast)
     if SPEC >= 1: spec_kernel.verify(kernel)
     calls.append(UOp(Ops.CALL, dtypes.void, (kernel, *params)))

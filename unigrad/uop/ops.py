@@ -26,6 +26,7 @@ class Ops(Enum):
   FUNCTION = auto(); CALL = auto(); TUPLE = auto(); GETTUPLE = auto()  # noqa: E702
   # memory
   LOAD = auto(); STORE = auto(); COPY = auto()  # noqa: E702
+  COLLECTIVE = auto()  # a collective over processes (MPI): a call of its own, like COPY
   # ordering
   RANGE = auto(); END = auto(); AFTER = auto(); GROUP = auto(); SINK = auto()  # noqa: E702
   LINEAR = auto()
@@ -176,6 +177,28 @@ class ReduceArg:
 
   def __init__(self, op: Ops, axes: tuple[int, ...] = ()) -> None:
     self.__dict__["op"], self.__dict__["axes"] = op, axes  # see ParamArg.__init__
+
+
+COLLECTIVE_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send", "recv")
+COLLECTIVE_REDUCES = ("sum", "max", "min")
+
+
+@dataclass(frozen=True)
+class CollectiveArg:
+  """Arg of COLLECTIVE: what every process of a group does together with its local tensor.
+
+  `kind` is one of COLLECTIVE_KINDS; `reduce` the combining op of all_reduce and reduce_scatter
+  (sum, max or min); `nranks` the size of the group and `rank` this process's place in it (both
+  fix the result's shape: all_gather joins `nranks` tensors along axis 0, reduce_scatter keeps
+  this rank's 1/nranks of axis 0); `peer` the root of a broadcast, the destination of a send or
+  the source of a recv (-1 for the others); `tag` tells apart messages between the same pair.
+  """
+  kind: str
+  nranks: int
+  rank: int
+  reduce: str | None = None
+  peer: int = -1
+  tag: int = 0
 
 
 @dataclass(frozen=True)

@@ -104,6 +104,15 @@ def _reduce_shape(u: UOp) -> Shape | None:
   return tuple(1 if i in u.arg.axes else d for i, d in enumerate(s))
 
 
+def _collective_shape(u: UOp) -> Shape | None:
+  """all_gather joins the ranks' tensors along axis 0, reduce_scatter keeps this rank's part of
+  axis 0; the other collectives keep the shape."""
+  shape, arg = u.src[0].shape, u.arg
+  if arg.kind == "all_gather": return (shape[0] * arg.nranks, *shape[1:])
+  if arg.kind == "reduce_scatter": return (shape[0] // arg.nranks, *shape[1:])
+  return shape
+
+
 def _bitcast_shape(u: UOp) -> Shape | None:
   s, src_size, dst_size = u.src[0].shape, u.src[0].dtype.itemsize, u.dtype.itemsize
   if s is None or src_size == dst_size or not s: return s
@@ -184,6 +193,7 @@ SHAPE_RULES: dict[Ops, Callable[[UOp], Shape | None]] = {
   Ops.REPLICATED: lambda u: tuple(1 if i in u.arg else d for i, d in enumerate(u.src[0].shape)),
   Ops.REDUCE: _reduce_shape,
   Ops.BITCAST: _bitcast_shape,
+  Ops.COLLECTIVE: _collective_shape,
   **dict.fromkeys((Ops.CAST, Ops.COPY, Ops.AFTER, Ops.LOAD, Ops.DETACH, Ops.CONTIGUOUS,
                    Ops.CONTIGUOUSBACKWARD), _source_shape),
   Ops.GEP: _no_axes,
@@ -232,7 +242,7 @@ def derive_addrspace(u: UOp) -> AddrSpace:
   op = u.op
   if op in (Ops.BUFFER, Ops.PARAM): return u.arg.addrspace
   if op is Ops.LOAD: return _load_arg(u.arg)[1] or AddrSpace.REG
-  if op is Ops.COPY: return AddrSpace.GLOBAL
+  if op in (Ops.COPY, Ops.COLLECTIVE): return AddrSpace.GLOBAL
   if op in MEMORY_PASSTHROUGH: return u.src[0].addrspace
   return AddrSpace.REG
 

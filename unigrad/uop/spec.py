@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from unigrad.dtype import DType, dtypes, truncate
-from unigrad.uop.ops import ARITY, GroupOp, InvalidType, Ops, ParamArg, ReduceArg
+from unigrad.uop.ops import (ARITY, COLLECTIVE_KINDS, COLLECTIVE_REDUCES, CollectiveArg, GroupOp,
+                              InvalidType, Ops, ParamArg, ReduceArg)
 from unigrad.uop.properties import derive_dtype
 
 if TYPE_CHECKING:
@@ -303,6 +304,21 @@ def _dtype_is(dt: DType) -> Check:
   return lambda u: None if u.dtype == dt else f"dtype must be {dt!r}"
 
 
+def _collective_rule(u: UOp) -> str | None:
+  a = u.arg
+  if not isinstance(a, CollectiveArg): return "arg must be a CollectiveArg"
+  if a.kind not in COLLECTIVE_KINDS: return f"kind must be one of {COLLECTIVE_KINDS}"
+  if (a.reduce is not None) != (a.kind in ("all_reduce", "reduce_scatter")):
+    return "all_reduce and reduce_scatter (only) take a reduce op"
+  if a.reduce is not None and a.reduce not in COLLECTIVE_REDUCES:
+    return f"reduce must be one of {COLLECTIVE_REDUCES}"
+  if not 0 <= a.rank < a.nranks: return "rank must lie in [0, nranks)"
+  if len(u.src[0].shape) == 0: return "the source must have an axis 0"
+  if a.kind == "reduce_scatter" and u.src[0].shape[0] % a.nranks:
+    return "reduce_scatter needs axis 0 divisible by nranks"
+  return None
+
+
 _SHAPE1 = (("sources", nsrc(1)), ("shape", has_shape))
 _tensor_checks: dict[Ops, tuple[tuple[str, Check], ...]] = {
   Ops.CONST: (("sources", nsrc(0)), ("value fits dtype", _const_arg)),
@@ -335,6 +351,7 @@ _tensor_checks: dict[Ops, tuple[tuple[str, Check], ...]] = {
   Ops.GETTUPLE: (("sources", nsrc(1)), ("index", _gettuple_rule)),
   Ops.COPY: (("sources", nsrc(1)),
              ("device arg", arg_is((str, tuple), "a device name or tuple of names"))),
+  Ops.COLLECTIVE: (*_SHAPE1, ("CollectiveArg", _collective_rule)),
   Ops.STORE: (("sources", nsrc(2, 3)), ("void", _dtype_is(dtypes.void)), ("shapes", _store_rule)),
   Ops.AFTER: (("sources", min_src(1)),),
   Ops.GROUP: (("void", _dtype_is(dtypes.void)),),
