@@ -17,9 +17,8 @@ import argparse
 import importlib.util
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import NamedTuple
 
 from unigrad import Tensor, nn
 from unigrad.nn.state import load_state_dict
@@ -34,8 +33,7 @@ PIXEL_MEAN, PIXEL_STD = 127.0, 128.0
 BN_EPS = 1e-3
 
 
-@dataclass(frozen=True)
-class Stage:
+class Stage(NamedTuple):
   """A run of MBConv blocks: the first one changes width and stride, the others repeat it."""
   repeats: int
   kernel: int
