@@ -102,6 +102,17 @@ def access_strides(k: OptKernel, stored: bool,
 def load_strides(k: OptKernel) -> list[Strides]: return access_strides(k, stored=False)
 
 
+# a reduce whose every axis is shorter than this is a small sliding window (a depthwise
+# convolution: 3x3 or 5x5 per channel, no sum over channels)
+SHORT_WINDOW = 8
+
+
+def is_short_window(k: OptKernel) -> bool:
+  """Whether every REDUCE axis of `k` is shorter than SHORT_WINDOW."""
+  reduces = [s for s, t in zip(k.sizes, k.axis_types()) if t is AxisType.REDUCE]
+  return bool(reduces) and max(reduces) < SHORT_WINDOW
+
+
 @dataclass(frozen=True)
 class TilePlan:
   """A register tile, as range ids: the vector axis, the reuse axis (or None), and the LOOP axes
@@ -140,11 +151,27 @@ def plan_tiles(k: OptKernel, vector_bytes: int) -> list[TilePlan]:
       plan = TilePlan(rid, used[-1] if used else None, rest, st.itemsize)
       plans.append((_lanes(size[rid], 2 * vector_bytes // st.itemsize) * st.itemsize, pos, plan))
   plans.sort(key=lambda p: p[:2], reverse=True)
+  if is_short_window(k): return short_window_tiles(k, [p for *_, p in plans])
   widest = max((s.itemsize for s in strides), default=4)
   # a tile of the two innermost output axes pays only where a load is reused across one of them
   # (a row sum of softmax's exp, read once: 4x4 scalar sums 33 us, vector partial sums 10 us)
   if not any(st.of.get(o) == 0 for st in strides for o in loops[-2:]): return [p for *_, p in plans]
   return [p for _, _, p in plans] + [TilePlan(loops[-1], loops[-2], (), widest, checked=False)]
+
+
+def short_window_tiles(k: OptKernel, plans: list[TilePlan]) -> list[TilePlan]:
+  """The tiles of a kernel whose reduce is a short window: only those whose contiguous input is
+  read in the reduce loop and reused across an output axis (a convolution over 3 input channels
+  reuses each input across its output channels). A depthwise convolution reuses nothing: its
+  per-channel loads (a batchnorm's statistics after it) made tiles that were no vectors, then
+  an output vector of two lanes; left as it is (threads only), the C compiler vectorizes its
+  loops along the output width (depthwise 5x5 with batchnorm, one thread, kernel time:
+  672x14x14 1.11 -> 0.13 ms, 144x56x56 stride 2 1.08 -> 0.33 ms; 240x28x28 0.50 either way)."""
+  reduces = [r for r in k.axes if r.arg.axis_type is AxisType.REDUCE]
+  def in_loop(vector: int) -> bool:
+    return any(st.of.get(vector) == 1 and any(st_r.of.get(r.arg.id) for r in reduces)
+               for st, st_r in zip(load_strides(k), access_strides(k, False, AxisType.REDUCE)))
+  return [p for p in plans if p.reuse is not None and in_loop(p.vector)]
 
 
 # ---- the opts ----
@@ -294,19 +321,11 @@ def group_reduce(k: OptKernel, lanes: int) -> OptKernel:
   return k
 
 
-# partial sums need a reduce axis of at least this many elements (group_reduce's two lanes of
-# at least 4 each): a shorter one (a depthwise convolution's kernel width, 3 or 5) is left whole
-MIN_GROUPED_REDUCE = 8
-
-
 def contiguous_reduce(k: OptKernel) -> bool:
-  """Whether a load reads contiguously along the innermost REDUCE axis, and that axis is long
-  enough to split into partial sums (a depthwise 3x3 convolution vectorizes along its output
-  width instead: its window of 3 stayed scalar, 96x56x56 stride 2 3.0 -> x ms)."""
-  reduces = [i for i, r in enumerate(k.axes) if r.arg.axis_type is AxisType.REDUCE]
-  if not reduces or k.sizes[reduces[-1]] < MIN_GROUPED_REDUCE: return False
-  return any(st.of[k.axes[reduces[-1]].arg.id] == 1
-             for st in access_strides(k, False, AxisType.REDUCE))
+  """Whether a load reads contiguously along the innermost REDUCE axis."""
+  reduces = [r for r in k.axes if r.arg.axis_type is AxisType.REDUCE]
+  return bool(reduces) and any(st.of[reduces[-1].arg.id] == 1
+                               for st in access_strides(k, False, AxisType.REDUCE))
 
 
 # rows of a transposing load unrolled per vector (each cache line used 8x): clang turns 8 rows
