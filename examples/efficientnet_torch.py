@@ -48,8 +48,8 @@ class MBConvBlock(nn.Module):
 
 
 class EfficientNetLite0(nn.Module):
-  """`stages`: (repeats, kernel, stride, expand, c_in, c_out) per stage, as examples/efficientnet.py's
-  STAGES."""
+  """`stages`: (repeats, kernel, stride, expand, c_in, c_out) per stage, as the STAGES of
+  examples/efficientnet.py."""
 
   def __init__(self, stages: Sequence[tuple[int, int, int, int, int, int]], eps: float) -> None:
     super().__init__()
