@@ -21,11 +21,15 @@ The choice is read off the kernel's loads: for each input buffer read, the strid
   ~10% of the contiguous matmul with the transposed sums of codegen/transpose_sums.py; the
   schedule copies no weight for it), and short reductions such as a convolution's weight
   gradient, whose kernel width (3) gives no vector output axis (ReducePlan).
+- Short windows (every reduce axis shorter than SHORT_WINDOW: a depthwise convolution) get a
+  register tile only where the tile's contiguous input is read in the window loop and reused
+  across an output axis; else their plain loops are left to the C compiler, which vectorizes
+  them along the output width.
 - THREAD: split an output axis across the cores when there is enough work per core, preferring
   one the contiguous input does not depend on (so `core_id` stays out of its addresses).
 - Vectors for everything else: the output axis along which the store is contiguous (else a load
-  is) is upcast to one vector register, unless a reduce reads contiguously along its own
-  innermost axis; such reductions (and any kernel left without a vector axis) split that reduce
+  is) is upcast to one vector register (none narrower than MIN_OUTPUT_LANES), unless a reduce
+  reads contiguously along its own innermost axis; such reductions (and any kernel left without a vector axis) split that reduce
   axis into independent partial accumulators.
 """
 from __future__ import annotations
