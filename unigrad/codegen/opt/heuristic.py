@@ -29,8 +29,8 @@ The choice is read off the kernel's loads: for each input buffer read, the strid
   one the contiguous input does not depend on (so `core_id` stays out of its addresses).
 - Vectors for everything else: the output axis along which the store is contiguous (else a load
   is) is upcast to one vector register (none narrower than MIN_OUTPUT_LANES), unless a reduce
-  reads contiguously along its own innermost axis; such reductions (and any kernel left without a vector axis) split that reduce
-  axis into independent partial accumulators.
+  reads contiguously along its own innermost axis; such reductions (and any kernel left without
+  a vector axis) split that reduce axis into independent partial accumulators.
 """
 from __future__ import annotations
 
