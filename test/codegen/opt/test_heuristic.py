@@ -116,15 +116,6 @@ def test_depthwise_conv_gets_no_tile_from_its_per_channel_loads(channels, size, 
   assert out.axis_types().count(AxisType.THREAD) == 1
 
 
-def test_a_padded_rows_odd_width_gets_no_two_lane_vector():
-  """A depthwise convolution's padded input, 58 wide (2 x 29): no 2-lane vector of gated loads,
-  the plain loop is the C compiler's to vectorize; 64 wide still gets a register."""
-  odd = only_kernel(Tensor.empty(1, 144, 56, 56).pad((1, 1, 1, 1)).contiguous())
-  assert upcasts(hand_coded_optimizations(odd, AVX512, threads=1)) == []
-  even = only_kernel(Tensor.empty(1, 144, 62, 62).pad((1, 1, 1, 1)).contiguous())
-  assert upcasts(hand_coded_optimizations(even, AVX512, threads=1)) == [16]
-
-
 def test_short_window_conv_over_three_channels_keeps_its_tile():
   """A stem convolution (3 input channels, 3x3: every reduce axis short) reuses each input across
   its output channels: the register tile stays."""

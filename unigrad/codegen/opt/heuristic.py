@@ -28,9 +28,9 @@ The choice is read off the kernel's loads: for each input buffer read, the strid
 - THREAD: split an output axis across the cores when there is enough work per core, preferring
   one the contiguous input does not depend on (so `core_id` stays out of its addresses).
 - Vectors for everything else: the output axis along which the store is contiguous (else a load
-  is) is upcast to one vector register (none narrower than MIN_OUTPUT_LANES), unless a reduce
-  reads contiguously along its own innermost axis; such reductions (and any kernel left without
-  a vector axis) split that reduce axis into independent partial accumulators.
+  is) is upcast to one vector register, unless a reduce reads contiguously along its own
+  innermost axis; such reductions (and any kernel left without a vector axis) split that reduce
+  axis into independent partial accumulators.
 """
 from __future__ import annotations
 
@@ -168,9 +168,10 @@ def short_window_tiles(k: OptKernel, plans: list[TilePlan]) -> list[TilePlan]:
   read in the reduce loop and reused across an output axis (a convolution over 3 input channels
   reuses each input across its output channels). A depthwise convolution reuses nothing: its
   per-channel loads (a batchnorm's statistics after it) made tiles that were no vectors, then
-  an output vector of two lanes; left as it is (threads only), the C compiler vectorizes its
-  loops along the output width (depthwise 5x5 with batchnorm, one thread, kernel time:
-  672x14x14 1.11 -> 0.13 ms, 144x56x56 stride 2 1.08 -> 0.33 ms; 240x28x28 0.50 either way)."""
+  the unchecked tile of the two innermost output axes took 2 or 4 lanes of the output width;
+  left as it is (threads only), the C compiler vectorizes its loops along the output width
+  (depthwise 5x5 with batchnorm, one thread, kernel time: 672x14x14 1.11 -> 0.13 ms,
+  144x56x56 stride 2 1.08 -> 0.33 ms; 240x28x28 0.50 either way)."""
   reduces = [r for r in k.axes if r.arg.axis_type is AxisType.REDUCE]
   def in_loop(vector: int) -> bool:
     return any(st.of.get(vector) == 1 and any(st_r.of.get(r.arg.id) for r in reduces)
@@ -338,12 +339,6 @@ def contiguous_reduce(k: OptKernel) -> bool:
 TRANSPOSE_ROWS = 8
 
 
-# an output vector narrower than this is left to the C compiler's own loop vectorizer: a padded
-# row's odd width (58 = 2 x 29) gave 2-lane vectors of gated loads (a depthwise convolution's
-# padded input, one thread: 144x58x58 0.43 -> 0.27 ms, 96x114x114 1.7 -> 0.9 ms)
-MIN_OUTPUT_LANES = 4
-
-
 def output_vector(k: OptKernel, vector_bytes: int) -> OptKernel:
   """Upcast the LOOP axis the store is contiguous along (else one a load is) to one register;
   a load contiguous along another LOOP axis (a transpose) gets that axis upcast by
@@ -353,8 +348,7 @@ def output_vector(k: OptKernel, vector_bytes: int) -> OptKernel:
       unit = [rid for rid, s in st.of.items() if s == 1 and axis_of(k, rid) is not None]
       if unit:
         up, vec = _upcast(k, unit[-1], vector_bytes // st.itemsize)
-        if vec is not None and vec.src[0].arg >= MIN_OUTPUT_LANES:
-          return transpose_rows(up, unit[-1])
+        if vec is not None: return transpose_rows(up, unit[-1])
   return k
 
 
