@@ -7,17 +7,20 @@
 
 Each case is a row of CASES: a name and a builder that returns unigrad's step and PyTorch's step
 on the same weights and inputs: the MiniLM forward (eager as a user writes it: on one batch again
-and again, and on new input tensors at every call; and under TinyJit), and the training steps of
-bench/train_step.py (the digits CNN with Adam, an MLP with SGD). Steady state: the best of
+and again, and on new input tensors at every call; and under TinyJit), EfficientNet-Lite0
+inference at batch 1 and 8 and depthwise convolutions (3x3 and 5x5, stride 1 and 2, the shapes of
+its blocks) against torch eager and torch.compile, and the training steps of bench/train_step.py
+(the digits CNN with Adam, an MLP with SGD). Steady state: the best of
 `--repeat` calls after a warm-up (the schedule and program caches are warm), ratio > 1 when
 unigrad is faster; torch runs with as many threads as unigrad's kernels (`THREADS`, default every
 core). First call: the case is built and called once in a fresh process (python -c), with
 CACHEDIR an empty temporary directory (cold: every kernel compiles) and then the same directory
-again (warm: schedules, kernels and binaries come from disk), for the MiniLM cases;
-`--no-first-call` skips it.
+again (warm: schedules, kernels and binaries come from disk), for the MiniLM cases and
+EfficientNet at batch 1; `--no-first-call` skips it.
 
 MiniLM (examples/minilm.py) uses the packaged all-MiniLM-L6-v2 weights when `unigrad[minilm]` is
-installed, else its own random initialization (the same work either way).
+installed, EfficientNet (examples/efficientnet.py) the packaged Lite0 checkpoint with
+`unigrad[efficientnet]`, else each its own random initialization (the same work either way).
 """
 from __future__ import annotations
 
@@ -39,6 +42,7 @@ from common import CLOCK, best_of, row
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
 
+import efficientnet  # noqa: E402
 from minilm import BertConfig, MiniLM, SentenceEncoder  # noqa: E402
 from train_step import both_steps, cnn_case, mlp_case  # noqa: E402
 
@@ -47,15 +51,16 @@ from unigrad.nn.state import get_state_dict  # noqa: E402
 from unigrad.runtime.ops_cpu import cpu_threads  # noqa: E402
 
 Step = Callable[[], Any]
-Builder = Callable[[Any], tuple[Step, Step | None]]
+Peers = Step | dict[str, Step] | None  # torch's step, or one per torch mode ("torch.compile")
+Builder = Callable[[Any], tuple[Step, Peers]]
 
 
 @dataclass(frozen=True)
 class Case:
-  """A benchmark row: `build(torch)` -> (unigrad step, torch step or None without torch). A step
-  runs the whole model call and waits for its result."""
+  """A benchmark row: `build(torch)` -> (unigrad step, torch's step, a dict of torch steps by
+  name, or None without torch). A step runs the whole model call and waits for its result."""
   name: str
-  build: Callable[[Any], tuple[Step, Step | None]]
+  build: Builder
 
 
 # ---- MiniLM ----
@@ -79,12 +84,11 @@ def token_batch(batch: int, seq: int) -> tuple[np.ndarray, np.ndarray]:
   return ids * mask, mask
 
 
-def minilm_forward(batch: int, seq: int, new_inputs: bool = False
-                   ) -> Callable[[Any], tuple[Step, Step | None]]:
+def minilm_forward(batch: int, seq: int, new_inputs: bool = False) -> Builder:
   """The forward on one token batch; with `new_inputs`, unigrad's step makes its input tensors
   from the arrays at every call (as a loop over tokenized batches does: no graph is the same as
   the last one), torch's wraps them as well."""
-  def build(torch: Any) -> tuple[Step, Step | None]:
+  def build(torch: Any) -> tuple[Step, Peers]:
     model = minilm_encoder()
     ids, mask = token_batch(batch, seq)
     u_ids, u_mask = Tensor(ids, dtype=dtypes.int32), Tensor(mask, dtype=dtypes.int32)
@@ -108,17 +112,72 @@ def minilm_forward(batch: int, seq: int, new_inputs: bool = False
 
 def jitted(build: Builder) -> Builder:
   """The same case with unigrad's step under TinyJit (replays its captured kernels)."""
-  def build_jit(torch: Any) -> tuple[Step, Step | None]:
+  def build_jit(torch: Any) -> tuple[Step, Peers]:
     ours, theirs = build(torch)
     return TinyJit(ours), theirs
   return build_jit
+
+
+# ---- EfficientNet-Lite0 and depthwise convolutions ----
+
+def efficientnet_model() -> efficientnet.EfficientNetLite0:
+  """The packaged EfficientNet-Lite0 when installed, else a randomly initialized one (realized)."""
+  try: return efficientnet.load()
+  except ModuleNotFoundError:
+    model = efficientnet.EfficientNetLite0()
+    Tensor.realize_all(*get_state_dict(model).values())
+    return model
+
+
+def efficientnet_forward(batch: int) -> Builder:
+  """Inference on one (batch, 3, 224, 224) batch; torch runs the same weights in torch.nn
+  (examples/efficientnet_torch.py), eagerly and compiled."""
+  def build(torch: Any) -> tuple[Step, Peers]:
+    model = efficientnet_model()
+    x = np.random.default_rng(0).standard_normal((batch, 3, 224, 224)).astype(np.float32)
+    u_x = Tensor(x).realize()
+    def ours() -> Any: return model(u_x).realize()
+    if torch is None: return ours, None
+    import efficientnet_torch  # noqa: PLC0415 (needs torch, which is optional)
+    ref = efficientnet_torch.EfficientNetLite0(efficientnet.STAGES, efficientnet.BN_EPS).eval()
+    ref.load_state_dict({k: torch.from_numpy(v.numpy()) for k, v in
+                         get_state_dict(model).items()})
+    return ours, _bound(torch, ref, torch.from_numpy(x))
+  return build
+
+
+def _bound(torch: Any, module: Any, *args: Any) -> dict[str, Step]:
+  """torch's steps: `module(*args)` eagerly and under torch.compile, in inference mode."""
+  compiled = torch.compile(module)
+  def step(fn: Any) -> Step:
+    def run() -> Any:
+      with torch.inference_mode(): return fn(*args)
+    return run
+  return {"torch": step(module), "torch.compile": step(compiled)}
+
+
+def depthwise_conv(channels: int, size: int, kernel: int, stride: int) -> Builder:
+  """One depthwise convolution (groups == channels, batch 1, padding kernel // 2) with its
+  weights, as EfficientNet's blocks run them."""
+  def build(torch: Any) -> tuple[Step, Peers]:
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, channels, size, size)).astype(np.float32)
+    w = rng.standard_normal((channels, 1, kernel, kernel)).astype(np.float32)
+    u_x, u_w = Tensor(x).realize(), Tensor(w).realize()
+    def ours() -> Any: return u_x.conv2d(u_w, None, channels, stride, 1, kernel // 2).realize()
+    if torch is None: return ours, None
+    t_x, t_w = torch.from_numpy(x), torch.from_numpy(w)
+    def conv(a: Any, b: Any) -> Any:
+      return torch.nn.functional.conv2d(a, b, None, stride, kernel // 2, 1, channels)
+    return ours, _bound(torch, conv, t_x, t_w)
+  return build
 
 
 # ---- training steps (bench/train_step.py's cases) ----
 
 def train_step(case: Callable[[Any], tuple], jit: bool) -> Builder:
   """A whole training step (forward, backward, optimizer update) on both sides."""
-  def build(torch: Any) -> tuple[Step, Step | None]:
+  def build(torch: Any) -> tuple[Step, Peers]:
     if torch is None: raise SystemExit("training-step cases compare against torch")
     ours, theirs = both_steps(case, torch)
     return (TinyJit(ours) if jit else ours), theirs
@@ -130,13 +189,21 @@ CASES: list[Case] = [
   Case("minilm 8x32 new inputs", minilm_forward(8, 32, new_inputs=True)),
   Case("minilm forward 1x128", minilm_forward(1, 128)),
   Case("minilm 8x32 TinyJit", jitted(minilm_forward(8, 32))),
+  Case("efficientnet-lite0 b1", efficientnet_forward(1)),
+  Case("efficientnet-lite0 b8", efficientnet_forward(8)),
+  Case("efficientnet-lite0 b1 TinyJit", jitted(efficientnet_forward(1))),
+  Case("efficientnet-lite0 b8 TinyJit", jitted(efficientnet_forward(8))),
+  Case("depthwise 3x3 s1 144x56x56", depthwise_conv(144, 56, 3, 1)),
+  Case("depthwise 3x3 s2 96x112x112", depthwise_conv(96, 112, 3, 2)),
+  Case("depthwise 5x5 s1 240x28x28", depthwise_conv(240, 28, 5, 1)),
+  Case("depthwise 5x5 s2 144x56x56", depthwise_conv(144, 56, 5, 2)),
   Case("digits CNN step", train_step(cnn_case, jit=False)),
   Case("digits CNN step TinyJit", train_step(cnn_case, jit=True)),
   Case("MLP step", train_step(mlp_case, jit=False)),
   Case("MLP step TinyJit", train_step(mlp_case, jit=True)),
 ]
 # the fresh-process first-call timings are for the model cases
-FIRST_CALL = ("minilm forward 8x32", "minilm forward 1x128")
+FIRST_CALL = ("minilm forward 8x32", "minilm forward 1x128", "efficientnet-lite0 b1")
 
 
 # ---- running ----
@@ -202,7 +269,9 @@ def main() -> None:
   for case in CASES:
     if args.only not in case.name: continue
     ours, theirs = case.build(torch)
-    peers = {"torch": best_of(theirs, args.repeat)} if theirs is not None else {}
+    if theirs is None: theirs = {}
+    elif not isinstance(theirs, dict): theirs = {"torch": theirs}
+    peers = {lib: best_of(step, args.repeat) for lib, step in theirs.items()}
     row(case.name, best_of(ours, args.repeat), peers)
     if not args.no_first_call and case.name in FIRST_CALL: report_first_call(case.name)
 

@@ -61,6 +61,16 @@ def test_conv2d(xs, ws, kw):
         rnd(*ws), b)
 
 
+def test_depthwise_conv2d_reads_its_weight_in_place():
+  """One output channel per group: the weight is read as stored, one kernel (a weight copy per
+  layer and call cost EfficientNet-Lite0 16 kernels a forward); a channel multiplier of 2 keeps
+  the copy to (cin, kh, kw, cout)."""
+  x, w = Tensor(rnd(1, 4, 6, 6), device=PY).realize(), Tensor(rnd(4, 1, 3, 3), device=PY).realize()
+  assert len(x.conv2d(w, groups=4).schedule().src) == 1
+  w2 = Tensor(rnd(8, 1, 3, 3), device=PY).realize()
+  assert len(x.conv2d(w2, groups=4).schedule().src) == 2
+
+
 def test_conv2d_flat_padding():
   check(lambda x, w: x.conv2d(w, padding=(1, 0, 2, 1)),
         lambda x, w: F.conv2d(F.pad(x, (1, 0, 2, 1)), w), rnd(1, 2, 4, 4), rnd(2, 2, 3, 3))

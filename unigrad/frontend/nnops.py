@@ -261,8 +261,11 @@ def _conv(x: Tensor, weight: Tensor, groups: int, s_: Sequence[int], d_: Sequenc
   win = win.reshape(bs, groups, cin, 1, *o_, *k_).expand(bs, groups, cin, rc, *o_, *k_)
   win = win.permute(0, 1, 3, *range(4, 4 + n), 2, *range(4 + n, 4 + 2 * n))
   # weights stored (cin, *k_, cout): a vector of output channels is one contiguous load, each
-  # input value is broadcast across it (the register tile the CPU heuristics pick)
-  wt = weight.cast(acc).permute(*range(1, n + 2), 0).contiguous().permute(n + 1, *range(n + 1))
+  # input value is broadcast across it (the register tile the CPU heuristics pick). With one
+  # output channel per group (a depthwise convolution) a weight is one scalar per window
+  # position whatever its layout: no copy (it cost a kernel per layer and call)
+  wt = weight.cast(acc)
+  if rc > 1: wt = wt.permute(*range(1, n + 2), 0).contiguous().permute(n + 1, *range(n + 1))
   w = wt.reshape(1, groups, rc, *[1] * n, cin, *k_)
   out = (win * w).sum(tuple(range(3 + n, 4 + 2 * n)), dtype=acc)  # over (cin, *k_)
   return out.reshape(bs, cout, *o_).cast(dt)

@@ -95,6 +95,36 @@ def test_conv_tile_is_one_the_codegen_vectorizes():
   assert 64 <= math.prod(upcasts(out)) <= 128, "a tile of about 8 registers"
 
 
+def depthwise_bn(channels: int, size: int, kernel: int, stride: int) -> OptKernel:
+  """A depthwise convolution with a batchnorm and ReLU6 after it (EfficientNet's), as one kernel."""
+  x = Tensor.empty(1, channels, size, size)
+  y = x.conv2d(Tensor.empty(channels, 1, kernel, kernel), None, channels, stride, 1, kernel // 2)
+  c = Tensor.empty(channels)
+  return reduce_kernel(y.batchnorm(c, c, c, c).relu6())
+
+
+@pytest.mark.parametrize("channels, size, kernel, stride", [(672, 14, 5, 1), (144, 56, 5, 2),
+                                                            (96, 112, 3, 2), (144, 56, 3, 1)])
+def test_depthwise_conv_gets_no_tile_from_its_per_channel_loads(channels, size, kernel, stride):
+  """The batchnorm's per-channel loads are contiguous along the channels but read outside the
+  window loop: no tile, no output vector; the C compiler vectorizes the plain loops (672x14x14
+  5x5: a 2-lane output vector ran 8x slower)."""
+  k = depthwise_bn(channels, size, kernel, stride)
+  assert plan_tiles(k, 64) == []
+  out = hand_coded_optimizations(k, AVX512, threads=2)
+  assert upcasts(out) == [] and AxisType.GROUP_REDUCE not in out.axis_types()
+  assert out.axis_types().count(AxisType.THREAD) == 1
+
+
+def test_short_window_conv_over_three_channels_keeps_its_tile():
+  """A stem convolution (3 input channels, 3x3: every reduce axis short) reuses each input across
+  its output channels: the register tile stays."""
+  k = reduce_kernel(Tensor.empty(1, 3, 224, 224).conv2d(Tensor.empty(32, 3, 3, 3), stride=2,
+                                                          padding=1))
+  assert [p.reuse is not None for p in plan_tiles(k, 64)] == [True]
+  assert len(upcasts(hand_coded_optimizations(k, AVX512, threads=2))) >= 2
+
+
 def test_avx2_conv_tile_keeps_eight_accumulators():
   """A nested reduce's tile takes a quarter of the registers but never fewer accumulators than
   two FMA units of 4 cycles keep in flight: AVX2's 16 registers give 8, not 4 (which ran the
