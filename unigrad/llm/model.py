@@ -22,6 +22,7 @@ from typing import Any
 from unigrad.dtype import dtypes
 from unigrad.frontend.tensor import Tensor
 from unigrad.nn.layers import RMSNorm, embedding
+from unigrad.nn.quantized import is_packed
 from unigrad.nn.tensor_io import FormatError
 from unigrad.uop import UOp
 
@@ -185,23 +186,28 @@ class Transformer:
                                                                blk.attention.cache_v)))
 
   @staticmethod
-  def from_gguf(path: str, max_context: int | None = None, batch: int = 1) -> Transformer:
-    """The model in a llama-architecture GGUF file, its weights dequantized to float32."""
+  def from_gguf(path: str, max_context: int | None = None, batch: int = 1,
+                packed: bool = True) -> Transformer:
+    """The model in a llama-architecture GGUF file. `packed` (the default): quantized weights
+    stay in their blocks (`gguf_load(dequantize=False)`), dequantized in registers by the
+    kernels that read them; else dequantized to float32 at load."""
     from unigrad.nn.gguf import gguf_load  # noqa: PLC0415 (the GGUF reader is only needed here)
-    kv, weights = gguf_load(path)
+    kv, weights = gguf_load(path, dequantize=not packed)
     model = Transformer(LlamaConfig.from_gguf(kv, weights, str(path)), max_context, batch)
     model.load_gguf_weights(weights, str(path))
     model.metadata = kv
     return model
 
   def load_gguf_weights(self, weights: dict[str, Tensor], source: str) -> None:
-    """Take the tensors of a GGUF file (llama.cpp's names), each realized in a buffer of its own."""
+    """Take the tensors of a GGUF file (llama.cpp's names), each realized in a buffer of its own,
+    except packed weights (`gguf_load(dequantize=False)`), which stay lazy dequantizations of
+    their realized blocks: realizing one would write the float32 copy they exist to avoid."""
     def get(name: str, shape: tuple[int, ...]) -> Tensor:
       if name not in weights: raise FormatError(f"{source}: tensor {name} is missing")
       w = weights[name]
       if tuple(w.shape) != shape:
         raise FormatError(f"{source}: tensor {name} has shape {tuple(w.shape)}, expected {shape}")
-      return w.cast(dtypes.float32).contiguous()
+      return w if is_packed(w) else w.cast(dtypes.float32).contiguous()
     cfg = self.cfg
     q, kv = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
     self.tok_embeddings = get("token_embd.weight", (cfg.vocab_size, cfg.dim))
@@ -222,7 +228,7 @@ class Transformer:
       blk.w_down = get(p + "ffn_down.weight", (cfg.dim, cfg.ffn_dim))
       loaded += [att.wq, att.wk, att.wv, att.wo, blk.attention_norm.weight, blk.ffn_norm.weight,
                  blk.w_gate, blk.w_up, blk.w_down]
-    Tensor.realize_all(*loaded)
+    Tensor.realize_all(*(w for w in loaded if not is_packed(w)))
 
   def __call__(self, tokens: Tensor, start_pos: int | UOp = 0, last_only: bool = False) -> Tensor:
     """Logits (B, T, vocab) for `tokens` (B, T) at positions start_pos...; `last_only`: those
