@@ -117,10 +117,12 @@ class Attention:
     cfg = self.cfg
     b, t, _ = x.shape
     # the projections are materialized before the rotation reads each output twice (fused, a
-    # pair's two dot products would be computed for each of its two outputs)
+    # pair's two dot products would be computed for each of its two outputs), and before the
+    # cache write reads v as (heads, head_dim): a matmul storing into two output axes is tiled
+    # with its weight read across rows (a packed Q4_1 wv: 20x slower than with one axis)
     q = (x @ self.wq.T).contiguous().reshape(b, t, cfg.n_heads, cfg.head_dim)
     k = (x @ self.wk.T).contiguous().reshape(b, t, cfg.n_kv_heads, cfg.head_dim)
-    v = (x @ self.wv.T).reshape(b, t, cfg.n_kv_heads, cfg.head_dim)
+    v = (x @ self.wv.T).contiguous().reshape(b, t, cfg.n_kv_heads, cfg.head_dim)
     q, k = rotate(q, cos, sin), rotate(k, cos, sin)
     end = start_pos + t
     self.cache_k[:b, start_pos:end].assign(k)
@@ -128,7 +130,9 @@ class Attention:
     keys, values = self.cache_k[:b, 0:end], self.cache_v[:b, 0:end]
     mask = None if t == 1 else causal_mask(t, start_pos, end, x.device)
     out = grouped_attention(q, keys, values, mask)
-    return out.reshape(b, t, cfg.n_heads * cfg.head_dim) @ self.wo.T
+    # materialized as (b, t, heads * head_dim): read through the heads' permutation, the output
+    # projection's reduce index is not seen to be contiguous, and its weight is read across rows
+    return out.reshape(b, t, cfg.n_heads * cfg.head_dim).contiguous() @ self.wo.T
 
 
 def grouped_attention(q: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None) -> Tensor:
