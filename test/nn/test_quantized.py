@@ -82,6 +82,7 @@ def test_gguf_load_keeps_blocks_packed_near_file_size(tmp_path):
   for n, r in raws.items():
     assert is_packed(packed[n]) and not is_packed(floats[n])
     assert packed_nbytes(packed[n]) <= 1.3 * r.nbytes, n
+  for n in ("Q4_1", "Q4_K"):  # the values (every format's: the tests above)
     np.testing.assert_array_equal(packed[n].numpy(), floats[n].numpy())
 
 
