@@ -51,7 +51,7 @@ from unigrad.llm import Tokenizer, default_model_path
 from unigrad.llm.cli import DEFAULT_CONTEXT
 from unigrad.llm.generate import Generator
 from unigrad.llm.model import Transformer
-from unigrad.nn.quantized import QUANT_FORMATS, pack, packed_nbytes
+from unigrad.nn.quantized import QUANT_FORMATS, as_tensor, pack, packed_nbytes
 
 ROOT = Path(__file__).resolve().parents[1]
 FIRST_TOKEN_PROMPT = "The capital of France is"
@@ -85,7 +85,7 @@ def weight_bytes(model: Transformer) -> int:
     a = b.attention
     ws += [a.wq, a.wk, a.wv, a.wo, b.w_gate, b.w_up, b.w_down, b.attention_norm.weight,
            b.ffn_norm.weight]
-  return sum(packed_nbytes(w) for w in ws)
+  return sum(packed_nbytes(as_tensor(w)) for w in ws)
 
 
 def unigrad_run(path: str, packed: bool) -> tuple[Timed, int]:

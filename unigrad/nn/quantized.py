@@ -29,7 +29,8 @@ from unigrad.nn.tensor_io import FormatError
 from unigrad.uop import Ops, UOp
 
 __all__ = ["QuantFormat", "QUANT_FORMATS", "pack", "dequantize_blocks", "packed_nbytes",
-           "is_packed"]
+           "is_packed", "linear", "QuantizedLinear", "DEQUANTIZE_ROWS", "PackedWeight",
+           "packed_weight", "as_tensor", "Weight"]
 
 Parts = tuple[Tensor, ...]
 # the buffers `pack` made (held weakly: a part lives as long as a weight reads it)
@@ -199,11 +200,30 @@ def dequantize_blocks(raw: Tensor, fmt: QuantFormat, shape: tuple[int, ...],
   return fmt.dequantize(fmt.repack(_blocks(raw, fmt, shape, name))).reshape(shape)
 
 
+@dataclass(frozen=True)
+class PackedWeight:
+  """A packed weight held by its realized parts: `tensor()` builds its lazy dequantization (the
+  same UOps each time: hash-consed). A model keeps weights this way, not as the lazy Tensor:
+  every realize walks the live lazy Tensors, and 200 weights' graphs made a prompt's 90 realizes
+  take seconds."""
+  fmt: QuantFormat
+  parts: Parts
+  shape: tuple[int, ...]
+
+  def tensor(self) -> Tensor: return self.fmt.dequantize(self.parts).reshape(self.shape)
+
+  def nbytes(self) -> int: return sum(p.nbytes() for p in self.parts)
+
+
+# the lazy Tensors `pack` returned (by their UOp, held weakly) -> their PackedWeight
+_PACKED: weakref.WeakKeyDictionary[UOp, PackedWeight] = weakref.WeakKeyDictionary()
+
+
 def pack(raw: Tensor, fmt: QuantFormat | str, shape: tuple[int, ...],
          name: str = "tensor") -> Tensor:
   """The blocks in `raw` (1-D uint8) repacked into realized parts, and their dequantization as a
-  lazy float32 Tensor of `shape`: a matmul over it reads the parts, never a float32 copy.
-  `w = pack(raw, "Q4_1", (out, in)); y = x @ w.T`"""
+  lazy float32 Tensor of `shape`: a matmul over it reads the parts, never a float32 copy
+  (`packed_weight` gives back its parts). `w = pack(raw, "Q4_1", (out, in)); y = x @ w.T`"""
   if isinstance(fmt, str):
     if fmt not in QUANT_FORMATS:
       raise ValueError(f"pack: unsupported format {fmt!r} for {name!r} (supported: "
@@ -213,7 +233,15 @@ def pack(raw: Tensor, fmt: QuantFormat | str, shape: tuple[int, ...],
   parts = tuple(p.contiguous() for p in fmt.repack(_blocks(raw, fmt, shape, name)))
   Tensor.realize_all(*parts)
   _PACKED_PARTS.update(u for p in parts for u in p.uop.toposort() if u.op is Ops.BUFFER)
-  return fmt.dequantize(parts).reshape(shape)
+  pw = PackedWeight(fmt, parts, tuple(shape))
+  out = pw.tensor()
+  _PACKED[out.uop] = pw
+  return out
+
+
+def packed_weight(t: Tensor) -> PackedWeight | None:
+  """The PackedWeight behind a Tensor `pack` returned (None for any other Tensor)."""
+  return _PACKED.get(t.uop)
 
 
 def packed_nbytes(t: Tensor) -> int:
@@ -229,3 +257,42 @@ def is_packed(t: Tensor) -> bool:
   if t.uop.op is Ops.BUFFER: return False
   buffers = [u for u in t.uop.toposort() if u.op is Ops.BUFFER]
   return bool(buffers) and all(b in _PACKED_PARTS for b in buffers)
+
+
+# a packed weight times at least this many rows (a prompt's tokens) is dequantized once into a
+# transient float32 buffer: fused, each tile of rows dequantizes it again (SmolLM2's 128-token
+# prefill: 4x slower fused than from float32)
+DEQUANTIZE_ROWS = 16
+
+
+Weight = Tensor | PackedWeight
+
+
+def linear(x: Tensor, w: Weight, bias: Tensor | None = None) -> Tensor:
+  """`x @ w.T (+ bias)` for a weight `w` (out, in): a Tensor, packed or not, or a PackedWeight.
+  A packed weight times fewer than DEQUANTIZE_ROWS rows of x (decoding) is one kernel reading
+  its blocks; times more rows it is first dequantized into a transient float32 buffer (a kernel
+  of its own), freed after."""
+  rows = math.prod(int(s) for s in x.shape[:-1])
+  if isinstance(w, PackedWeight): w = w.tensor()
+  if rows >= DEQUANTIZE_ROWS and is_packed(w): w = w.contiguous()
+  out = x @ w.T
+  return out if bias is None else out + bias
+
+
+def as_tensor(w: Weight) -> Tensor:
+  """A weight as a Tensor (a PackedWeight as its lazy dequantization)."""
+  return w.tensor() if isinstance(w, PackedWeight) else w
+
+
+class QuantizedLinear:
+  """A Linear layer over a packed weight: `QuantizedLinear(pack(raw, "Q4_0", (out, in)))(x)`."""
+
+  def __init__(self, weight: Tensor, bias: Tensor | None = None) -> None:
+    if weight.ndim != 2: raise ValueError(f"QuantizedLinear: weight must be 2-D, got "
+                                          f"{tuple(weight.shape)}")
+    pw = packed_weight(weight)
+    self.weight: Weight = weight if pw is None else pw
+    self.bias = bias
+
+  def __call__(self, x: Tensor) -> Tensor: return linear(x, self.weight, self.bias)
