@@ -7,7 +7,9 @@ import pytest
 
 from unigrad import Tensor, dtypes
 from unigrad.nn.gguf import GGML_TYPES, gguf_load
-from unigrad.nn.quantized import QUANT_FORMATS, dequantize_blocks, is_packed, pack, packed_nbytes
+from unigrad.nn.quantized import (DEQUANTIZE_ROWS, QUANT_FORMATS, QuantizedLinear,
+                                   dequantize_blocks, is_packed, linear, pack, packed_nbytes,
+                                   packed_weight)
 from unigrad.nn.tensor_io import FormatError
 from unigrad.uop import Ops
 
@@ -100,3 +102,23 @@ def test_block_count_mismatch_raises_format_error_naming_the_tensor():
     pack(raw, "Q4_0", (2, 32), "blk.0.w")
   with pytest.raises(FormatError, match=r"tensor 'v'.*not whole Q8_0 blocks"):
     pack(raw, "Q8_0", (3, 18), "v")
+
+
+def kernels_of(t: Tensor) -> list:
+  return [u.src[0] for u in t.schedule().src if u.op is Ops.CALL]
+
+
+def test_linear_dequantizes_once_for_many_rows_and_fuses_for_few():
+  rows, cols = 64, 64
+  raw = random_blocks("Q8_0", rows * cols // 32, seed=4).reshape(-1)
+  w = pack(Tensor(raw), "Q8_0", (rows, cols))
+  pw = packed_weight(w)
+  assert pw is not None and pw.nbytes() == rows * cols + rows * cols // 32 * 4
+  assert packed_weight(Tensor.ones(2)) is None
+  layer, bias = QuantizedLinear(w, Tensor.ones(rows)), np.ones(rows, np.float32)
+  assert layer.weight is pw
+  deq = dequantize_blocks(Tensor(raw), QUANT_FORMATS["Q8_0"], (rows, cols)).numpy()
+  for n, kernels in ((1, 1), (DEQUANTIZE_ROWS, 2)):  # decode: fused; a prompt: dequantized first
+    x = Tensor.randn(n, cols).realize()
+    assert len(kernels_of(linear(x, pw))) == kernels
+    np.testing.assert_allclose(layer(x).numpy(), x.numpy() @ deq.T + bias, rtol=1e-5, atol=1e-5)
