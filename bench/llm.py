@@ -2,7 +2,14 @@
 float32) on the same file and prompt, and the first token of a fresh `python -m unigrad.llm`.
 
   python bench/llm.py [--threads 2] [--prompt-tokens 128] [--decode-tokens 32] [--repeat 3]
-                      [--no-fresh] [--no-torch]
+                      [--no-fresh] [--no-torch] [--no-float32] [--no-matvec] [--matvec-only]
+
+unigrad runs twice: on packed weights (the default: quantized blocks read by the matmuls) and
+with the weights dequantized to float32 at load (`--no-float32` skips it). For each: the bytes
+its weights take (what one decoded token reads, the KV cache aside) and the share of this
+machine's read bandwidth (a unigrad sum over a 256 MiB float32 buffer, best of 5) its decode
+speed implies. A matrix-vector micro-benchmark per block format (a 4096x4096 packed weight
+times a vector under TinyJit): GB/s of packed bytes read.
 
 Steady state, each library with `--threads` threads (unigrad's THREADS knob, torch's
 set_num_threads): prefill tokens/s (one pass over a `--prompt-tokens` prompt, its last logits
@@ -26,6 +33,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import random
 import os
 import subprocess
 import sys
@@ -37,9 +45,13 @@ from typing import Any
 
 from common import SETTLE_S
 
+from unigrad import Tensor, TinyJit
 from unigrad.knobs import THREADS
 from unigrad.llm import Tokenizer, default_model_path
-from unigrad.llm.cli import DEFAULT_CONTEXT, load_model
+from unigrad.llm.cli import DEFAULT_CONTEXT
+from unigrad.llm.generate import Generator
+from unigrad.llm.model import Transformer
+from unigrad.nn.quantized import QUANT_FORMATS, as_tensor, pack, packed_nbytes
 
 ROOT = Path(__file__).resolve().parents[1]
 FIRST_TOKEN_PROMPT = "The capital of France is"
@@ -66,9 +78,21 @@ def argmax(xs: list[float]) -> int:
   return max(range(len(xs)), key=xs.__getitem__)
 
 
-def unigrad_run(path: str) -> Timed:
-  """A function timing unigrad on a prompt: (prefill seconds, seconds per decoded token)."""
-  gen = load_model(path, DEFAULT_CONTEXT).generator
+def weight_bytes(model: Transformer) -> int:
+  """The bytes of the model's weights (packed parts or float32 buffers): what a token reads."""
+  ws = [model.tok_embeddings, model.norm.weight]
+  for b in model.layers:
+    a = b.attention
+    ws += [a.wq, a.wk, a.wv, a.wo, b.w_gate, b.w_up, b.w_down, b.attention_norm.weight,
+           b.ffn_norm.weight]
+  return sum(packed_nbytes(as_tensor(w)) for w in ws)
+
+
+def unigrad_run(path: str, packed: bool) -> tuple[Timed, int]:
+  """A function timing unigrad on a prompt: (prefill seconds, seconds per decoded token), and the
+  bytes of its weights."""
+  model = Transformer.from_gguf(path, max_context=DEFAULT_CONTEXT, packed=packed)
+  gen = Generator(model)
 
   def run(ids: list[int], steps: int) -> tuple[float, float]:
     t0 = time.perf_counter()
@@ -76,7 +100,45 @@ def unigrad_run(path: str) -> Timed:
     t1 = time.perf_counter()
     for pos in range(len(ids), len(ids) + steps): logits = gen.decode(argmax(logits), pos)
     return t1 - t0, (time.perf_counter() - t1) / steps
-  return run
+  return run, weight_bytes(model)
+
+
+def read_bandwidth(repeat: int = 5) -> float:
+  """This machine's read bandwidth as unigrad sees it: bytes/s of a sum over 256 MiB of float32."""
+  x = Tensor.ones(64 << 20).contiguous().realize()
+  total = TinyJit(lambda t: t.sum().realize())
+  for _ in range(3): total(x)
+  times = []
+  for _ in range(repeat):
+    t0 = time.perf_counter()
+    total(x)
+    times.append(time.perf_counter() - t0)
+  return x.nbytes() / min(times)
+
+
+def report_matvec(repeat: int) -> None:
+  """GB/s of packed bytes read by a 4096x4096 quantized matrix-vector product, per format."""
+  print("quantized matvec 4096x4096 (x @ W.T, W packed), TinyJit, best of "
+        f"{repeat * 10} calls:")
+  rng = random.Random(0)
+  for name, fmt in QUANT_FORMATS.items():
+    rows = cols = 4096
+    nb = rows * cols // fmt.block
+    block = bytearray(rng.randbytes(fmt.block_bytes * nb))
+    for at in (208,) if name == "Q6_K" else (0, 2):  # float16 scales 2**-7: values stay finite
+      block[at::fmt.block_bytes], block[at + 1::fmt.block_bytes] = bytes(nb), b"\x20" * nb
+    w = pack(Tensor(bytes(block)), fmt, (rows, cols))
+    x = Tensor.ones(1, cols).contiguous().realize()
+    mv = TinyJit(lambda v, w=w: (v @ w.T).realize())
+    for _ in range(3): mv(x)
+    times = []
+    for _ in range(repeat * 10):
+      t0 = time.perf_counter()
+      mv(x)
+      times.append(time.perf_counter() - t0)
+    size = packed_nbytes(w)
+    print(f"  {name:5s} {size / 2**20:6.1f} MiB  {min(times) * 1e3:7.3f} ms  "
+          f"{size / min(times) / 1e9:6.2f} GB/s")
 
 
 def torch_run(torch: Any, path: str) -> Timed:
@@ -110,8 +172,13 @@ def best(run: Timed, ids: list[int], steps: int, repeat: int) -> tuple[float, fl
 
 def report_steady(args: argparse.Namespace, path: str) -> None:
   ids = prompt_ids(Tokenizer.from_gguf(path), args.prompt_tokens)
-  ours = best(unigrad_run(path), ids, args.decode_tokens, args.repeat)
-  rows = {"unigrad": ours}
+  rows, sizes = {}, {}
+  for name, packed in (("unigrad", True), ("unigrad f32", False)):
+    if not packed and args.no_float32: continue
+    run, sizes[name] = unigrad_run(path, packed)
+    rows[name] = best(run, ids, args.decode_tokens, args.repeat)
+    del run
+  ours = rows["unigrad"]
   torch = None if args.no_torch else try_torch(args.threads)
   if torch is not None: rows["transformers"] = best(torch_run(torch, path), ids,
                                                     args.decode_tokens, args.repeat)
@@ -124,6 +191,13 @@ def report_steady(args: argparse.Namespace, path: str) -> None:
   if "transformers" in rows:
     (p0, d0), (p1, d1) = ours, rows["transformers"]
     print(f"  unigrad / transformers: prefill x{p1 / p0:.2f}, decode x{d1 / d0:.2f}")
+  bandwidth = read_bandwidth()
+  print(f"read bandwidth (unigrad sum of 256 MiB float32): {bandwidth / 1e9:.2f} GB/s; "
+        f"file {os.path.getsize(path) / 1e6:.1f} MB")
+  for name, size in sizes.items():
+    per_s = size / rows[name][1]
+    print(f"  {name:13s} weights {size / 1e6:7.1f} MB read per decoded token: "
+          f"{per_s / 1e9:6.2f} GB/s, {per_s / bandwidth:6.1%} of the read bandwidth")
 
 
 def try_torch(threads: int) -> Any:
@@ -167,8 +241,13 @@ def main() -> None:
   p.add_argument("--repeat", type=int, default=3)
   p.add_argument("--no-fresh", action="store_true", help="skip the fresh-process timings")
   p.add_argument("--no-torch", action="store_true", help="unigrad alone")
+  p.add_argument("--no-float32", action="store_true", help="skip unigrad on float32 weights")
+  p.add_argument("--no-matvec", action="store_true", help="skip the quantized matvec per format")
+  p.add_argument("--matvec-only", action="store_true", help="the quantized matvecs alone")
   args = p.parse_args()
   THREADS.value = args.threads
+  if not args.no_matvec: report_matvec(args.repeat)
+  if args.matvec_only: return
   path = default_model_path()
   report_steady(args, path)
   if not args.no_fresh: report_fresh(path, args.threads)

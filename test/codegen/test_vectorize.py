@@ -192,6 +192,17 @@ def test_vector_range_needs_more_unit_stride_than_strided_accesses():
   assert pick_vector_range(OptKernel(kernel).apply(Opt.upcast(0, 8)).finalize(), 64) is not None
 
 
+def test_bytes_are_vector_loads_widened_but_byte_arithmetic_stays_scalar():
+  # a quantized weight's packed integers: one 16-byte vector load, widened in registers
+  src = check((x(4, 16, dtype=dtypes.uint8).cast(dtypes.int32) >> 4).float() * x(4, 16),
+              [Opt.upcast(1, 16)])
+  assert "((unsigned_char_v16_u*)" in src and "__builtin_convertvector(" in src
+  src = check(x(4, 16, dtype=dtypes.int8).float() + 1, [Opt.upcast(1, 16)])
+  assert "((signed_char_v16_u*)" in src
+  src = check(x(4, 16, dtype=dtypes.uint8) + 200, [Opt.upcast(1, 16)])  # C computes it as int
+  assert "unsigned_char_v16" not in src
+
+
 def test_bool_vectors_order_false_before_true():
   a, b = x(4, 16) > 0, x(4, 16) > 0.5
   check(a.cast(dtypes.int32) < b.cast(dtypes.int32), [Opt.upcast(1, 16)])

@@ -11,6 +11,7 @@ from unigrad import Tensor
 from unigrad.helpers import GlobalCounters
 from unigrad.llm.generate import Generator, SamplingParams
 from unigrad.llm.model import LlamaConfig, Transformer
+from unigrad.nn.quantized import PackedWeight, as_tensor, packed_nbytes
 from unigrad.nn.tensor_io import FormatError
 
 torch = pytest.importorskip("torch")
@@ -56,6 +57,17 @@ def test_config_comes_from_the_gguf_metadata(model):
   cfg = model.cfg
   assert (cfg.n_layers, cfg.dim, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim) == (30, 576, 9, 3, 64)
   assert (cfg.ffn_dim, cfg.vocab_size, cfg.rope_base, cfg.tied_output) == (1536, 49152, 1e5, True)
+
+
+def test_weights_stay_packed_within_1_3x_the_file_size(model):
+  blocks = [w for b in model.layers for w in (b.attention.wq, b.attention.wk, b.attention.wv,
+                                               b.attention.wo, b.w_gate, b.w_up, b.w_down)]
+  # Q8_0 and Q4_1 in the file: kept as their parts
+  assert all(isinstance(w, PackedWeight) for w in [model.tok_embeddings, *blocks])
+  norms = [model.norm.weight, *(n.weight for b in model.layers
+                                for n in (b.attention_norm, b.ffn_norm))]
+  total = sum(packed_nbytes(as_tensor(w)) for w in [model.tok_embeddings, *blocks, *norms])
+  assert total <= 1.3 * os.path.getsize(os.path.join(FOLDER, NAME))
 
 
 def test_last_logits_match_transformers(model, reference):

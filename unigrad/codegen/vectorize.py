@@ -29,6 +29,9 @@ REDUCING = (AxisType.REDUCE, AxisType.UNROLL, AxisType.GROUP_REDUCE)
 # scalar types a vector may hold (the renderers' vector types); others stay unrolled
 VECTOR_DTYPES = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.uint32,
                            dtypes.int64, dtypes.uint64, dtypes.bool, dtypes.index})
+# bytes are vector lanes only on their way in or out of memory: loaded and widened (a quantized
+# weight's packed integers), or narrowed and stored; no arithmetic runs on byte vectors
+BYTE_DTYPES, BYTE_OPS = frozenset({dtypes.int8, dtypes.uint8}), (Ops.INDEX, Ops.LOAD, Ops.CAST)
 
 
 def depends_on(root: UOp, r: UOp, nodes: Iterable[UOp] | None = None) -> set[UOp]:
@@ -84,11 +87,17 @@ def lane_bytes(dep: set[UOp]) -> tuple[int, int]:
   for u in dep:
     dt = u.dtype.scalar()
     if dt == dtypes.void: continue
-    if dt not in VECTOR_DTYPES: return 0, 0
+    if dt in BYTE_DTYPES and u.op in BYTE_OPS and not _is_byte_widening_of_bytes(u): pass
+    elif dt not in VECTOR_DTYPES: return 0, 0
     if dt == dtypes.bool and _is_global_index(u): return 0, 0  # bools are bytes in memory
     widest = max(widest, 4 if dt == dtypes.index else dt.itemsize)
     if dt not in (dtypes.bool, dtypes.index): narrowest = min(narrowest, dt.itemsize)
   return min(narrowest, widest), widest
+
+
+def _is_byte_widening_of_bytes(u: UOp) -> bool:
+  """A CAST between two byte dtypes (C would compute it as int: kept scalar)."""
+  return u.op is Ops.CAST and u.src[0].dtype.scalar() in BYTE_DTYPES
 
 
 def _trips(ix: UOp, r: UOp) -> int:

@@ -22,6 +22,7 @@ from typing import Any
 from unigrad.dtype import dtypes
 from unigrad.frontend.tensor import Tensor
 from unigrad.nn.layers import RMSNorm, embedding
+from unigrad.nn.quantized import Weight, as_tensor, linear, packed_weight
 from unigrad.nn.tensor_io import FormatError
 from unigrad.uop import UOp
 
@@ -110,16 +111,21 @@ class Attention:
     shape = (batch, max_context, cfg.n_kv_heads, cfg.head_dim)  # realized by the Transformer
     self.cache_k = Tensor.zeros(*shape).contiguous()
     self.cache_v = Tensor.zeros(*shape).contiguous()
-    self.wq = self.wk = self.wv = self.wo = Tensor.empty(0)
+    self.wq: Weight = Tensor.empty(0)
+    self.wk: Weight = Tensor.empty(0)
+    self.wv: Weight = Tensor.empty(0)
+    self.wo: Weight = Tensor.empty(0)
 
   def __call__(self, x: Tensor, start_pos: int | UOp, cos: Tensor, sin: Tensor) -> Tensor:
     cfg = self.cfg
     b, t, _ = x.shape
     # the projections are materialized before the rotation reads each output twice (fused, a
-    # pair's two dot products would be computed for each of its two outputs)
-    q = (x @ self.wq.T).contiguous().reshape(b, t, cfg.n_heads, cfg.head_dim)
-    k = (x @ self.wk.T).contiguous().reshape(b, t, cfg.n_kv_heads, cfg.head_dim)
-    v = (x @ self.wv.T).reshape(b, t, cfg.n_kv_heads, cfg.head_dim)
+    # pair's two dot products would be computed for each of its two outputs), and before the
+    # cache write reads v as (heads, head_dim): a matmul storing into two output axes is tiled
+    # with its weight read across rows (a packed Q4_1 wv: 20x slower than with one axis)
+    q = linear(x, self.wq).contiguous().reshape(b, t, cfg.n_heads, cfg.head_dim)
+    k = linear(x, self.wk).contiguous().reshape(b, t, cfg.n_kv_heads, cfg.head_dim)
+    v = linear(x, self.wv).contiguous().reshape(b, t, cfg.n_kv_heads, cfg.head_dim)
     q, k = rotate(q, cos, sin), rotate(k, cos, sin)
     end = start_pos + t
     self.cache_k[:b, start_pos:end].assign(k)
@@ -127,7 +133,9 @@ class Attention:
     keys, values = self.cache_k[:b, 0:end], self.cache_v[:b, 0:end]
     mask = None if t == 1 else causal_mask(t, start_pos, end, x.device)
     out = grouped_attention(q, keys, values, mask)
-    return out.reshape(b, t, cfg.n_heads * cfg.head_dim) @ self.wo.T
+    # materialized as (b, t, heads * head_dim): read through the heads' permutation, the output
+    # projection's reduce index is not seen to be contiguous, and its weight is read across rows
+    return linear(out.reshape(b, t, cfg.n_heads * cfg.head_dim).contiguous(), self.wo)
 
 
 def grouped_attention(q: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None) -> Tensor:
@@ -159,14 +167,16 @@ class Block:
     self.attention = Attention(cfg, max_context, batch)
     self.attention_norm = RMSNorm(cfg.dim, cfg.norm_eps)
     self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
-    self.w_gate = self.w_up = self.w_down = Tensor.empty(0)
+    self.w_gate: Weight = Tensor.empty(0)
+    self.w_up: Weight = Tensor.empty(0)
+    self.w_down: Weight = Tensor.empty(0)
 
   def __call__(self, x: Tensor, start_pos: int | UOp, cos: Tensor, sin: Tensor) -> Tensor:
     # the normed inputs are made contiguous: fused into the projections, the norm's reduction
     # would be computed again for every output element
     h = x + self.attention(self.attention_norm(x).contiguous(), start_pos, cos, sin)
     n = self.ffn_norm(h).contiguous()
-    return h + ((n @ self.w_gate.T).silu() * (n @ self.w_up.T)) @ self.w_down.T
+    return h + linear(linear(n, self.w_gate).silu() * linear(n, self.w_up), self.w_down)
 
 
 class Transformer:
@@ -178,60 +188,75 @@ class Transformer:
     self.max_context = min(max_context or cfg.context_length, cfg.context_length)
     self.layers = [Block(cfg, self.max_context, batch) for _ in range(cfg.n_layers)]
     self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
-    self.tok_embeddings = self.output = Tensor.empty(0)
+    self.tok_embeddings: Weight = Tensor.empty(0)
+    self.output: Weight = self.tok_embeddings
     self.cos, self.sin = rope_tables(cfg, self.max_context)
     # one realize for every cache (a realize walks the live lazy graphs: a GGUF's weights are)
     Tensor.realize_all(*(c for blk in self.layers for c in (blk.attention.cache_k,
                                                                blk.attention.cache_v)))
 
   @staticmethod
-  def from_gguf(path: str, max_context: int | None = None, batch: int = 1) -> Transformer:
-    """The model in a llama-architecture GGUF file, its weights dequantized to float32."""
+  def from_gguf(path: str, max_context: int | None = None, batch: int = 1,
+                packed: bool = True) -> Transformer:
+    """The model in a llama-architecture GGUF file. `packed` (the default): quantized weights
+    stay in their blocks (`gguf_load(dequantize=False)`), dequantized in registers by the
+    kernels that read them; else dequantized to float32 at load."""
     from unigrad.nn.gguf import gguf_load  # noqa: PLC0415 (the GGUF reader is only needed here)
-    kv, weights = gguf_load(path)
+    kv, weights = gguf_load(path, dequantize=not packed)
     model = Transformer(LlamaConfig.from_gguf(kv, weights, str(path)), max_context, batch)
     model.load_gguf_weights(weights, str(path))
     model.metadata = kv
     return model
 
   def load_gguf_weights(self, weights: dict[str, Tensor], source: str) -> None:
-    """Take the tensors of a GGUF file (llama.cpp's names), each realized in a buffer of its own."""
-    def get(name: str, shape: tuple[int, ...]) -> Tensor:
+    """Take the tensors of a GGUF file (llama.cpp's names), each realized in a buffer of its own,
+    except packed weights (`gguf_load(dequantize=False)`), kept as their parts (PackedWeight):
+    realizing one would write the float32 copy they exist to avoid, and a lazy Tensor would be
+    walked by every realize."""
+    def tensor(name: str, shape: tuple[int, ...]) -> Tensor:
       if name not in weights: raise FormatError(f"{source}: tensor {name} is missing")
       w = weights[name]
       if tuple(w.shape) != shape:
         raise FormatError(f"{source}: tensor {name} has shape {tuple(w.shape)}, expected {shape}")
-      return w.cast(dtypes.float32).contiguous()
-    cfg = self.cfg
+      return w
+
+    def get(name: str, shape: tuple[int, ...]) -> Weight:
+      w = tensor(name, shape)
+      pw = packed_weight(w)
+      if pw is not None: return pw
+      loaded.append(w := w.cast(dtypes.float32).contiguous())
+      return w
+
+    def norm(name: str, dim: int) -> Tensor:
+      loaded.append(w := tensor(name, (dim,)).cast(dtypes.float32).contiguous())
+      return w
+    cfg, loaded = self.cfg, list[Tensor]()
     q, kv = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
     self.tok_embeddings = get("token_embd.weight", (cfg.vocab_size, cfg.dim))
     self.output = self.tok_embeddings if cfg.tied_output else \
       get("output.weight", (cfg.vocab_size, cfg.dim))
-    self.norm.weight = get("output_norm.weight", (cfg.dim,))
-    loaded = [self.tok_embeddings, self.output, self.norm.weight]
+    self.norm.weight = norm("output_norm.weight", cfg.dim)
     for i, blk in enumerate(self.layers):
       p, att = f"blk.{i}.", blk.attention
       att.wq = get(p + "attn_q.weight", (q, cfg.dim))
       att.wk = get(p + "attn_k.weight", (kv, cfg.dim))
       att.wv = get(p + "attn_v.weight", (kv, cfg.dim))
       att.wo = get(p + "attn_output.weight", (cfg.dim, q))
-      blk.attention_norm.weight = get(p + "attn_norm.weight", (cfg.dim,))
-      blk.ffn_norm.weight = get(p + "ffn_norm.weight", (cfg.dim,))
+      blk.attention_norm.weight = norm(p + "attn_norm.weight", cfg.dim)
+      blk.ffn_norm.weight = norm(p + "ffn_norm.weight", cfg.dim)
       blk.w_gate = get(p + "ffn_gate.weight", (cfg.ffn_dim, cfg.dim))
       blk.w_up = get(p + "ffn_up.weight", (cfg.ffn_dim, cfg.dim))
       blk.w_down = get(p + "ffn_down.weight", (cfg.dim, cfg.ffn_dim))
-      loaded += [att.wq, att.wk, att.wv, att.wo, blk.attention_norm.weight, blk.ffn_norm.weight,
-                 blk.w_gate, blk.w_up, blk.w_down]
     Tensor.realize_all(*loaded)
 
   def __call__(self, tokens: Tensor, start_pos: int | UOp = 0, last_only: bool = False) -> Tensor:
     """Logits (B, T, vocab) for `tokens` (B, T) at positions start_pos...; `last_only`: those
     of the last position only (B, vocab), what generation reads."""
     _, t = tokens.shape
-    x = embedding(tokens, self.tok_embeddings)
+    x = embedding(tokens, as_tensor(self.tok_embeddings))
     cos, sin = self.cos[start_pos:start_pos + t], self.sin[start_pos:start_pos + t]
     # each block's output is realized: the cache writes of the next block run at once (a slice
     # write, frontend/writes.py), and the graph they compute stops at this buffer
     for blk in self.layers: x = blk(x, start_pos, cos, sin).realize()
     if last_only: x = x[:, -1]
-    return self.norm(x) @ self.output.T
+    return linear(self.norm(x), self.output)

@@ -7,8 +7,10 @@ section); the data section starts at the next multiple of `general.alignment` (d
 Every count, length, type and offset is checked against the file before use: a truncated or
 lying file raises FormatError naming the file and the field.
 The data section becomes one uint8 buffer; each tensor is a lazy view of it: float types are
-bitcast, quantized blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q6_K) are unpacked and scaled with
-tensor ops into float32, computing what ggml's reference `dequantize_row_*` computes.
+bitcast, quantized blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) are unpacked and
+scaled with tensor ops into float32 (nn/quantized.py), computing what ggml's reference
+`dequantize_row_*` computes; with `dequantize=False` they are repacked and stay packed, their
+dequantization fused into the kernels that read them.
 `gguf_metadata` reads the metadata alone (a tokenizer needs no weights): a path is mapped, not
 read, so only the header's pages are touched.
 """
@@ -17,15 +19,16 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from unigrad.dtype import DType, dtypes
 from unigrad.frontend.tensor import Tensor
+from unigrad.nn.quantized import QUANT_FORMATS, QuantFormat, dequantize_blocks, pack
 from unigrad.nn.tensor_io import FileLike, FormatError, read_bytes, source_name, tensor_from_bytes
 
-__all__ = ["gguf_load", "gguf_metadata", "ggml_data_to_tensor", "GGML_TYPES", "GGMLType"]
+__all__ = ["gguf_load", "gguf_metadata", "ggml_data_to_tensor", "ggml_type_name", "GGML_TYPES",
+           "GGMLType"]
 
 MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
@@ -37,89 +40,53 @@ STRING, ARRAY = 8, 9
 _U64 = struct.Struct("<Q")
 
 
-def _f16_scale(b: Tensor, start: int) -> Tensor:
-  """The float16 at bytes [start, start+2) of each block, as a float32 column."""
-  return b[:, start:start + 2].bitcast(dtypes.float16).cast(dtypes.float32)
-
-
-def _nibbles(qs: Tensor) -> Tensor:
-  """Bytes (nb, k) -> their low nibbles then their high nibbles (nb, 2k), as int32."""
-  q = qs.cast(dtypes.int32)
-  return (q & 0xF).cat(q >> 4, dim=1)
-
-
-def _high_bits(qh: Tensor) -> Tensor:
-  """A uint32 column of fifth bits (nb, 1) -> bit j of it at column j (nb, 32), as 0 or 16."""
-  shifts = Tensor([1 << j for j in range(32)], device=qh.device, dtype=dtypes.uint32)
-  return ((qh // shifts) & 1).cast(dtypes.int32) * 16
-
-
-def _q4_0(b: Tensor) -> Tensor:  # d, 16 bytes of nibbles: (q - 8) * d
-  return (_nibbles(b[:, 2:18]) - 8).cast(dtypes.float32) * _f16_scale(b, 0)
-
-
-def _q4_1(b: Tensor) -> Tensor:  # d, m, 16 bytes of nibbles: q * d + m
-  return _nibbles(b[:, 4:20]).cast(dtypes.float32) * _f16_scale(b, 0) + _f16_scale(b, 2)
-
-
-def _q5_0(b: Tensor) -> Tensor:  # d, 32 fifth bits, 16 bytes of nibbles: (q | h - 16) * d
-  q = _nibbles(b[:, 6:22]) + _high_bits(b[:, 2:6].bitcast(dtypes.uint32))
-  return (q - 16).cast(dtypes.float32) * _f16_scale(b, 0)
-
-
-def _q5_1(b: Tensor) -> Tensor:  # d, m, 32 fifth bits, 16 bytes of nibbles: (q | h) * d + m
-  q = _nibbles(b[:, 8:24]) + _high_bits(b[:, 4:8].bitcast(dtypes.uint32))
-  return q.cast(dtypes.float32) * _f16_scale(b, 0) + _f16_scale(b, 2)
-
-
-def _q8_0(b: Tensor) -> Tensor:  # d, 32 int8: q * d
-  return b[:, 2:34].bitcast(dtypes.int8).cast(dtypes.float32) * _f16_scale(b, 0)
-
-
-def _q6_k(b: Tensor) -> Tensor:
-  """256 values: 128 bytes of low nibbles, 64 of 2-bit high parts, 16 int8 scales, d. In each
-  half of 128, value l + 32k takes nibble (k odd: ql[l+32], else ql[l]; k >= 2: high nibble)
-  and bits 2k..2k+1 of qh[l]; scale 16 values at a time: d * scale * (q - 32)."""
-  ql, qh = b[:, 0:128].cast(dtypes.int32), b[:, 128:192].cast(dtypes.int32)
-  parts = []
-  for n in range(2):
-    lo, hi, h = ql[:, 64 * n:64 * n + 32], ql[:, 64 * n + 32:64 * n + 64], qh[:, 32 * n:32 * n + 32]
-    nib = ((lo & 0xF), (hi & 0xF), (lo >> 4), (hi >> 4))
-    parts += [nib[k] | (((h >> (2 * k)) & 3) << 4) for k in range(4)]
-  q = parts[0].cat(*parts[1:], dim=1) - 32
-  scales = b[:, 192:208].bitcast(dtypes.int8).cast(dtypes.float32)
-  nb = b.shape[0]
-  scales = scales.reshape(nb, 16, 1).expand(nb, 16, 16).reshape(nb, 256)
-  return (_f16_scale(b, 208) * scales) * q.cast(dtypes.float32)
-
-
 @dataclass(frozen=True)
 class GGMLType:
   """A ggml tensor type: elements per block, bytes per block, and either the dtype it is stored
-  as (unquantized) or its dequantization (uint8 blocks (nb, block_bytes) -> float32 (nb, n))."""
+  as (unquantized) or its block format (nn/quantized.py: repacking and dequantization)."""
   name: str
   block: int
   block_bytes: int
   dtype: DType | None = None
-  dequantize: Callable[[Tensor], Tensor] | None = None
+  quant: QuantFormat | None = None
+
+
+def _quant(name: str) -> GGMLType:
+  f = QUANT_FORMATS[name]
+  return GGMLType(name, f.block, f.block_bytes, None, f)
 
 
 GGML_TYPES: dict[int, GGMLType] = {
   0: GGMLType("F32", 1, 4, dtypes.float32), 1: GGMLType("F16", 1, 2, dtypes.float16),
-  2: GGMLType("Q4_0", 32, 18, None, _q4_0), 3: GGMLType("Q4_1", 32, 20, None, _q4_1),
-  6: GGMLType("Q5_0", 32, 22, None, _q5_0), 7: GGMLType("Q5_1", 32, 24, None, _q5_1),
-  8: GGMLType("Q8_0", 32, 34, None, _q8_0), 14: GGMLType("Q6_K", 256, 210, None, _q6_k),
+  2: _quant("Q4_0"), 3: _quant("Q4_1"), 6: _quant("Q5_0"), 7: _quant("Q5_1"), 8: _quant("Q8_0"),
+  12: _quant("Q4_K"), 13: _quant("Q5_K"), 14: _quant("Q6_K"),
   24: GGMLType("I8", 1, 1, dtypes.int8), 25: GGMLType("I16", 1, 2, dtypes.int16),
   26: GGMLType("I32", 1, 4, dtypes.int32), 27: GGMLType("I64", 1, 8, dtypes.int64),
   28: GGMLType("F64", 1, 8, dtypes.float64), 30: GGMLType("BF16", 1, 2, dtypes.bfloat16)}
+# the names of the ggml types not read here, for the error that refuses them
+UNSUPPORTED_NAMES = {4: "Q4_2", 5: "Q4_3", 9: "Q8_1", 10: "Q2_K", 11: "Q3_K", 15: "Q8_K",
+                     16: "IQ2_XXS", 17: "IQ2_XS", 18: "IQ3_XXS", 19: "IQ1_S", 20: "IQ4_NL",
+                     21: "IQ3_S", 22: "IQ2_S", 23: "IQ4_XS", 29: "IQ1_M", 34: "TQ1_0",
+                     35: "TQ2_0", 39: "MXFP4"}
+
+
+def ggml_type_name(type_id: int) -> str:
+  """`Q4_K (12)`: a ggml type's name and id (the id alone where ggml gives it no name here)."""
+  ty = GGML_TYPES.get(type_id)
+  name = ty.name if ty is not None else UNSUPPORTED_NAMES.get(type_id)
+  return f"{name} ({type_id})" if name else str(type_id)
+
+
+def _unsupported(type_id: int) -> str:
+  return (f"unsupported ggml type {ggml_type_name(type_id)} (supported: "
+          f"{', '.join(t.name for t in GGML_TYPES.values())})")
 
 
 def ggml_data_to_tensor(t: Tensor, n: int, ggml_type: int) -> Tensor:
   """`n` elements of ggml type `ggml_type` from the uint8 Tensor `t` (its first bytes), as a 1-D
   Tensor: unquantized types in their own dtype, quantized ones dequantized to float32."""
   if ggml_type not in GGML_TYPES:
-    raise ValueError(f"ggml_data_to_tensor: unsupported ggml type {ggml_type} (supported: "
-                     f"{', '.join(f'{k} {v.name}' for k, v in GGML_TYPES.items())})")
+    raise ValueError(f"ggml_data_to_tensor: {_unsupported(ggml_type)}")
   ty = GGML_TYPES[ggml_type]
   if n % ty.block: raise ValueError(f"ggml_data_to_tensor: {n} elements of {ty.name} are not "
                                     f"whole blocks of {ty.block}")
@@ -129,9 +96,8 @@ def ggml_data_to_tensor(t: Tensor, n: int, ggml_type: int) -> Tensor:
                      f"bytes, got {t.dtype!r} of shape {tuple(t.shape)}")
   raw = t[:nbytes]
   if ty.dtype is not None: return raw.bitcast(ty.dtype)
-  assert ty.dequantize is not None
-  if n == 0: return Tensor.empty(0, dtype=dtypes.float32, device=t.device)
-  return ty.dequantize(raw.reshape(n // ty.block, ty.block_bytes)).reshape(n)
+  assert ty.quant is not None
+  return dequantize_blocks(raw, ty.quant, (n,))
 
 
 # ---- the header ----
@@ -208,9 +174,7 @@ def _tensor_info(r: _Reader, i: int) -> _TensorInfo:
   if not 1 <= n_dims <= MAX_DIMS: raise r.fail(f"{where}.n_dims", f"{n_dims} is not in 1..4")
   dims = [r.scalar("Q", f"{where}.dims[{d}]") for d in range(n_dims)]
   type_id = r.scalar("I", f"{where}.type")
-  if type_id not in GGML_TYPES:
-    raise r.fail(f"{where}.type", f"unsupported ggml type {type_id} (supported: "
-                                  f"{', '.join(t.name for t in GGML_TYPES.values())})")
+  if type_id not in GGML_TYPES: raise r.fail(f"{where}.type", _unsupported(type_id))
   ty = GGML_TYPES[type_id]
   if dims[0] % ty.block:
     raise r.fail(f"{where}.dims[0]", f"{dims[0]} is not a multiple of the {ty.name} block size "
@@ -260,29 +224,47 @@ def _check_layout(r: _Reader, infos: list[_TensorInfo], align: int, data_size: i
                    "(truncated file?)")
 
 
-def gguf_load(fn: FileLike, device: str | None = None) -> tuple[dict[str, Any], dict[str, Tensor]]:
+def gguf_load(fn: FileLike, device: str | None = None,
+              dequantize: bool = True) -> tuple[dict[str, Any], dict[str, Tensor]]:
   """Read a GGUF file (a path, its bytes, or a uint8 Tensor of them): its metadata (key ->
-  value) and its tensors (name -> Tensor in numpy/PyTorch dim order; quantized types dequantized
-  to float32 on use). `kv, weights = gguf_load("model.Q4_0.gguf")`"""
-  data = read_bytes(fn, "gguf_load")
+  value) and its tensors (name -> Tensor in numpy/PyTorch dim order).
+  Quantized tensors are float32 Tensors either way, computed by tensor ops from their blocks:
+  `dequantize=True` reads them from one buffer holding the file's data section;
+  `dequantize=False` keeps them packed: each tensor's blocks are repacked at load into realized
+  parts (nn/quantized.py, about the file's size) and the Tensor is their lazy dequantization,
+  which a consuming matmul fuses (it reads the packed parts; no float32 copy is written unless
+  the Tensor itself is realized). `kv, weights = gguf_load("model.Q4_0.gguf", dequantize=False)`"""
+  packed = not dequantize and isinstance(fn, (str, os.PathLike))
+  data = _mapped(fn) if packed else read_bytes(fn, "gguf_load")  # type: ignore[arg-type]
   r = _Reader(data, source_name(fn))
   kv, infos, align = _header(r)
   start = -(-r.pos // align) * align
   size = max(0, len(data) - start)
   _check_layout(r, infos, align, size)
   if not infos: return kv, {}
+  if not dequantize: return kv, {t.name: _packed_tensor(t, data[start:], device) for t in infos}
   end = max(t.offset + t.nbytes for t in infos)
   body = tensor_from_bytes(data[start:start + end], device, dtypes.uint8) if end else None
   out: dict[str, Tensor] = {}
   for t in infos:
-    numel = t.nbytes // t.ggml_type.block_bytes * t.ggml_type.block
-    if numel == 0 or body is None:
-      out[t.name] = Tensor.empty(*t.shape, dtype=t.ggml_type.dtype or dtypes.float32,
-                                 device=device)
+    ty = t.ggml_type
+    if t.nbytes == 0 or body is None:
+      out[t.name] = Tensor.empty(*t.shape, dtype=ty.dtype or dtypes.float32, device=device)
       continue
     raw = body[t.offset:t.offset + t.nbytes]
-    out[t.name] = ggml_data_to_tensor(raw, numel, t.type_id).reshape(t.shape)
+    if ty.quant is None: out[t.name] = raw.bitcast(ty.dtype or dtypes.uint8).reshape(t.shape)
+    else: out[t.name] = dequantize_blocks(raw, ty.quant, t.shape, t.name)
   return kv, out
+
+
+def _packed_tensor(t: _TensorInfo, section: memoryview, device: str | None) -> Tensor:
+  """One tensor of the data section in a buffer of its own (so every tensor of a shape repacks
+  with the same kernels), its blocks repacked (`pack`) when it is quantized."""
+  ty = t.ggml_type
+  if t.nbytes == 0: return Tensor.empty(*t.shape, dtype=ty.dtype or dtypes.float32, device=device)
+  raw = tensor_from_bytes(section[t.offset:t.offset + t.nbytes], device, dtypes.uint8)
+  if ty.quant is None: return raw.bitcast(ty.dtype or dtypes.uint8).reshape(t.shape)
+  return pack(raw, ty.quant, t.shape, t.name)
 
 
 def _mapped(path: str | os.PathLike) -> memoryview:

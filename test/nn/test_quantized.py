@@ -1,0 +1,124 @@
+"""nn/quantized.py: ggml's block formats kept packed. Each format's dequantization equals ggml's
+(the `gguf` package's numpy port), a matmul over a packed weight equals dequantize-then-matmul on
+every device, its schedule is one kernel that writes no float32 copy of the weight, and bad
+blocks raise naming the tensor."""
+import numpy as np
+import pytest
+
+from unigrad import Tensor, dtypes
+from unigrad.nn.gguf import GGML_TYPES, gguf_load
+from unigrad.nn.quantized import (DEQUANTIZE_ROWS, QUANT_FORMATS, QuantizedLinear,
+                                   dequantize_blocks, is_packed, linear, pack, packed_nbytes,
+                                   packed_weight)
+from unigrad.nn.tensor_io import FormatError
+from unigrad.uop import Ops
+
+# the bytes of each format's float16 scale (and minimum) in a block
+SCALE_BYTES = {"Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_0": (0,),
+               "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
+TYPE_ID = {ty.name: i for i, ty in GGML_TYPES.items()}
+
+
+def random_blocks(name: str, nb: int, seed: int = 0) -> np.ndarray:
+  """nb random blocks (nb, block_bytes) of a format, their float16 scales of a sane size."""
+  fmt, rng = QUANT_FORMATS[name], np.random.default_rng(seed)
+  raw = rng.integers(0, 256, (nb, fmt.block_bytes), dtype=np.uint8)
+  for at in SCALE_BYTES[name]:
+    scale = (rng.standard_normal(nb) * 0.01).astype(np.float16)
+    raw[:, at:at + 2] = scale.view(np.uint8).reshape(nb, 2)
+  return raw
+
+
+@pytest.mark.parametrize("name", QUANT_FORMATS)
+def test_dequantization_equals_ggml(name):
+  gq = pytest.importorskip("gguf.quants")
+  from gguf import GGMLQuantizationType  # noqa: PLC0415
+  fmt = QUANT_FORMATS[name]
+  rows, cols = 3, 2 * fmt.block
+  raw = random_blocks(name, rows * cols // fmt.block)
+  want = gq.dequantize(raw.reshape(rows, -1), GGMLQuantizationType[name]).reshape(rows, cols)
+  got = dequantize_blocks(Tensor(raw.reshape(-1)), fmt, (rows, cols)).numpy()
+  np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("name", QUANT_FORMATS)
+def test_packed_matmul_equals_dequantize_then_matmul(name, device):
+  fmt = QUANT_FORMATS[name]
+  rows, cols = (2, fmt.block) if device == "PYTHON" else (5, 2 * fmt.block)
+  raw = random_blocks(name, rows * cols // fmt.block, seed=1).reshape(-1)
+  x = np.random.default_rng(2).standard_normal((3, cols)).astype(np.float32)
+  w = pack(Tensor(raw, device=device), name, (rows, cols))
+  got = (Tensor(x, device=device) @ w.T).numpy()
+  deq = dequantize_blocks(Tensor(raw), fmt, (rows, cols)).numpy()
+  want = x @ deq.T
+  assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+
+
+def test_packed_linear_reads_the_blocks_in_one_kernel():
+  """The schedule of a quantized Linear: one kernel, whose loads are the packed parts (uint8 and
+  the per-block scales) and the input, and whose only store is the (batch, out) result."""
+  rows, cols = 64, 256
+  w = pack(Tensor(random_blocks("Q4_1", rows * cols // 32).reshape(-1)), "Q4_1", (rows, cols))
+  assert is_packed(w) and not is_packed(w.contiguous().realize())
+  x = Tensor.randn(2, cols).realize()
+  calls = [u for u in (x @ w.T).schedule().src if u.op is Ops.CALL]
+  assert len(calls) == 1
+  kernel, buffers = calls[0].src[0], calls[0].src[1:]
+  stores = [u for u in kernel.toposort() if u.op is Ops.STORE]
+  assert len(stores) == 1
+  assert all(b.dtype != dtypes.float32 or b.size < rows * cols for b in buffers)
+  assert {b.dtype for b in buffers} == {dtypes.float32, dtypes.uint8}
+
+
+def write_tensors(tensors) -> bytes:
+  from test_gguf import write_gguf  # noqa: PLC0415 (the GGUF writer of its tests)
+  return write_gguf({}, tensors)
+
+
+def test_gguf_load_keeps_blocks_packed_near_file_size(tmp_path):
+  raws = {n: random_blocks(n, 8 * 512 // QUANT_FORMATS[n].block, seed=3) for n in QUANT_FORMATS}
+  path = tmp_path / "q.gguf"
+  path.write_bytes(write_tensors([(n, (8, 512), TYPE_ID[n], r.tobytes()) for n, r in raws.items()]))
+  _, packed = gguf_load(path, dequantize=False)
+  _, floats = gguf_load(path)
+  for n, r in raws.items():
+    assert is_packed(packed[n]) and not is_packed(floats[n])
+    assert packed_nbytes(packed[n]) <= 1.3 * r.nbytes, n
+  for n in ("Q4_1", "Q4_K"):  # the values (every format's: the tests above)
+    np.testing.assert_array_equal(packed[n].numpy(), floats[n].numpy())
+
+
+def test_unsupported_type_names_type_and_tensor():
+  raw = bytes(84)  # one Q2_K block
+  with pytest.raises(FormatError, match=r"tensor 'w2'.*unsupported ggml type Q2_K \(10\)"):
+    gguf_load(write_tensors([("w2", (256,), 10, raw)]), dequantize=False)
+  with pytest.raises(ValueError, match=r"unsupported format 'Q9'.*'w'"):
+    pack(Tensor(bytes(18)), "Q9", (32,), "w")
+
+
+def test_block_count_mismatch_raises_format_error_naming_the_tensor():
+  raw = Tensor(random_blocks("Q4_0", 3).reshape(-1))
+  with pytest.raises(FormatError, match=r"tensor 'blk.0.w'.*Q4_0\[2, 32\] is 2 blocks"):
+    pack(raw, "Q4_0", (2, 32), "blk.0.w")
+  with pytest.raises(FormatError, match=r"tensor 'v'.*not whole Q8_0 blocks"):
+    pack(raw, "Q8_0", (3, 18), "v")
+
+
+def kernels_of(t: Tensor) -> list:
+  return [u.src[0] for u in t.schedule().src if u.op is Ops.CALL]
+
+
+def test_linear_dequantizes_once_for_many_rows_and_fuses_for_few():
+  rows, cols = 64, 64
+  raw = random_blocks("Q8_0", rows * cols // 32, seed=4).reshape(-1)
+  w = pack(Tensor(raw), "Q8_0", (rows, cols))
+  pw = packed_weight(w)
+  assert pw is not None and pw.nbytes() == rows * cols + rows * cols // 32 * 4
+  assert packed_weight(Tensor.ones(2)) is None
+  layer, bias = QuantizedLinear(w, Tensor.ones(rows)), np.ones(rows, np.float32)
+  assert layer.weight is pw
+  deq = dequantize_blocks(Tensor(raw), QUANT_FORMATS["Q8_0"], (rows, cols)).numpy()
+  for n, kernels in ((1, 1), (DEQUANTIZE_ROWS, 2)):  # decode: fused; a prompt: dequantized first
+    x = Tensor.randn(n, cols).realize()
+    assert len(kernels_of(linear(x, pw))) == kernels
+    np.testing.assert_allclose(layer(x).numpy(), x.numpy() @ deq.T + bias, rtol=1e-5, atol=1e-5)
