@@ -18,7 +18,8 @@ from unigrad.dtype import dtypes
 from unigrad.knobs import SPEC
 from unigrad.uop import KernelInfo, Ops, ParamArg, RangeArg, UOp, spec_tensor
 from unigrad.uop.spec_kernel import spec_kernel
-from unigrad.schedule.rangeify import Kernel, rangeify
+from unigrad.schedule.indexing import Kernel
+from unigrad.schedule.rangeify import rangeify
 
 
 class ScheduleError(RuntimeError):

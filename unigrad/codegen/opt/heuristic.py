@@ -399,6 +399,16 @@ DOT_PANEL_BYTES = 16 << 10
 DOT_STREAM_BYTES = 512 << 10
 
 
+def runs_in_place(value: UOp) -> bool:
+  """The scheduler's question (schedule/matmul.py): whether these heuristics tile the reduction
+  `value` (a kernel's REDUCE over its LOOP output ranges, as rangeify makes it) in place as a
+  DotPlan, its partial sums DOT_LANE_BYTES of its widest input's elements; if not, the scheduler
+  may copy an operand so that the kernel is the contiguous matmul."""
+  k = OptKernel(value)
+  widest = max((st.itemsize for st in load_strides(k)), default=4)
+  return plan_dot(k, DOT_LANE_BYTES // widest) is not None
+
+
 def dot_tile(k: OptKernel, plan: DotPlan, ren: Renderer) -> OptKernel | None:
   """The reduce axis split into vector partial sums (GROUP_REDUCE, `plan.lanes`: vector loads of
   both inputs, one transposed sum per 8 outputs at the end), the panel axis upcast by 8 rows (4
