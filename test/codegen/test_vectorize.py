@@ -11,7 +11,7 @@ from unigrad import Tensor, dtypes
 from unigrad.codegen.opt import KernelOptError, Opt
 from unigrad.codegen.opt.kernel import OptKernel
 from unigrad.codegen.pipeline import full_rewrite
-from unigrad.codegen.vectorize import pick_vector_range
+from unigrad.codegen.vectorize import choose_vector_range
 from unigrad.renderer import PythonRenderer
 from unigrad.renderer.cstyle import CRenderer
 from unigrad.runtime.device import Buffer, Device
@@ -179,17 +179,17 @@ def test_per_lane_gates_load_each_lane():
 def test_without_vectors_every_lane_is_unrolled():
   kernel = (x(64, 256) + 1).sum(1).schedule().src[-1].src[0]
   k = OptKernel(kernel).apply(Opt.group(1, 16)).finalize()
-  assert pick_vector_range(k, 0) is None
-  r = pick_vector_range(k, 64)
+  assert choose_vector_range(k, 0) is None
+  r = choose_vector_range(k, 64)
   assert r is not None and r.arg.axis_type is AxisType.GROUP_REDUCE
 
 
 def test_vector_range_needs_more_unit_stride_than_strided_accesses():
   kernel = (x(16, 8).T * 3).schedule().src[-1].src[0]  # one access strided in each axis
   for opt in (Opt.upcast(0, 8), Opt.upcast(1, 4)):
-    assert pick_vector_range(OptKernel(kernel).apply(opt).finalize(), 64) is None
+    assert choose_vector_range(OptKernel(kernel).apply(opt).finalize(), 64) is None
   kernel = ((x(16, 8) + x(16, 8)).T).schedule().src[-1].src[0]
-  assert pick_vector_range(OptKernel(kernel).apply(Opt.upcast(0, 8)).finalize(), 64) is not None
+  assert choose_vector_range(OptKernel(kernel).apply(Opt.upcast(0, 8)).finalize(), 64) is not None
 
 
 def test_bool_vectors_order_false_before_true():

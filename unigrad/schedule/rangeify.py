@@ -123,8 +123,9 @@ def _build_store(ctx: RangeifyCtx, st: UOp) -> None:
 
 def _build_realized_below(ctx: RangeifyCtx, root: UOp) -> None:
   """The kernels of the realized nodes below `root` and of `root` itself (a stored value that
-  is realized, a COPY's aside, is copied from its buffer), sources first (an AFTER's buffer included: a realized
-  value written over), so that building a kernel finds every realized input built."""
+  is realized, a COPY aside, is copied from its buffer), sources first (an AFTER's buffer
+  included: a realized value written over), so that building a kernel finds every realized
+  input built."""
   for u in _below(root):
     if u not in ctx.realize or u in ctx.buffers or (u is root and u.op is Ops.COPY): continue
     buf = _intermediate(ctx, u)
