@@ -327,3 +327,23 @@ def test_masked_max_and_sum_of_exp_take_full_registers_of_partial_sums():
     assert group_lanes(hand_coded_optimizations(only_kernel(t), AVX512, threads=1)) == [16]
   w = conv_weight_gradient()
   assert group_lanes(hand_coded_optimizations(w, AVX512, threads=1)) == [4]
+
+
+@pytest.mark.parametrize("make", [lambda: Tensor.empty(256, 256) @ Tensor.empty(256, 256),
+                                  lambda: Tensor.empty(64, 384) @ Tensor.empty(96, 384).T],
+                         ids=["matmul", "x @ W.T"])
+def test_a_tile_records_the_vector_range_it_was_made_for(make):
+  kernel = CODEGEN_STAGES[0].run(make().schedule().src[-1].src[0], SCALAR)
+  k = hand_coded_optimizations(OptKernel(kernel), AVX512, 1)
+  vectors = {r.arg.id for r in k.axes if r.arg.axis_type in (AxisType.UPCAST,
+                                                             AxisType.GROUP_REDUCE)}
+  assert k.vector is not None and len(k.vector) == 1 and set(k.vector) <= vectors
+  assert finish(k).arg.vector == k.vector  # optimize hands the choice on in the KernelInfo
+  assert full_rewrite(kernel, AVX512).arg.vector  # expand recorded the register of it it kept
+
+
+def test_without_a_tile_nothing_is_recorded_and_expand_chooses():
+  kernel = CODEGEN_STAGES[0].run(Tensor.empty(256, 256).exp().schedule().src[-1].src[0], SCALAR)
+  k = hand_coded_optimizations(OptKernel(kernel), AVX512, 1)
+  assert k.applied and k.vector is None
+  assert full_rewrite(kernel, AVX512).arg.vector  # expand chose, and recorded its choice

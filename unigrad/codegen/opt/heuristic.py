@@ -27,11 +27,16 @@ The choice is read off the kernel's loads: for each input buffer read, the strid
   is) is upcast to one vector register, unless a reduce reads contiguously along its own
   innermost axis; such reductions (and any kernel left without a vector axis) split that reduce
   axis into independent partial accumulators.
+A tile records the vector range it was made for in the kernel (`OptKernel.vector`, written to
+KernelInfo.vector; codegen/vectorize.py's choose_vector_range, asked once per candidate): expand
+keeps that range, and chooses with the same function only where nothing chose (no tile). The
+scheduler asks `runs_in_place` whether a matmul gets a DotPlan tile, rather than predicting it
+(schedule/matmul.py).
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from unigrad.codegen.opt import KernelOptError, Opt
 from unigrad.codegen.opt.kernel import OptKernel
@@ -184,8 +189,9 @@ def register_tile(k: OptKernel, plan: TilePlan, vector_bytes: int,
   tiled, _ = _upcast(tiled, plan.reuse, regs // (1 if pair is None else 2))
   if not nested: tiled = panel_order(tiled, plan)
   if not vector_bytes: return tiled
-  if plan.checked: return tiled if tiled.vector_range(vector_bytes) is vec else None
-  return tiled if tiled.vector_range(vector_bytes) is not None else scalar_tile(k, plan)
+  got = tiled.vector_range(vector_bytes)
+  if plan.checked: return tiled.with_vector(vec) if got is vec else None
+  return tiled.with_vector(got) if got is not None else scalar_tile(k, plan)
 
 
 # rows of the tile on a target with few vector registers (AVX2's 16): 6 rows of two vectors are
@@ -216,7 +222,7 @@ def few_register_tile(k: OptKernel, plan: TilePlan, ren: Renderer) -> OptKernel 
   tiled, pair = _upcast(up, plan.vector, 2)
   if pair is None: return None
   tiled = panel_order(tiled, plan)
-  return tiled if tiled.vector_range(ren.vector_bytes) is vec else None
+  return tiled.with_vector(vec) if tiled.vector_range(ren.vector_bytes) is vec else None
 
 
 SCALAR_TILE = 4  # an unvectorized tile: 4x4 scalar accumulators
@@ -280,7 +286,7 @@ def pack_panel(tiled: OptKernel, slot: int | None, vector_bytes: int) -> OptKern
   if not PACK_MIN_BYTES <= panel.shape[0] * panel.dtype.itemsize <= PACK_MAX_PANEL: return tiled
   keep = tiled.vector_range(vector_bytes)
   if keep is not None and packed.vector_range(vector_bytes) is not keep: return tiled
-  return packed
+  return packed if keep is None else packed.with_vector(keep)
 
 
 def group_reduce(k: OptKernel, lanes: int) -> OptKernel:
@@ -522,21 +528,13 @@ def reduce_tile(k: OptKernel, plan: ReducePlan, ren: Renderer) -> OptKernel | No
     amt = _divisor_upto(tiled.sizes[axis], budget if j else min(budget, REUSE_UPCAST))
     if amt > 1: tiled, budget = _try(tiled, Opt.upcast(axis, amt)), budget // amt
   vec = tiled.vector_range(ren.vector_bytes)
-  return tiled if vec is not None and vec.arg.axis_type is AxisType.GROUP_REDUCE else None
+  if vec is None or vec.arg.axis_type is not AxisType.GROUP_REDUCE: return None
+  return tiled.with_vector(vec)
 
 
 def hand_coded_optimizations(k: OptKernel, ren: Renderer, threads: int) -> OptKernel:
-  """The heuristics' choice of opts for `k` on `ren` (see the module docstring), with the vector
-  range they were made for recorded (OptKernel.vector: expand keeps it)."""
-  chosen = _choose_opts(k, ren, threads)
-  if chosen.vector is not None: return chosen
-  # the vector is chosen on the AST as codegen lowers it: simplified (finish() then finds nothing
-  # left to simplify), where an index split by the opts reads as `base + lane`
-  if chosen.applied: chosen = replace(chosen, ast=_simplified(chosen))
-  return chosen.with_vector(chosen.vector_range(ren.vector_bytes))
-
-
-def _choose_opts(k: OptKernel, ren: Renderer, threads: int) -> OptKernel:
+  """The heuristics' choice of opts for `k` on `ren` (see the module docstring); a tile records
+  the vector range it was made for (OptKernel.vector: expand keeps it)."""
   for plan in plan_tiles(k, ren.vector_bytes or SCALAR_VECTOR_BYTES):
     if not plan.checked and ren.vector_bytes and (dot := plan_dot(k, dot_lanes(k, ren))):
       threaded = add_threads(k, threads, (dot.panel,)) if ren.has_threads else k

@@ -118,7 +118,9 @@ class OptKernel:
 
   def with_vector(self, r: UOp | None) -> OptKernel:
     """This kernel with `r` recorded as its vector range (None: no vector)."""
-    return replace(self, vector=() if r is None else (r.arg.id,))
+    out = replace(self, vector=() if r is None else (r.arg.id,))
+    out.__dict__.update({k: v for k, v in self.__dict__.items() if k in ("axes", "_vectors")})
+    return out  # the same AST: what was derived of it holds
 
   @property
   def parallel(self) -> bool:
