@@ -2,8 +2,9 @@
 
 Consumes: a lowered kernel (loads, gates and integer index types committed) in which at most one
 UPCAST/UNROLL/GROUP_REDUCE range is left: the one its KernelInfo records as the vector (chosen
-once, by `choose_vector_range`, when optimize picks the kernel's opts; expand kept it); reductions
-over it were already split into per-lane accumulators read lane by lane with GEP(x, range).
+once, by `choose_vector_range`: by the heuristics' tile when optimize picks the kernel's opts,
+else by expand; expand kept it and recorded the range it became); reductions over it were
+already split into per-lane accumulators read lane by lane with GEP(x, range).
 Produces: a kernel without that range. Every node that depends on it gets the `k`-lane vector of
 its dtype; values that do not are broadcast (a STACK of k copies) where a vector needs them;
   * a load or store whose address is `base + lane` (unit stride) is one vector access at `base`
@@ -103,7 +104,7 @@ def _trips(ix: UOp, r: UOp) -> int:
 
 def choose_vector_range(ast: UOp, vector_bytes: int) -> UOp | None:
   """The UPCAST/UNROLL/GROUP_REDUCE range that gains most as vector lanes, or None: the one place
-  the vector is chosen (optimize records the choice in the kernel's KernelInfo)."""
+  the vector is chosen (the choice is recorded in the kernel's KernelInfo.vector)."""
   if vector_bytes <= 0: return None
   cands = [u for u in ast.toposort() if u.op is Ops.RANGE and u.arg.axis_type in VECTOR_AXES]
   scored = [(vector_score(ast, r, vector_bytes), -r.arg.id, r) for r in cands]
@@ -120,8 +121,8 @@ def recorded_vector_range(ast: UOp) -> UOp | None:
 
 
 def kernel_vector_range(ast: UOp, vector_bytes: int) -> UOp | None:
-  """The kernel's vector range: the one its KernelInfo records, else (opts given by the kernel
-  or NOOPT: nothing chose) the one choose_vector_range chooses now."""
+  """The kernel's vector range: the one its KernelInfo records, else (nothing chose: no tile,
+  opts given by the kernel, NOOPT, a BEAM candidate) the one choose_vector_range chooses now."""
   info = ast.arg
   if isinstance(info, KernelInfo) and info.vector is not None: return recorded_vector_range(ast)
   return choose_vector_range(ast, vector_bytes)
