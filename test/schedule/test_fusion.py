@@ -14,10 +14,10 @@ MAX_LINES = 400  # a module of the schedule phase does one job
 
 
 def test_fusion_rules_are_a_table_of_named_rules():
-  names = [r.name for r in fusion.READ_RULES] + [n for n, *_ in fusion.WHOLE_GRAPH_RULES]
+  whole = fusion.WHOLE_GRAPH_BEFORE_READS + fusion.WHOLE_GRAPH_AFTER_READS
+  names = [r.name for r in fusion.READ_RULES] + [n for n, _ in whole]
   assert len(names) == len(set(names))
-  assert all(r.where in fusion._WHERE for r in fusion.READ_RULES)
-  assert {when for *_, when in fusion.WHOLE_GRAPH_RULES} == {"before", "after"}
+  assert all(isinstance(r.at, fusion.ReadAt) for r in fusion.READ_RULES)
 
 
 def test_read_rule_applies_only_where_it_is_read():

@@ -7,10 +7,11 @@ choice: long reductions split into two kernels (`pm_split_reduce`), and a store 
 reads its own target at other positions copied first (`fix_store_hazards`).
 The policy is data:
 - REALIZED_OPS: nodes that always get a kernel (CONTIGUOUS, COPY), and every STORE is a kernel;
-- WHOLE_GRAPH_RULES: nodes chosen by looking at the whole body: a REDUCE that several kernels
-  would compute, a transposing copy for a matmul that would read no operand contiguously, a
-  scatter read inside another kernel, an expensive value that a realized REDUCE sums and
-  another kernel reads too, an in-place matmul followed by a transcendental;
+- WHOLE_GRAPH_BEFORE_READS, WHOLE_GRAPH_AFTER_READS: nodes chosen by looking at the whole body:
+  a REDUCE that several kernels would compute, a transposing copy for a matmul that would read
+  no operand contiguously, a scatter read inside another kernel; then an expensive value that a
+  realized REDUCE sums and another kernel reads too, an in-place matmul followed by a
+  transcendental;
 - READ_RULES: a node read in a given place (under a broadcasting EXPAND, inside another REDUCE,
   or both) is realized when its test holds: a REDUCE without a closed form, an expensive value
   (a transcendental), a value that would recompute a reduction of data, a value of more than
@@ -26,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 
 from unigrad.schedule.indexing import VIEW_OPS
 from unigrad.schedule.matmul import dot_epilogues, transposed_operand
@@ -89,46 +91,56 @@ def in_place_matmuls(roots: list[UOp], realized: set[UOp]) -> set[UOp]:
 
 
 RootsRule = Callable[[list[UOp], set[UOp]], set[UOp]]
-# (name, rule, when): "before" rules run before the walk of READ_RULES, "after" ones on its result
-WHOLE_GRAPH_RULES: tuple[tuple[str, RootsRule, str], ...] = (
-  ("shared reduce", shared_reduces, "before"),
-  ("transposed operand", transposed_operands, "before"),
-  ("scatter", scatters, "before"),
-  ("summed and read", summed_and_read, "after"),
-  ("in-place matmul before a transcendental", in_place_matmuls, "after"),
+# (name, rule): run on the roots before the walk of READ_RULES (their nodes start the walk's
+# realized set), and after it (they read what the walk realized)
+WHOLE_GRAPH_BEFORE_READS: tuple[tuple[str, RootsRule], ...] = (
+  ("shared reduce", shared_reduces),
+  ("transposed operand", transposed_operands),
+  ("scatter", scatters),
+)
+WHOLE_GRAPH_AFTER_READS: tuple[tuple[str, RootsRule], ...] = (
+  ("summed and read", summed_and_read),
+  ("in-place matmul before a transcendental", in_place_matmuls),
 )
 
 
 # ---- rules per read: where a node is read -> whether it is realized ----
 
+class ReadAt(Enum):
+  """Where a node is read: under a broadcasting EXPAND, inside another REDUCE, or both."""
+  BROADCAST = "under a broadcast"
+  BROADCAST_OR_REDUCTION = "under a broadcast or inside a reduction"
+  BROADCAST_IN_REDUCTION = "under a broadcast inside a reduction"
+
+  def holds(self, expanded: bool, reduced: bool) -> bool:
+    if self is ReadAt.BROADCAST: return expanded
+    if self is ReadAt.BROADCAST_OR_REDUCTION: return expanded or reduced
+    return expanded and reduced
+
+
 @dataclass(frozen=True)
 class ReadRule:
-  """Realize a node of `ops` read under a broadcasting EXPAND (`expanded`), inside another
-  REDUCE (`reduced`), or both (`both`), when `test(node, realized so far)` holds."""
+  """Realize a node of `ops` read where `at` says when `test(node, realized so far)` holds."""
   name: str
   ops: frozenset[Ops]
-  where: str  # "expanded", "expanded or reduced", "expanded and reduced"
+  at: ReadAt
   test: Callable[[UOp, set[UOp]], bool]
 
   def applies(self, u: UOp, expanded: bool, reduced: bool, realized: set[UOp]) -> bool:
-    if u.op not in self.ops or not _WHERE[self.where](expanded, reduced): return False
+    if u.op not in self.ops or not self.at.holds(expanded, reduced): return False
     return self.test(u, realized)
 
 
-_WHERE: dict[str, Callable[[bool, bool], bool]] = {
-  "expanded": lambda e, r: e,
-  "expanded or reduced": lambda e, r: e or r,
-  "expanded and reduced": lambda e, r: e and r,
-}
 _REDUCE, _ALU = frozenset({Ops.REDUCE}), frozenset(GroupOp.ALU)
 
 READ_RULES: tuple[ReadRule, ...] = (
-  ReadRule("reduction read again", _REDUCE, "expanded or reduced",
+  ReadRule("reduction read again", _REDUCE, ReadAt.BROADCAST_OR_REDUCTION,
            lambda u, realized: not has_closed_form(u)),
-  ReadRule("transcendental broadcast", _ALU, "expanded", is_expensive),
-  ReadRule("reduction recomputed in a reduction", _ALU, "expanded and reduced",
+  ReadRule("transcendental broadcast", _ALU, ReadAt.BROADCAST, is_expensive),
+  ReadRule("reduction recomputed in a reduction", _ALU, ReadAt.BROADCAST_IN_REDUCTION,
            recomputes_reduction),
-  ReadRule("many loads recomputed in a reduction", _ALU, "expanded and reduced", reads_many),
+  ReadRule("many loads recomputed in a reduction", _ALU, ReadAt.BROADCAST_IN_REDUCTION,
+           reads_many),
 )
 
 
@@ -156,11 +168,9 @@ def find_realizes(body: UOp) -> set[UOp]:
   """Which tensor-graph nodes become their own kernel (see the module docstring)."""
   roots = [s.src[1] for s in body.toposort() if s.op is Ops.STORE]
   realize: set[UOp] = set()
-  for _, rule, when in WHOLE_GRAPH_RULES:
-    if when == "before": realize |= rule(roots, realize)
+  for _, rule in WHOLE_GRAPH_BEFORE_READS: realize |= rule(roots, realize)
   realize = _realized_by_reads(roots, realize)
-  for _, rule, when in WHOLE_GRAPH_RULES:
-    if when == "after": realize |= rule(roots, realize)
+  for _, rule in WHOLE_GRAPH_AFTER_READS: realize |= rule(roots, realize)
   return realize
 
 
