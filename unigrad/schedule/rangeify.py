@@ -107,18 +107,33 @@ def rangeify(body: UOp, nargs: int, device: str) -> RangeifyCtx:
   """All kernels of the function `body` (a SINK of STOREs over PARAM slots 0..nargs-1)."""
   body = fix_store_hazards(graph_rewrite(body, pm_split_reduce, name="split reduce"))
   ctx = RangeifyCtx(nargs, device, realize=find_realizes(body))
-  for st in body.src: _build_store(ctx, st)
+  for st in _stores_in_order(body.src):
+    _build_realized_below(ctx, st.src[1])
+    _build_kernel(ctx, st, st)
   return ctx
 
 
-def _build_store(ctx: RangeifyCtx, st: UOp) -> None:
-  if st in ctx.producer: return
-  for u in st.src[1].toposort():
-    if u.op is Ops.AFTER:
-      for dep in u.src[1:]:
-        if dep.op is Ops.STORE: _build_store(ctx, dep)
-  _build_realized_below(ctx, st.src[1])
-  _build_kernel(ctx, st, st)
+def _earlier_writes(st: UOp) -> list[UOp]:
+  """The STOREs that the value of `st` must see done (the AFTERs it reads order them)."""
+  return [dep for u in st.src[1].toposort() if u.op is Ops.AFTER
+          for dep in u.src[1:] if dep.op is Ops.STORE]
+
+
+def _stores_in_order(stores: tuple[UOp, ...]) -> list[UOp]:
+  """`stores` and the earlier writes they read, each after the writes it reads."""
+  order: list[UOp] = []
+  done: set[UOp] = set()
+  stack = [(st, False) for st in reversed(stores)]
+  while stack:
+    st, ready = stack.pop()
+    if st in done: continue
+    if ready:
+      done.add(st)
+      order.append(st)
+      continue
+    stack.append((st, True))
+    stack.extend((dep, False) for dep in reversed(_earlier_writes(st)))
+  return order
 
 
 def _build_realized_below(ctx: RangeifyCtx, root: UOp) -> None:
