@@ -6,7 +6,7 @@ forward time against PyTorch eager, measured in one run.
                               [--seq 32]
 
 Kernels per layer and buffers per kernel must not grow with depth (the fusion policy in
-schedule/rangeify.py). First-call times depend on the on-disk compile cache: point CACHEDIR at an
+schedule/fusion.py). First-call times depend on the on-disk compile cache: point CACHEDIR at an
 empty directory for a cold start.
 """
 from __future__ import annotations

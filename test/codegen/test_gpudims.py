@@ -13,10 +13,11 @@ from unigrad.uop import KernelInfo, Ops
 CL = OpenCLRenderer()
 
 
-def lower(t, ren=CL, opts=None):
+def lower(t, ren=CL, opts=None, parallel=True):
   """The LINEAR of t's last kernel with `opts` (None: no opts, and no opts_to_apply marker)."""
   kernel = t.schedule().src[-1].src[0]
-  if opts is not None: kernel = kernel.replace(arg=KernelInfo(opts_to_apply=tuple(opts)))
+  if opts is not None or not parallel:
+    kernel = kernel.replace(arg=KernelInfo(opts_to_apply=tuple(opts or ()), parallel=parallel))
   with Context(NOOPT=1): return full_rewrite(kernel, ren)
 
 
@@ -24,8 +25,10 @@ def specials(linear): return {u.arg: u.src[0].arg for u in linear.src if u.op is
 
 
 def test_output_axes_become_group_ids_innermost_first():
+  linear = lower(Tensor.empty(3, 5, device="NULL").exp(), opts=(), parallel=False)
+  assert specials(linear) == {}  # a kernel that runs in order keeps its loops: one work item
   linear = lower(Tensor.empty(3, 5, device="NULL").exp(), opts=())
-  assert specials(linear) == {}  # opts_to_apply=() keeps the loops: one work item
+  assert specials(linear) == {"gidx0": 5, "gidx1": 3}  # no opts: its output axes are still bound
   linear = lower(Tensor.empty(3, 5, device="NULL").exp(), opts=[Opt.local(1, 5)])
   assert specials(linear) == {"gidx0": 3, "lidx0": 5}  # the size-1 outer part is gone
   assert launch_dims(linear) == ((3, 1, 1), (5, 1, 1))

@@ -10,8 +10,9 @@ import pytest
 from unigrad import Tensor, dtypes
 from unigrad.codegen.opt import KernelOptError, Opt
 from unigrad.codegen.opt.kernel import OptKernel
+from unigrad.codegen.expand import expand
 from unigrad.codegen.pipeline import full_rewrite
-from unigrad.codegen.vectorize import pick_vector_range
+from unigrad.codegen.vectorize import choose_vector_range
 from unigrad.renderer import PythonRenderer
 from unigrad.renderer.cstyle import CRenderer
 from unigrad.runtime.device import Buffer, Device
@@ -179,17 +180,17 @@ def test_per_lane_gates_load_each_lane():
 def test_without_vectors_every_lane_is_unrolled():
   kernel = (x(64, 256) + 1).sum(1).schedule().src[-1].src[0]
   k = OptKernel(kernel).apply(Opt.group(1, 16)).finalize()
-  assert pick_vector_range(k, 0) is None
-  r = pick_vector_range(k, 64)
+  assert choose_vector_range(k, 0) is None
+  r = choose_vector_range(k, 64)
   assert r is not None and r.arg.axis_type is AxisType.GROUP_REDUCE
 
 
 def test_vector_range_needs_more_unit_stride_than_strided_accesses():
   kernel = (x(16, 8).T * 3).schedule().src[-1].src[0]  # one access strided in each axis
   for opt in (Opt.upcast(0, 8), Opt.upcast(1, 4)):
-    assert pick_vector_range(OptKernel(kernel).apply(opt).finalize(), 64) is None
+    assert choose_vector_range(OptKernel(kernel).apply(opt).finalize(), 64) is None
   kernel = ((x(16, 8) + x(16, 8)).T).schedule().src[-1].src[0]
-  assert pick_vector_range(OptKernel(kernel).apply(Opt.upcast(0, 8)).finalize(), 64) is not None
+  assert choose_vector_range(OptKernel(kernel).apply(Opt.upcast(0, 8)).finalize(), 64) is not None
 
 
 def test_bytes_are_vector_loads_widened_but_byte_arithmetic_stays_scalar():
@@ -249,3 +250,26 @@ def test_small_read_or_scalar_outputs_are_not_streamed():
   assert "nontemporal" not in src(x(64, 64) * 2, [Opt.upcast(1, 16)], VEC)  # no stream_bytes
   assert "nontemporal" not in src(x(4, 32) * 2, [Opt.upcast(1, 16)])  # 512 bytes
   assert "nontemporal" not in src(x(64, 64) * 2, [])  # scalar stores
+
+
+def test_expand_keeps_the_vector_range_the_kernel_records():
+  kernel = (x(16, 8) + x(16, 8)).schedule().src[-1].src[0]
+  k = OptKernel(kernel).apply(Opt.upcast(1, 8)).apply(Opt.upcast(0, 4))
+  best = k.vector_range(64)
+  other = next(r for r in k.axes if r.arg.axis_type is AxisType.UPCAST and r is not best)
+  for chosen in (best, other):  # the recorded range is kept, even where it scores lower
+    out = expand(k.with_vector(chosen).finalize(), 64)
+    left = [u.arg.id for u in out.toposort() if u.op is Ops.RANGE
+            and u.arg.axis_type is AxisType.UPCAST]
+    assert left == [chosen.arg.id] and out.arg.vector == (chosen.arg.id,)
+  out = expand(k.with_vector(None).finalize(), 64)  # recorded: no vector
+  assert out.arg.vector == () and not any(u.op is Ops.RANGE and u.arg.axis_type is AxisType.UPCAST
+                                          for u in out.toposort())
+
+
+def test_kernel_given_opts_has_its_vector_chosen_by_expand():
+  kernel = (x(16, 8) + x(16, 8)).schedule().src[-1].src[0]
+  k = OptKernel(kernel).apply(Opt.upcast(1, 8))
+  assert k.finalize().arg.vector is None  # nothing chose yet
+  out = expand(k.finalize(), 64)
+  assert out.arg.vector == (k.vector_range(64).arg.id,)

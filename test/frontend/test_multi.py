@@ -10,7 +10,7 @@ from unigrad.dtype import to_numpy_name
 from unigrad.engine import buffer_of
 from unigrad.nn import optim
 from unigrad.runtime.ops_cpu import find_c_compiler
-from unigrad.schedule.multi import MultiDeviceError, multi_view, shards
+from unigrad.schedule.sharding import MultiDeviceError, multi_view, shards
 from unigrad.uop import Ops, UOp
 
 RNG = np.random.default_rng(0)

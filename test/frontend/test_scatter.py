@@ -219,6 +219,7 @@ def assert_direct(linear, k: int, numel: int, index_shape: tuple[int, ...]) -> N
     assert k not in loop_sizes(a), f"loop over K={k} in a scatter kernel"
     assert loop_sizes(a) == sorted(s for s in index_shape if s > 1)
     assert a.arg.opts_to_apply == (), "a scatter kernel must not be optimized (threads race)"
+    assert not a.arg.parallel, "a scatter kernel runs its iterations in order"
 
 
 K = 40000

@@ -6,7 +6,7 @@ import math
 from hypothesis import strategies as st
 
 from unigrad.dtype import dtypes
-from unigrad.schedule.rangeify import Kernel, RangeifyCtx, pm_rangeify
+from unigrad.schedule.indexing import Kernel, RangeifyCtx, pm_rangeify
 from unigrad.shape import ShapeTracker
 from unigrad.uop import AxisType, GroupOp, Invalid, Ops, ParamArg, UOp, graph_rewrite, shape_uop
 

@@ -17,9 +17,10 @@ import itertools
 from dataclasses import dataclass, field
 
 from unigrad.dtype import AddrSpace, DType, dtypes
-from unigrad.codegen.vectorize import depends_on, lane_bytes, pick_vector_range
+from unigrad.codegen.vectorize import depends_on, kernel_vector_range, lane_bytes, with_vector
 from unigrad.uop.rewrite import rebuild, substitute_each
-from unigrad.uop import AxisType, Ops, ParamArg, PatternMatcher, UOp, UPat, graph_rewrite, shape_uop
+from unigrad.uop import AxisType, KernelInfo, Ops, ParamArg, PatternMatcher, UOp, UPat
+from unigrad.uop import graph_rewrite, shape_uop
 
 ACC_SLOTS_START = 1 << 20  # accumulator BUFFER slots, apart from the kernel's PARAM slots
 UNROLLED = (AxisType.UPCAST, AxisType.UNROLL, AxisType.GROUP_REDUCE)  # become side-by-side values
@@ -193,12 +194,15 @@ def split_to_registers(ast: UOp, r: UOp, vector_bytes: int) -> tuple[UOp, UOp]:
 
 
 def expand(ast: UOp, vector_bytes: int = 0) -> UOp:
-  """The expand stage: keep the range that pays most as vector lanes (targets with vectors of
-  `vector_bytes`), unroll the other UPCAST/UNROLL ranges, lower reductions, bind THREAD ranges."""
+  """The expand stage: keep the kernel's vector range (the one its KernelInfo records, see
+  codegen/vectorize.py's kernel_vector_range; targets with vectors of `vector_bytes`), unroll the
+  other UPCAST/UNROLL ranges, lower reductions, bind THREAD ranges; the range kept (one register
+  of it, split_to_registers) is recorded for vectorize."""
   ast = thread_to_core_id(ast)  # first: the graph is smallest before unrolling
-  keep = pick_vector_range(ast, vector_bytes)
+  keep = kernel_vector_range(ast, vector_bytes)
   if keep is not None: ast, keep = split_to_registers(ast, keep, vector_bytes)
   ast = unroll_ranges(ast, keep)
   # reductions over the kept range become per-lane ones as they are lowered (one rebuild)
   ast = graph_rewrite(ast, pm_expand_reduce, ctx=ExpandCtx(keep), name="expand reduce")
-  return merge_ends(ast)
+  ast = merge_ends(ast)
+  return with_vector(ast, keep) if isinstance(ast.arg, KernelInfo) else ast

@@ -7,10 +7,10 @@ STORE is `SPECIAL("gidx<d>")` (the work group index in launch dimension d) and e
 innermost axis (a WARP axis, codegen/opt/tc.py, is always work-item dimension 0). More axes
 than the target has dimensions (or a dimension above the target's limit) are merged into one
 index and recovered by division and modulo.
-Invariants: runs only where the renderer `has_local`; a kernel that asks for no optimizations
-(`opts_to_apply == ()`, e.g. a scatter whose iterations write the same element) keeps its loops
-and runs as one work item; a THREAD axis (a CPU opt), or work groups above the target's
-`local_max` work items, raise KernelOptError.
+Invariants: runs only where the renderer `has_local`; a kernel whose KernelInfo says its
+iterations run in order (`parallel=False`: a scatter, whose iterations may write the same
+element) keeps its loops and runs as one work item; a THREAD axis (a CPU opt), or work groups
+above the target's `local_max` work items, raise KernelOptError.
 `launch_dims(linear)` reads the launch size back off the SPECIALs.
 """
 from __future__ import annotations
@@ -73,7 +73,7 @@ def gpudims(ast: UOp, ren: Renderer) -> UOp:
   if any(u.op is Ops.SPECIAL and u.arg == "core_id" for u in nodes):
     raise KernelOptError("THREAD axes are CPU chunks; a GPU target runs its output axes as work "
                          "groups and work items (use LOCAL)")
-  if isinstance(ast.arg, KernelInfo) and ast.arg.opts_to_apply == (): return ast
+  if isinstance(ast.arg, KernelInfo) and not ast.arg.parallel: return ast
   stores = [u for u in nodes if u.op is Ops.STORE]
   ranges = sorted((u for u in nodes if u.op is Ops.RANGE), key=axis_key)
   glob = [r for r in ranges if _is_parallel(r, stores, OUTPUT_AXES)]

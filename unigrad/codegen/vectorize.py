@@ -1,9 +1,10 @@
 """Vectorize: the vector range that expand kept becomes vector values, one lane per iteration.
 
 Consumes: a lowered kernel (loads, gates and integer index types committed) in which at most one
-UPCAST/UNROLL/GROUP_REDUCE range is left: expand keeps the one it chose for vector lanes (see
-`pick_vector_range`); reductions over it were already split into per-lane accumulators read
-lane by lane with GEP(x, range).
+UPCAST/UNROLL/GROUP_REDUCE range is left: the one its KernelInfo records as the vector (chosen
+once, by `choose_vector_range`: by the heuristics' tile when optimize picks the kernel's opts,
+else by expand; expand kept it and recorded the range it became); reductions over it were
+already split into per-lane accumulators read lane by lane with GEP(x, range).
 Produces: a kernel without that range. Every node that depends on it gets the `k`-lane vector of
 its dtype; values that do not are broadcast (a STACK of k copies) where a vector needs them;
   * a load or store whose address is `base + lane` (unit stride) is one vector access at `base`
@@ -17,10 +18,10 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from unigrad.dtype import AddrSpace, DType, dtypes
-from unigrad.uop import AxisType, GroupOp, Ops, ParamArg, UOp
+from unigrad.uop import AxisType, GroupOp, KernelInfo, Ops, ParamArg, UOp
 from unigrad.uop.rewrite import rebuild
 from unigrad.uop.symbolic import linear_terms
 
@@ -110,13 +111,36 @@ def _trips(ix: UOp, r: UOp) -> int:
   return n
 
 
-def pick_vector_range(ast: UOp, vector_bytes: int) -> UOp | None:
-  """The UPCAST/UNROLL/GROUP_REDUCE range that gains most as vector lanes, or None."""
+def choose_vector_range(ast: UOp, vector_bytes: int) -> UOp | None:
+  """The UPCAST/UNROLL/GROUP_REDUCE range that gains most as vector lanes, or None: the one place
+  the vector is chosen (the choice is recorded in the kernel's KernelInfo.vector)."""
   if vector_bytes <= 0: return None
   cands = [u for u in ast.toposort() if u.op is Ops.RANGE and u.arg.axis_type in VECTOR_AXES]
   scored = [(vector_score(ast, r, vector_bytes), -r.arg.id, r) for r in cands]
   best = max(scored, default=None, key=lambda t: t[:2])
   return best[2] if best is not None and best[0] > 0 else None
+
+
+def recorded_vector_range(ast: UOp) -> UOp | None:
+  """The vector range the kernel's KernelInfo records (None: none recorded, or no vector)."""
+  info = ast.arg
+  if not isinstance(info, KernelInfo) or not info.vector: return None
+  return next((u for u in ast.toposort() if u.op is Ops.RANGE and u.arg.id in info.vector
+               and u.arg.axis_type in VECTOR_AXES), None)
+
+
+def kernel_vector_range(ast: UOp, vector_bytes: int) -> UOp | None:
+  """The kernel's vector range: the one its KernelInfo records, else (nothing chose: no tile,
+  opts given by the kernel, NOOPT, a BEAM candidate) the one choose_vector_range chooses now."""
+  info = ast.arg
+  if isinstance(info, KernelInfo) and info.vector is not None: return recorded_vector_range(ast)
+  return choose_vector_range(ast, vector_bytes)
+
+
+def with_vector(ast: UOp, r: UOp | None) -> UOp:
+  """The kernel with `r` recorded as its vector range (in its SINK's KernelInfo)."""
+  info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()
+  return ast.replace(arg=replace(info, vector=() if r is None else (r.arg.id,)))
 
 
 # ---- the rewrite ----
@@ -215,12 +239,16 @@ def _vec_node(ctx: VectorizeCtx, u: UOp) -> UOp:
 
 
 def vectorize(ast: UOp) -> UOp:
-  """Turn the kernel's remaining vector range (if any) into vector values."""
+  """Turn the kernel's remaining vector range (the one its KernelInfo records) into vector
+  values."""
   nodes = ast.toposort()
   rs = [u for u in nodes if u.op is Ops.RANGE and u.arg.axis_type in VECTOR_AXES]
   if not rs: return ast
   if len(rs) > 1: raise RuntimeError(f"vectorize: expected one vector range, got {len(rs)}")
   r = rs[0]
+  if (kept := recorded_vector_range(ast)) is not None and kept is not r:
+    raise RuntimeError(f"vectorize: the kernel records range {kept.arg.id} as its vector, but "
+                       f"range {r.arg.id} is left")
   ctx = VectorizeCtx(r, r.src[0].arg, depends_on(ast, r, nodes))
   memo, dep = ctx.memo, ctx.dep
   for u in nodes:

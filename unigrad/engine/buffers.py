@@ -14,7 +14,7 @@ from unigrad.dtype import DType
 from unigrad.engine import profile
 from unigrad.knobs import PROFILE
 from unigrad.runtime.device import Buffer
-from unigrad.schedule import multi
+from unigrad.schedule import sharding
 from unigrad.schedule.callify import buffer_base, is_plain_buffer
 from unigrad.schedule.callify import new_buffer as new_single_buffer
 from unigrad.uop import NodeMap, Ops, UOp
@@ -39,7 +39,7 @@ def buffer_of(u: UOp) -> Buffer:
 
 def new_buffer(device: str | tuple[str, ...], dtype: DType, shape: tuple[int, ...]) -> UOp:
   """A fresh buffer viewed with `shape`; on a tuple of devices, replicated (a copy on each)."""
-  if isinstance(device, tuple): return multi.new_multi_buffer(device, dtype, shape, None)
+  if isinstance(device, tuple): return sharding.new_multi_buffer(device, dtype, shape, None)
   return new_single_buffer(device, dtype, shape)
 
 
@@ -62,7 +62,7 @@ def buffer_with_data(device: str, dtype: DType, data: bytes, shape: tuple[int, .
   return u
 
 
-def is_realized(u: UOp) -> bool: return is_plain_buffer(u) or multi.is_multi_view(u)
+def is_realized(u: UOp) -> bool: return is_plain_buffer(u) or sharding.is_multi_view(u)
 
 
-def is_buffer_view(u: UOp) -> bool: return buffer_base(u) is not None or multi.is_multi_view(u)
+def is_buffer_view(u: UOp) -> bool: return buffer_base(u) is not None or sharding.is_multi_view(u)

@@ -43,7 +43,6 @@ if TYPE_CHECKING:
 INDEX_DTYPE_ERROR = "tensors used as indices must be long, int, byte or bool tensors"
 REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
 INT64_MAX = 2 ** 63 - 1
-SPLIT_REDUCE_RATIO = 32768  # rangeify splits a reduce that shrinks its input this much
 
 
 # ---- host reads (the only places that realize) ----

@@ -25,178 +25,28 @@ Lowering rules, one per op (the spec's axis table says which axis each result ha
   REPLICATED          local (the slice every device already holds)
   STORE, AFTER, markers   local
 
-Storage (ARCHITECTURE decision 6, spec: "a BUFFER with a tuple device creates the fully sized
-buffer across multiple devices"): a BUFFER on D of size N is split into n equal, contiguous chunks,
-chunk j on d_j, each an ordinary single-device BUFFER registered in `shards`. This keeps the code
-simple: every device-side step (rangeify, kernels, copies, buffer lifetimes) is the single-device
-pipeline, and a realized value on D is a plain view of one buffer: sharded along axis a,
-`BUFFER(n*k).reshape(n, *local).permute(...)` back to its shape (axis 0 moved to a); replicated,
-`BUFFER(n*numel).reshape(n, *shape).replicated(0)` (n copies). Splits are only into equal chunks:
-sharding a size that n does not divide is refused at the call (`Tensor.shard`), not padded.
+Storage and the views of shards: schedule/sharding.py.
 """
 from __future__ import annotations
 
-import math
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar, cast
+from typing import cast
 
-from unigrad.dtype import DType, dtypes
+from unigrad.dtype import dtypes
 from unigrad.knobs import SPEC
-from unigrad.schedule.callify import buffer_base, is_assign, is_plain_buffer, new_buffer
-from unigrad.uop import GroupOp, Ops, UOp, shape_uop, sint
+from unigrad.schedule.callify import is_assign, is_plain_buffer
+from unigrad.schedule.sharding import (Locals, MultiDeviceError, assemble, at, chunk, concat,
+                                      copy_to, full, gather_range, is_multi_view, local_shape,
+                                      multi_view, new_multi_buffer, pad, permute, reshape,
+                                      shards, shards_of, shrink)
+from unigrad.uop import GroupOp, Ops, UOp, shape_uop
 from unigrad.uop.properties import as_shape
 
 Device = str | tuple[str, ...]
-Locals = tuple[UOp, ...]
-T = TypeVar("T")
 
 __all__ = ["MultiDeviceError", "MultiPlan", "lower_multi", "new_multi_buffer", "is_multi_view",
            "multi_view", "shards", "shards_of", "local_shape", "verify_lowered"]
-
-
-class MultiDeviceError(RuntimeError):
-  """A graph on an n-tuple device cannot be split across its devices (the message says why)."""
-
-
-# BUFFER on an n-tuple device -> its n single-device BUFFERs (alive as long as the BUFFER is)
-shards: weakref.WeakKeyDictionary[UOp, Locals] = weakref.WeakKeyDictionary()
-
-
-# ---- views on UOps ----
-
-def _reshape(x: UOp, shape: Sequence[int]) -> UOp:
-  if tuple(x.shape) == tuple(shape): return x
-  return UOp(Ops.RESHAPE, x.dtype, (x, shape_uop(tuple(shape))))
-
-
-def _permute(x: UOp, order: Sequence[int]) -> UOp:
-  if tuple(order) == tuple(range(len(order))): return x
-  return UOp(Ops.PERMUTE, x.dtype, (x,), tuple(order))
-
-
-def _shrink(x: UOp, offsets: Sequence[sint], sizes: Sequence[sint]) -> UOp:
-  if not any(offsets) and tuple(sizes) == tuple(x.shape): return x
-  return UOp(Ops.SHRINK, x.dtype, (x, shape_uop(tuple(offsets)), shape_uop(tuple(sizes))))
-
-
-def _pad(x: UOp, offsets: Sequence[sint], shape: Sequence[sint]) -> UOp:
-  if not any(offsets) and tuple(shape) == tuple(x.shape): return x
-  return UOp(Ops.PAD, x.dtype, (x, shape_uop(tuple(offsets)), shape_uop(tuple(shape))))
-
-
-def _at(values: Sequence[T], axis: int, value: T) -> list[T]:
-  out = list(values)
-  out[axis] = value
-  return out
-
-
-def _slice(x: UOp, axis: int, start: int, size: int) -> UOp:
-  """Elements [start, start+size) of `x` along `axis`."""
-  return _shrink(x, _at([0] * len(x.shape), axis, start), _at(x.shape, axis, size))
-
-
-def _chunk(x: UOp, axis: int, j: int, n: int) -> UOp:
-  """Chunk j of n equal chunks of `x` along `axis`."""
-  size = x.shape[axis] // n
-  return _slice(x, axis, j * size, size)
-
-
-def _full(dtype: DType, value: object, shape: Sequence[int]) -> UOp:
-  c = UOp.const(dtype, value)
-  return UOp(Ops.EXPAND, dtype, (_reshape(c, (1,) * len(shape)), shape_uop(tuple(shape))))
-
-
-def _concat(pieces: Sequence[UOp], axis: int) -> UOp:
-  """The pieces joined along `axis`: each padded into place and selected by a mask padded the
-  same way (a padded region is invalid, so it is never read as a value)."""
-  if len(pieces) == 1: return pieces[0]
-  starts = [sum(p.shape[axis] for p in pieces[:k]) for k in range(len(pieces) + 1)]
-  full = _at(pieces[0].shape, axis, starts[-1])
-  def place(x: UOp, k: int) -> UOp: return _pad(x, _at([0] * len(full), axis, starts[k]), full)
-  out = place(pieces[-1], len(pieces) - 1)
-  for k in reversed(range(len(pieces) - 1)):
-    mask = place(_full(dtypes.bool, True, pieces[k].shape), k)
-    out = UOp(Ops.WHERE, out.dtype, (mask, place(pieces[k], k), out))
-  return out
-
-
-def _gather_range(locs: Locals, axis: int, lo: int, hi: int, device: str) -> UOp:
-  """Elements [lo, hi) (not empty) along `axis` of a value split along it into `locs`, assembled
-  on `device` from only the parts that hold them."""
-  size, pieces = locs[0].shape[axis], []
-  for k, x in enumerate(locs):
-    start, stop = max(lo, k * size), min(hi, (k + 1) * size)
-    if start >= stop: continue
-    pieces.append(_copy_to(_slice(x, axis, start - k * size, stop - start), device))
-  assert pieces, f"empty range [{lo}, {hi})"
-  return _concat(pieces, axis)
-
-
-def _copy_to(x: UOp, device: str) -> UOp:
-  return x if x.device == device else UOp(Ops.COPY, x.dtype, (x,), device)
-
-
-def local_shape(shape: Sequence[int], axis: int | None, n: int) -> tuple[int, ...]:
-  """The shape each of n devices holds of a value of `shape` split along `axis`."""
-  return tuple(shape) if axis is None else tuple(_at(shape, axis, shape[axis] // n))
-
-
-# ---- storage ----
-
-def new_multi_buffer(devices: tuple[str, ...], dtype: DType, shape: Sequence[int],
-                     axis: int | None) -> UOp:
-  """A view of shape `shape` split along `axis` (None: replicated) of a fresh BUFFER on
-  `devices`; its per-device shards are made when it is first lowered."""
-  n = len(devices)
-  if axis is not None and shape[axis] % n:
-    raise MultiDeviceError(f"axis {axis} of shape {tuple(shape)} does not split evenly across "
-                           f"{n} devices")
-  buf = new_buffer(devices, dtype, (n * math.prod(local_shape(shape, axis, n)),))
-  return multi_view(buf, shape, axis)
-
-
-def multi_view(buf: UOp, shape: Sequence[int], axis: int | None) -> UOp:
-  """`buf` (a BUFFER on n devices) seen as a value of `shape` with shard axis `axis`."""
-  n = len(buf.arg.device)
-  if axis is None:
-    rep = UOp(Ops.REPLICATED, buf.dtype, (_reshape(buf, (n, *shape)),), (0,))
-    return _reshape(rep, shape)
-  loc = local_shape(shape, axis, n)
-  x = _reshape(buf, (n, *loc))
-  x = _permute(x, (*range(1, axis + 1), 0, *range(axis + 1, len(shape) + 1)))
-  return _reshape(x, shape)
-
-
-# looked up once: `Ops.X` is slow on Python 3.11
-_VIEW_OPS, _BUFFER = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.REPLICATED}), Ops.BUFFER
-
-
-def is_multi_view(u: UOp) -> bool:
-  """A RESHAPE/PERMUTE/REPLICATED view of a BUFFER on a tuple device: a realized value."""
-  while u.op in _VIEW_OPS: u = u.src[0]
-  return u.op is _BUFFER and isinstance(u.arg.device, tuple)
-
-
-def shards_of(buf: UOp) -> Locals:
-  """The per-device BUFFERs behind a BUFFER on a tuple device (fresh ones the first time)."""
-  if (got := shards.get(buf)) is not None: return got
-  devices, size = buf.arg.device, buf.shape[0]
-  if size % len(devices):
-    raise MultiDeviceError(f"a buffer of {size} elements does not split evenly across "
-                           f"{len(devices)} devices")
-  got = shards[buf] = tuple(new_buffer(d, buf.dtype, (size // len(devices),)) for d in devices)
-  return got
-
-
-def _assemble(u: UOp, devices: tuple[str, ...], bufs: Sequence[UOp]) -> UOp:
-  """The realized form of `u`: a BUFFER on `devices` whose shards are `bufs`, viewed as `u`."""
-  bases = tuple(base for b in bufs if (base := buffer_base(b)) is not None)
-  assert len(bases) == len(bufs), "locals realize into plain buffers"
-  buf = new_buffer(devices, u.dtype, (sum(b.shape[0] for b in bases),))
-  shards[buf] = bases
-  return multi_view(buf, u.shape, u.axis if isinstance(u.device, tuple) else None)
 
 
 # ---- the lowering ----
@@ -221,8 +71,8 @@ class MultiCtx:
     key = (s, device)
     if key not in self.gathers:
       a, locs = shard_axis(s), self.local[s]
-      if a is None: self.gathers[key] = _copy_to(_nearest(locs, device), device)
-      else: self.gathers[key] = _gather_range(locs, a, 0, s.shape[a], device)
+      if a is None: self.gathers[key] = copy_to(_nearest(locs, device), device)
+      else: self.gathers[key] = gather_range(locs, a, 0, s.shape[a], device)
     return self.gathers[key]
 
 
@@ -246,12 +96,12 @@ def _reshard(ctx: MultiCtx, s: UOp, axis: int | None, devices: tuple[str, ...]) 
     raise MultiDeviceError(f"axis {axis} of shape {tuple(s.shape)} does not split evenly across "
                            f"{n} devices")
   c = s.shape[axis] // n
-  if a is None: return tuple(_copy_to(_chunk(_nearest(locs, d), axis, j, n), d)
+  if a is None: return tuple(copy_to(chunk(_nearest(locs, d), axis, j, n), d)
                              for j, d in enumerate(devices))
   if a == axis:  # the same split onto the same devices gives each device its own part back
-    return tuple(_gather_range(locs, a, j * c, (j + 1) * c, d) for j, d in enumerate(devices))
+    return tuple(gather_range(locs, a, j * c, (j + 1) * c, d) for j, d in enumerate(devices))
   # all-to-all: device j receives chunk j (along the new axis) of every device's part
-  return tuple(_concat([_copy_to(_chunk(x, axis, j, n), d) for x in locs], a)
+  return tuple(concat([copy_to(chunk(x, axis, j, n), d) for x in locs], a)
                for j, d in enumerate(devices))
 
 
@@ -262,7 +112,7 @@ def _localize(ctx: MultiCtx, s: UOp, out: UOp, axis: int | None, j: int) -> UOp:
   if s.device is None:
     x, lead = ctx.single[s], len(out.shape) - len(s.shape)
     if axis is None or axis < lead or s.shape[axis - lead] == 1: return x
-    return _chunk(x, axis - lead, j, len(devices))
+    return chunk(x, axis - lead, j, len(devices))
   if s.device != devices:
     raise MultiDeviceError(f"expected all sources of {out.op.name} on one device, got {devices} "
                            f"and {s.device}")
@@ -284,7 +134,7 @@ def _view_locals(ctx: MultiCtx, u: UOp, build: Callable[[UOp], UOp]) -> Locals:
 
 def _lower_reshape(ctx: MultiCtx, u: UOp) -> Locals:
   shape = local_shape(u.shape, shard_axis(u), len(u.device))
-  return _view_locals(ctx, u, lambda x: _reshape(x, shape))
+  return _view_locals(ctx, u, lambda x: reshape(x, shape))
 
 
 def _lower_expand(ctx: MultiCtx, u: UOp) -> Locals:
@@ -298,28 +148,28 @@ def _lower_pad_shrink(ctx: MultiCtx, u: UOp) -> Locals:
   src, n = u.src[0], len(u.device)
   a, locs = shard_axis(src), ctx.local[src]
   offs, new = as_shape(u.src[1]), as_shape(u.src[2])
-  view = _pad if u.op is Ops.PAD else _shrink
+  view = pad if u.op is Ops.PAD else shrink
   if a is None: return tuple(view(x, offs, new) for x in locs)
   size = locs[0].shape[a]
-  locs = tuple(view(x, _at(offs, a, 0), _at(new, a, size)) for x in locs)
+  locs = tuple(view(x, at(offs, a, 0), at(new, a, size)) for x in locs)
   if offs[a] == 0 and new[a] == src.shape[a]: return locs
   if not isinstance(size_a := new[a], int) or size_a % n:  # (a symbolic size: never even)
     raise MultiDeviceError(f"{u.op.name} to shape {tuple(new)} leaves {new[a]} elements on the "
                            f"shard axis {a}, which {n} devices cannot split evenly: gather it "
                            "with .to(device) first")
-  # the offset on the shard axis is an int here: a symbolic one fails _gather_range's
+  # the offset on the shard axis is an int here: a symbolic one fails gather_range's
   # comparisons (TypeError), as it always has
   c, o = size_a // n, cast(int, offs[a])
   if u.op is Ops.SHRINK:
-    return tuple(_gather_range(locs, a, o + j * c, o + (j + 1) * c, d)
+    return tuple(gather_range(locs, a, o + j * c, o + (j + 1) * c, d)
                  for j, d in enumerate(u.device))
   out = []
   for j, d in enumerate(u.device):  # padded chunk j holds source elements [j*c - o, (j+1)*c - o)
     lo, hi = max(0, j * c - o), min(src.shape[a], (j + 1) * c - o)
-    chunk_shape = _at(locs[0].shape, a, c)
-    if lo >= hi: out.append(_full(u.dtype, 0, chunk_shape))  # all padding: reads as 0, like PAD
-    else: out.append(_pad(_gather_range(locs, a, lo, hi, d),
-                          _at([0] * len(chunk_shape), a, lo + o - j * c), chunk_shape))
+    chunk_shape = at(locs[0].shape, a, c)
+    if lo >= hi: out.append(full(u.dtype, 0, chunk_shape))  # all padding: reads as 0, like PAD
+    else: out.append(pad(gather_range(locs, a, lo, hi, d),
+                          at([0] * len(chunk_shape), a, lo + o - j * c), chunk_shape))
   return tuple(out)
 
 
@@ -328,7 +178,7 @@ def _lower_flip(ctx: MultiCtx, u: UOp) -> Locals:
   flipped = tuple(UOp(Ops.FLIP, x.dtype, (x,), u.arg) for x in locs)
   if a is None or not u.arg[a]: return flipped
   # chunk j of the flipped value is the flipped chunk n-1-j
-  return tuple(_copy_to(flipped[len(locs) - 1 - j], d) for j, d in enumerate(u.device))
+  return tuple(copy_to(flipped[len(locs) - 1 - j], d) for j, d in enumerate(u.device))
 
 
 def _lower_reduce(ctx: MultiCtx, u: UOp) -> Locals:
@@ -340,15 +190,15 @@ def _lower_reduce(ctx: MultiCtx, u: UOp) -> Locals:
   parts = tuple(UOp(Ops.CONTIGUOUS, p.dtype, (p,)) for p in parts)
   out = []
   for d in u.device:
-    acc = _copy_to(parts[0], d)
-    for p in parts[1:]: acc = UOp(u.arg.op, acc.dtype, (acc, _copy_to(p, d)))
+    acc = copy_to(parts[0], d)
+    for p in parts[1:]: acc = UOp(u.arg.op, acc.dtype, (acc, copy_to(p, d)))
     out.append(acc)
   return tuple(out)
 
 
 def _lower_replicated(ctx: MultiCtx, u: UOp) -> Locals:
   def first_slice(x: UOp) -> UOp:
-    return _shrink(x, [0] * len(x.shape), [1 if i in u.arg else s for i, s in enumerate(x.shape)])
+    return shrink(x, [0] * len(x.shape), [1 if i in u.arg else s for i, s in enumerate(x.shape)])
   return _view_locals(ctx, u, first_slice)
 
 
@@ -361,7 +211,7 @@ def _lower_copy(ctx: MultiCtx, u: UOp) -> Locals:
                            f"{tuple(u.shape)}")
   if isinstance(src.device, tuple): return ctx.reshard(src, 0, devices)
   x = ctx.single[src]
-  return tuple(_copy_to(_chunk(x, 0, j, n), d) for j, d in enumerate(devices))
+  return tuple(copy_to(chunk(x, 0, j, n), d) for j, d in enumerate(devices))
 
 
 def _lower_store(ctx: MultiCtx, u: UOp) -> Locals:
@@ -387,7 +237,7 @@ _LOWER: dict[Ops, Callable[[MultiCtx, UOp], Locals]] = {
   Ops.COPY: _lower_copy,
   Ops.RESHAPE: _lower_reshape,
   Ops.EXPAND: _lower_expand,
-  Ops.PERMUTE: lambda ctx, u: _view_locals(ctx, u, lambda x: _permute(x, u.arg)),
+  Ops.PERMUTE: lambda ctx, u: _view_locals(ctx, u, lambda x: permute(x, u.arg)),
   Ops.PAD: _lower_pad_shrink,
   Ops.SHRINK: _lower_pad_shrink,
   Ops.FLIP: _lower_flip,
@@ -438,9 +288,9 @@ class MultiPlan:
     for u, locs in self.ctx.local.items():
       if is_assign(u): out[u] = u.src[0]
       elif u.op is Ops.CONTIGUOUS and all(is_plain_buffer(becomes.get(x, x)) for x in locs):
-        out[u] = _assemble(u, u.device, [becomes[x] for x in locs])
+        out[u] = assemble(u, u.device, [becomes[x] for x in locs])
     for u, (devices, locs) in self.targets.items():
-      if u not in out: out[u] = _assemble(u, devices, [becomes[x] for x in locs])
+      if u not in out: out[u] = assemble(u, devices, [becomes[x] for x in locs])
     return out
 
 
@@ -476,7 +326,7 @@ def lower_multi(uops: Sequence[UOp], devices: Sequence[Device],
       plan.uops.append(ctx.single[u])
       plan.devices.append(dev)
       continue
-    if u.device is None: locs = tuple(_copy_to(ctx.single[u], d) for d in dev)  # replicated
+    if u.device is None: locs = tuple(copy_to(ctx.single[u], d) for d in dev)  # replicated
     elif u.device == dev: locs = ctx.local[u]
     else: raise MultiDeviceError(f"a value on {u.device} cannot be realized on {dev}")
     if not is_assign(u): plan.targets[u] = (dev, locs)

@@ -9,7 +9,8 @@ Produces: two kernels, `SINK(END(STORE(INDEX(PARAM, addr), identity), outputs))`
 `out = INDEX(PARAM, WHERE(0 <= idx < K, addr[k := idx], Invalid))`: a gated read-modify-write of
 the selected output (the scatter), O(N) instead of O(N*K).
 Invariants: the scatter runs after the fill, as one sequential loop in the reduce's order (its
-SINK has `opts_to_apply=()`, so no THREAD or vector split can race on repeated indices); the
+SINK says so, `KernelInfo(opts_to_apply=(), parallel=False)`: no optimization, so no THREAD or
+vector split can race on repeated indices, and no GPU thread index either); the
 result is the sequential reduction's, bit for bit: the terms skipped are the identity (for MAX,
 a constant below every term).
 """
@@ -148,8 +149,9 @@ def scatter_kernels(ast: UOp) -> tuple[UOp, UOp] | None:
   The fill writes every output's start value. The scatter loops over the source elements only
   and read-modify-writes the output each selects, `out[idx] = op(out[idx], v)`, gated by bounds.
   Its iterations run in order, so repeated indices combine deterministically and in the order
-  the reduce would have used; its SINK asks for no optimizations (opts_to_apply=()), because a
-  THREAD split would race on repeated indices and a vector (UPCAST) split would lose updates."""
+  the reduce would have used; its SINK asks for no optimizations (opts_to_apply=()) and says
+  its iterations run in order (parallel=False), because a THREAD split or GPU threads would race
+  on repeated indices and a vector (UPCAST) split would lose updates."""
   if _scatter_store(ast) is None: return None
   st = _scatter_store(graph_rewrite(ast, pm_kernel_simplify, name="scatter simplify"))
   if st is None: return None
@@ -166,5 +168,5 @@ def scatter_kernels(ast: UOp) -> tuple[UOp, UOp] | None:
   loops = {r: UOp.range(r.src[0], r.arg.id, AxisType.LOOP) for r in plan.loops}
   scatter = _loop(rmw.substitute(loops), tuple(loops.values()))
   fill = _loop(st.replace(src=(target, plan.fill)), out_rngs)
-  no_opts = KernelInfo(opts_to_apply=())
-  return UOp(Ops.SINK, dtypes.void, (fill,)), UOp(Ops.SINK, dtypes.void, (scatter,), no_opts)
+  in_order = KernelInfo(opts_to_apply=(), parallel=False)
+  return UOp(Ops.SINK, dtypes.void, (fill,)), UOp(Ops.SINK, dtypes.void, (scatter,), in_order)

@@ -18,7 +18,8 @@ from unigrad.dtype import dtypes
 from unigrad.knobs import SPEC
 from unigrad.uop import KernelInfo, Ops, ParamArg, RangeArg, UOp, spec_tensor
 from unigrad.uop.spec_kernel import spec_kernel
-from unigrad.schedule.rangeify import Kernel, rangeify
+from unigrad.schedule.indexing import Kernel
+from unigrad.schedule.rangeify import rangeify
 
 
 class ScheduleError(RuntimeError):
@@ -90,8 +91,8 @@ def finalize_kernel(ast: UOp) -> tuple[UOp, tuple[UOp, ...]]:
   for i, r in enumerate(ranges):
     sub[r] = r.replace(arg=RangeArg(i, r.arg.axis_type))
   new = _substitute_nodes(ast, sub)
-  keep = ast.arg.opts_to_apply if isinstance(ast.arg, KernelInfo) else None  # e.g. a scatter's ()
-  return new.replace(arg=KernelInfo(name=kernel_name(new), opts_to_apply=keep)), tuple(params)
+  info = ast.arg if isinstance(ast.arg, KernelInfo) else KernelInfo()  # e.g. a scatter's
+  return new.replace(arg=replace(info, name=kernel_name(new))), tuple(params)
 
 
 def _substitute_nodes(root: UOp, sub: dict[UOp, UOp]) -> UOp:

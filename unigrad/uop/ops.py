@@ -211,10 +211,20 @@ class CallInfo:
 
 @dataclass(frozen=True)
 class KernelInfo:
-  """Arg of a kernel's SINK: its name and the optimizations applied or still to apply."""
+  """Arg of a kernel's SINK: its name, the optimizations applied or still to apply, and the
+  decisions that stages downstream read instead of making again:
+  `vector`: the ids of the ranges codegen makes vector lanes (at most one; chosen by
+  codegen/vectorize.py's `choose_vector_range` and recorded by the heuristics' tile in optimize,
+  else by expand, which keeps it and records the range it became): None while nothing has
+  chosen, () for none;
+  `parallel`: False when the kernel's iterations must run in order, on one core or work item
+  (a scatter's stores to repeated indices, schedule/scatter.py): no THREAD or LOCAL split, and
+  a GPU target binds none of its loops to thread indices."""
   name: str = "kernel"
   applied_opts: tuple = ()
   opts_to_apply: tuple | None = None
   dont_use_locals: bool = False
+  vector: tuple[int, ...] | None = None
+  parallel: bool = True
 
 

@@ -11,7 +11,7 @@ from unigrad.codegen.opt.heuristic import (ReducePlan, TilePlan, hand_coded_opti
                                            register_tile)
 from unigrad.codegen.opt.kernel import OptKernel
 from unigrad.codegen.pipeline import CODEGEN_STAGES, finish, full_rewrite
-from unigrad.codegen.vectorize import pick_vector_range
+from unigrad.codegen.vectorize import choose_vector_range
 from unigrad.renderer.cstyle import CRenderer
 from unigrad.runtime.device import Buffer, Device
 from unigrad.runtime.ops_cpu import find_c_compiler
@@ -64,7 +64,7 @@ def test_matmul_tiles_its_contiguous_output_axis():
   outer = next(r.arg.id for r in out.axes if r.arg.axis_type is AxisType.LOOP)
   # the outermost loop walks B's 32-column panels (A does not depend on it)
   assert sorted(st.of[outer] for st in load_strides(out)) == [0, 32], "B's panel stays in cache"
-  vec = pick_vector_range(out.ast, 64)
+  vec = choose_vector_range(out.ast, 64)
   assert vec is not None and vec.src[0].arg == 16
 
 
@@ -72,7 +72,7 @@ def test_matmul_tile_follows_the_targets_vector_width_and_registers():
   k = reduce_kernel(Tensor.empty(512, 512) @ Tensor.empty(512, 512))
   out = hand_coded_optimizations(k, AVX2, threads=1)
   assert upcasts(out) == [8, 6, 2], "12 of AVX2's 16 registers: 6 rows of 2 vectors of 8 lanes"
-  vec = pick_vector_range(out.ast, 32)
+  vec = choose_vector_range(out.ast, 32)
   assert vec is not None and vec.src[0].arg == 8
 
 
@@ -89,7 +89,7 @@ def test_conv_prefers_the_widest_contiguous_axis():
 def test_conv_tile_is_one_the_codegen_vectorizes():
   k = reduce_kernel(Tensor.empty(4, 16, 56, 56).conv2d(Tensor.empty(64, 16, 3, 3), padding=1))
   out = hand_coded_optimizations(k, AVX512, threads=2)
-  vec = pick_vector_range(out.ast, 64)
+  vec = choose_vector_range(out.ast, 64)
   assert vec is not None and vec.arg.axis_type is AxisType.UPCAST and vec.src[0].arg >= 8
   assert len(upcasts(out)) in (2, 3) and out.axis_types().count(AxisType.THREAD) == 1
   assert 64 <= math.prod(upcasts(out)) <= 128, "a tile of about 8 registers"
@@ -131,7 +131,7 @@ def test_avx2_conv_tile_keeps_eight_accumulators():
   convolution at half the FMA rate)."""
   k = reduce_kernel(Tensor.empty(4, 16, 56, 56).conv2d(Tensor.empty(64, 16, 3, 3), padding=1))
   out = hand_coded_optimizations(k, AVX2, threads=2)
-  vec = pick_vector_range(out.ast, 32)
+  vec = choose_vector_range(out.ast, 32)
   assert vec is not None and vec.src[0].arg == 8
   assert math.prod(upcasts(out)) == 8 * 8, "8 accumulators of 8 lanes"
 
@@ -160,7 +160,7 @@ def test_elementwise_kernels_get_one_register_of_the_contiguous_axis():
   k = only_kernel((Tensor.empty(1024, 1024) * Tensor.empty(1024, 1024) + 1).relu())
   out = hand_coded_optimizations(k, AVX512, threads=2)
   assert upcasts(out) == [16] and out.axis_types().count(AxisType.THREAD) == 1
-  vec = pick_vector_range(out.ast, 64)
+  vec = choose_vector_range(out.ast, 64)
   assert vec is not None and vec.src[0].arg == 16
   assert upcasts(hand_coded_optimizations(k, SCALAR, threads=2)) == [], "no vector values"
 
@@ -195,7 +195,7 @@ def test_transposed_weight_gets_a_register_tile_of_partial_sums(name):
     out = hand_coded_optimizations(k, ren, threads=2)
     assert group_lanes(out) == [8], "32 bytes of partial sums along the reduce axis"
     assert sorted(upcasts(out)) == [2, tile // 2], "half the registers: 2 streamed rows by N"
-    vec = pick_vector_range(out.ast, ren.vector_bytes)
+    vec = choose_vector_range(out.ast, ren.vector_bytes)
     assert vec is not None and vec.arg.axis_type is AxisType.GROUP_REDUCE
 
 
@@ -227,7 +227,7 @@ def test_attention_output_projection_gets_the_dot_tile():
   assert plan is not None and plan.lanes == 8
   out = hand_coded_optimizations(k, AVX512, threads=1)
   assert group_lanes(out) == [8]
-  vec = pick_vector_range(finish(out), 64)  # simplified: 8*(r % 4) + g, contiguous along g
+  vec = choose_vector_range(finish(out), 64)  # simplified: 8*(r % 4) + g, contiguous along g
   assert vec is not None and vec.arg.axis_type is AxisType.GROUP_REDUCE
 
 
@@ -238,7 +238,7 @@ def test_other_layouts_get_the_matmul_tile(layout):
        "broadcast": lambda: Tensor.empty(8, 256, 256) @ Tensor.empty(256, 256)}[layout]()
   out = hand_coded_optimizations(reduce_kernel(t), AVX512, threads=2)
   assert upcasts(out) == [16, 2, 8] and not group_lanes(out)
-  vec = pick_vector_range(out.ast, 64)
+  vec = choose_vector_range(out.ast, 64)
   assert vec is not None and vec.src[0].arg == 16 and vec.arg.axis_type is AxisType.UPCAST
 
 
@@ -274,7 +274,7 @@ def test_conv_weight_gradient_gets_vector_partial_sums_reused_across_its_outputs
     out = hand_coded_optimizations(k, ren, threads=2)
     assert group_lanes(out) == [4], "the whole 4-long reduce axis as partial sums"
     assert upcasts(out) == tile, "3 kernel columns by output channels: half the registers"
-    vec = pick_vector_range(out.ast, ren.vector_bytes)
+    vec = choose_vector_range(out.ast, ren.vector_bytes)
     assert vec is not None and vec.arg.axis_type is AxisType.GROUP_REDUCE
 
 
@@ -300,7 +300,7 @@ def test_an_unvectorized_tile_fits_in_registers():
   b = Tensor.empty(4, 16, 16).permute(1, 0, 2).reshape(16, 64) * 2
   k = reduce_kernel(b @ a.T)
   out = hand_coded_optimizations(k, AVX512, threads=1)
-  assert math.prod(upcasts(out)) <= 16 or pick_vector_range(out.ast, 64) is not None
+  assert math.prod(upcasts(out)) <= 16 or choose_vector_range(out.ast, 64) is not None
 
 
 @pytest.mark.parametrize("n", [256, 2048])
@@ -357,3 +357,23 @@ def test_masked_max_and_sum_of_exp_take_full_registers_of_partial_sums():
     assert group_lanes(hand_coded_optimizations(only_kernel(t), AVX512, threads=1)) == [16]
   w = conv_weight_gradient()
   assert group_lanes(hand_coded_optimizations(w, AVX512, threads=1)) == [4]
+
+
+@pytest.mark.parametrize("make", [lambda: Tensor.empty(256, 256) @ Tensor.empty(256, 256),
+                                  lambda: Tensor.empty(64, 384) @ Tensor.empty(96, 384).T],
+                         ids=["matmul", "x @ W.T"])
+def test_a_tile_records_the_vector_range_it_was_made_for(make):
+  kernel = CODEGEN_STAGES[0].run(make().schedule().src[-1].src[0], SCALAR)
+  k = hand_coded_optimizations(OptKernel(kernel), AVX512, 1)
+  vectors = {r.arg.id for r in k.axes if r.arg.axis_type in (AxisType.UPCAST,
+                                                             AxisType.GROUP_REDUCE)}
+  assert k.vector is not None and len(k.vector) == 1 and set(k.vector) <= vectors
+  assert finish(k).arg.vector == k.vector  # optimize hands the choice on in the KernelInfo
+  assert full_rewrite(kernel, AVX512).arg.vector  # expand recorded the register of it it kept
+
+
+def test_without_a_tile_nothing_is_recorded_and_expand_chooses():
+  kernel = CODEGEN_STAGES[0].run(Tensor.empty(256, 256).exp().schedule().src[-1].src[0], SCALAR)
+  k = hand_coded_optimizations(OptKernel(kernel), AVX512, 1)
+  assert k.applied and k.vector is None
+  assert full_rewrite(kernel, AVX512).arg.vector  # expand chose, and recorded its choice

@@ -125,3 +125,12 @@ def test_padto_of_an_output_axis_clamps_its_reads_and_gates_its_stores():
                              rtol=1e-5, atol=1e-5)
   reduced = OptKernel(kernel).apply(Opt.padto(2, 4))  # the reduce axis (6 -> 8)
   assert _gated_reads(reduced) == 2
+
+
+def test_a_kernel_whose_iterations_run_in_order_takes_no_thread_or_local_split():
+  kernel = (Tensor.empty(64, 64) + 1).schedule().src[-1].src[0]
+  in_order = OptKernel(kernel.replace(arg=KernelInfo(parallel=False)))
+  for opt in (Opt.thread(0, 2), Opt.local(0, 4)):
+    with pytest.raises(KernelOptError, match="run in order"): in_order.apply(opt)
+  in_order.apply(Opt.upcast(1, 4))  # other splits still apply
+  OptKernel(kernel).apply(Opt.thread(0, 2))

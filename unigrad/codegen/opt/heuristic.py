@@ -31,6 +31,11 @@ The choice is read off the kernel's loads: for each input buffer read, the strid
   is) is upcast to one vector register, unless a reduce reads contiguously along its own
   innermost axis; such reductions (and any kernel left without a vector axis) split that reduce
   axis into independent partial accumulators.
+A tile records the vector range it was made for in the kernel (`OptKernel.vector`, written to
+KernelInfo.vector; codegen/vectorize.py's choose_vector_range, asked once per candidate): expand
+keeps that range, and chooses with the same function only where nothing chose (no tile). The
+scheduler asks `runs_in_place` whether a matmul gets a DotPlan tile, rather than predicting it
+(schedule/matmul.py).
 """
 from __future__ import annotations
 
@@ -41,7 +46,6 @@ from unigrad.codegen.opt import KernelOptError, Opt
 from unigrad.codegen.opt.kernel import OptKernel
 from unigrad.codegen.opt.pack import is_contiguous_panel
 from unigrad.codegen.simplify import pm_kernel_simplify
-from unigrad.codegen.vectorize import pick_vector_range
 from unigrad.renderer import Renderer
 from unigrad.uop import AxisType, Ops, UOp, graph_rewrite
 from unigrad.uop.symbolic import is_invalid, linear_terms
@@ -217,8 +221,9 @@ def register_tile(k: OptKernel, plan: TilePlan, vector_bytes: int,
   tiled, _ = _upcast(tiled, plan.reuse, regs // (1 if pair is None else 2))
   if not nested: tiled = panel_order(tiled, plan)
   if not vector_bytes: return tiled
-  if plan.checked: return tiled if pick_vector_range(tiled.ast, vector_bytes) is vec else None
-  return tiled if pick_vector_range(tiled.ast, vector_bytes) is not None else scalar_tile(k, plan)
+  got = tiled.vector_range(vector_bytes)
+  if plan.checked: return tiled.with_vector(vec) if got is vec else None
+  return tiled.with_vector(got) if got is not None else scalar_tile(k, plan)
 
 
 # rows of the tile on a target with few vector registers (AVX2's 16): 6 rows of two vectors are
@@ -249,7 +254,7 @@ def few_register_tile(k: OptKernel, plan: TilePlan, ren: Renderer) -> OptKernel 
   tiled, pair = _upcast(up, plan.vector, 2)
   if pair is None: return None
   tiled = panel_order(tiled, plan)
-  return tiled if pick_vector_range(tiled.ast, ren.vector_bytes) is vec else None
+  return tiled.with_vector(vec) if tiled.vector_range(ren.vector_bytes) is vec else None
 
 
 SCALAR_TILE = 4  # an unvectorized tile: 4x4 scalar accumulators
@@ -311,9 +316,9 @@ def pack_panel(tiled: OptKernel, slot: int | None, vector_bytes: int) -> OptKern
   if packed is tiled or is_contiguous_panel(tiled.ast, tiled.axes[uses[-1]], slot): return tiled
   panel = next(u for u in packed.ast.toposort() if u.op is Ops.BUFFER)
   if not PACK_MIN_BYTES <= panel.shape[0] * panel.dtype.itemsize <= PACK_MAX_PANEL: return tiled
-  keep = pick_vector_range(tiled.ast, vector_bytes) if vector_bytes else None
-  if keep is not None and pick_vector_range(packed.ast, vector_bytes) is not keep: return tiled
-  return packed
+  keep = tiled.vector_range(vector_bytes)
+  if keep is not None and packed.vector_range(vector_bytes) is not keep: return tiled
+  return packed if keep is None else packed.with_vector(keep)
 
 
 def group_reduce(k: OptKernel, lanes: int) -> OptKernel:
@@ -431,6 +436,16 @@ DOT_PANEL_BYTES = 16 << 10
 DOT_STREAM_BYTES = 512 << 10
 
 
+def runs_in_place(value: UOp) -> bool:
+  """The scheduler's question (schedule/matmul.py): whether these heuristics tile the reduction
+  `value` (a kernel's REDUCE over its LOOP output ranges, as rangeify makes it) in place as a
+  DotPlan, its partial sums DOT_LANE_BYTES of its widest input's elements; if not, the scheduler
+  may copy an operand so that the kernel is the contiguous matmul."""
+  k = OptKernel(value)
+  widest = max((st.itemsize for st in load_strides(k)), default=4)
+  return plan_dot(k, DOT_LANE_BYTES // widest) is not None
+
+
 def dot_tile(k: OptKernel, plan: DotPlan, ren: Renderer) -> OptKernel | None:
   """The reduce axis split into vector partial sums (GROUP_REDUCE, `plan.lanes`: vector loads of
   both inputs, one transposed sum per 8 outputs at the end), the panel axis upcast by 8 rows (4
@@ -445,8 +460,10 @@ def dot_tile(k: OptKernel, plan: DotPlan, ren: Renderer) -> OptKernel | None:
   tiled, up = _upcast(tiled, plan.stream, max(1, regs // rows))
   tiled, _ = _upcast(tiled, plan.panel, rows)
   tiled = dot_order(tiled, plan, row_bytes * (1 if up is None else up.src[0].arg))
-  vec = pick_vector_range(_simplified(tiled), ren.vector_bytes)
-  return tiled if vec is not None and vec.arg.axis_type is AxisType.GROUP_REDUCE else None
+  # chosen on the AST as finish() simplifies it (see _simplified), and recorded so
+  vec = OptKernel(_simplified(tiled)).vector_range(ren.vector_bytes)
+  if vec is None or vec.arg.axis_type is not AxisType.GROUP_REDUCE: return None
+  return tiled.with_vector(vec)
 
 
 def dot_order(k: OptKernel, plan: DotPlan, tile_bytes: int) -> OptKernel:
@@ -542,12 +559,14 @@ def reduce_tile(k: OptKernel, plan: ReducePlan, ren: Renderer) -> OptKernel | No
     if (axis := axis_of(tiled, rid)) is None: continue
     amt = _divisor_upto(tiled.sizes[axis], budget if j else min(budget, REUSE_UPCAST))
     if amt > 1: tiled, budget = _try(tiled, Opt.upcast(axis, amt)), budget // amt
-  vec = pick_vector_range(tiled.ast, ren.vector_bytes)
-  return tiled if vec is not None and vec.arg.axis_type is AxisType.GROUP_REDUCE else None
+  vec = tiled.vector_range(ren.vector_bytes)
+  if vec is None or vec.arg.axis_type is not AxisType.GROUP_REDUCE: return None
+  return tiled.with_vector(vec)
 
 
 def hand_coded_optimizations(k: OptKernel, ren: Renderer, threads: int) -> OptKernel:
-  """The heuristics' choice of opts for `k` on `ren` (see the module docstring)."""
+  """The heuristics' choice of opts for `k` on `ren` (see the module docstring); a tile records
+  the vector range it was made for (OptKernel.vector: expand keeps it)."""
   for plan in plan_tiles(k, ren.vector_bytes or SCALAR_VECTOR_BYTES):
     if not plan.checked and ren.vector_bytes and (dot := plan_dot(k, dot_lanes(k, ren))):
       threaded = add_threads(k, threads, (dot.panel,)) if ren.has_threads else k

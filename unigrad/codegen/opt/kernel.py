@@ -2,7 +2,10 @@
 
 Axes are the kernel's RANGEs sorted by (axis type order, id): THREAD and LOOP axes first, then
 REDUCE, then UPCAST and UNROLL. `apply(opt)` returns a new OptKernel; an illegal opt raises
-KernelOptError and leaves the kernel untouched.
+KernelOptError and leaves the kernel untouched. `vector_range(vector_bytes)` is the range codegen
+would make vector lanes (codegen/vectorize.py's choose_vector_range, asked once per kernel);
+`with_vector` records a choice, which `finalize` writes into the KernelInfo for expand to keep.
+A kernel whose KernelInfo says it is not `parallel` takes no THREAD or LOCAL split.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from unigrad.codegen.expand import identity_element
 from unigrad.codegen.opt import SPLIT_FROM, KernelOptError, Opt, OptOps
 from unigrad.codegen.opt.pack import PACK_SLOTS_START, pack_ast
 from unigrad.codegen.opt.tc import tensor_core_ast
+from unigrad.codegen.vectorize import choose_vector_range
 from unigrad.renderer.tensor_core import TensorCore
 from unigrad.dtype import dtypes
 from unigrad.uop.rewrite import rebuild
@@ -71,6 +75,7 @@ class OptKernel:
   ast: UOp
   applied: tuple[Opt, ...] = ()
   dont_use_locals: bool = False
+  vector: tuple[int, ...] | None = None  # the vector range's id as chosen (KernelInfo.vector)
 
   @functools.cached_property
   def axes(self) -> list[UOp]:
@@ -96,10 +101,30 @@ class OptKernel:
     return "_".join([prefix, *(f"{t.letter}{s}" for t, s in zip(types, sizes))])
 
   def finalize(self) -> UOp:
-    """The AST with its KernelInfo (name and applied opts)."""
+    """The AST with its KernelInfo (name, applied opts, the vector range chosen)."""
     info = self.ast.arg if isinstance(self.ast.arg, KernelInfo) else KernelInfo()
     return self.ast.replace(arg=replace(info, name=self.name(), applied_opts=self.applied,
-                                        dont_use_locals=self.dont_use_locals))
+                                        dont_use_locals=self.dont_use_locals, vector=self.vector))
+
+  @functools.cached_property
+  def _vectors(self) -> dict[int, UOp | None]: return {}
+
+  def vector_range(self, vector_bytes: int) -> UOp | None:
+    """The range codegen would make vector lanes on a target with `vector_bytes` vectors (chosen
+    once per kernel and width)."""
+    if vector_bytes not in self._vectors:
+      self._vectors[vector_bytes] = choose_vector_range(self.ast, vector_bytes)
+    return self._vectors[vector_bytes]
+
+  def with_vector(self, r: UOp | None) -> OptKernel:
+    """This kernel with `r` recorded as its vector range (None: no vector)."""
+    out = replace(self, vector=() if r is None else (r.arg.id,))
+    out.__dict__.update({k: v for k, v in self.__dict__.items() if k in ("axes", "_vectors")})
+    return out  # the same AST: what was derived of it holds
+
+  @property
+  def parallel(self) -> bool:
+    return not isinstance(self.ast.arg, KernelInfo) or self.ast.arg.parallel
 
   def _axis(self, axis: int | None) -> UOp:
     if axis is None or not 0 <= axis < len(self.axes):
@@ -151,6 +176,8 @@ class OptKernel:
       raise KernelOptError(f"cannot split a {target.name} axis out of a {src_type.name} axis")
     if target is AxisType.LOCAL and self.dont_use_locals:
       raise KernelOptError("LOCAL after NOLOCALS")
+    if target in (AxisType.THREAD, AxisType.LOCAL) and not self.parallel:
+      raise KernelOptError(f"a {target.name} split of a kernel whose iterations run in order")
     if target is AxisType.THREAD and any(t is AxisType.THREAD for t in self.axis_types()):
       raise KernelOptError("a kernel has at most one THREAD axis")
     if n is None: raise KernelOptError(f"axis {opt.axis} has a symbolic size")

@@ -32,7 +32,6 @@ from typing import Protocol
 from unigrad.codegen.opt import KernelOptError, Opt, OptOps
 from unigrad.codegen.opt.heuristic import MIN_TILE_REDUCE, SCALAR_VECTOR_BYTES, axis_of
 from unigrad.codegen.opt.kernel import OptKernel
-from unigrad.codegen.vectorize import pick_vector_range
 from unigrad.knobs import BEAM_BUDGET, CACHELEVEL, DEBUG, IGNORE_BEAM_CACHE
 from unigrad.runtime.diskcache import diskcache_get, diskcache_put
 from unigrad.uop import AxisType, Ops, UOp
@@ -146,7 +145,7 @@ def _tile(k: OptKernel, vec: int, reuse: int, v: int, r: int, vector_bytes: int)
   up = k.apply(Opt.upcast(_range_axis(k, vec), v))
   new = next(a for a in up.axes if a.arg.axis_type is AxisType.UPCAST and a not in k.axes)
   up = up.apply(Opt.upcast(_range_axis(up, reuse), r))
-  if vector_bytes and pick_vector_range(up.ast, vector_bytes) is not new:
+  if vector_bytes and up.vector_range(vector_bytes) is not new:
     raise KernelOptError("the vectorizer would not vectorize the tile's vector axis")
   return up
 

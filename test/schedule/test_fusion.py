@@ -1,0 +1,45 @@
+"""The fusion policy as data (schedule/fusion.py), the question the scheduler asks codegen
+(whether a matmul runs in place), and the size of the schedule phase's modules."""
+import pathlib
+
+import pytest
+
+from unigrad import Tensor
+from unigrad.codegen.opt.heuristic import runs_in_place
+from unigrad.schedule import fusion
+from unigrad.uop import Ops
+
+SCHEDULE = pathlib.Path(fusion.__file__).parent
+MAX_LINES = 400  # a module of the schedule phase does one job
+
+
+def test_fusion_rules_are_a_table_of_named_rules():
+  whole = fusion.WHOLE_GRAPH_BEFORE_READS + fusion.WHOLE_GRAPH_AFTER_READS
+  names = [r.name for r in fusion.READ_RULES] + [n for n, _ in whole]
+  assert len(names) == len(set(names))
+  assert all(isinstance(r.at, fusion.ReadAt) for r in fusion.READ_RULES)
+
+
+def test_read_rule_applies_only_where_it_is_read():
+  rule = next(r for r in fusion.READ_RULES if r.name == "transcendental broadcast")
+  e = Tensor.empty(4, 1).exp().uop
+  while e.op is not Ops.EXP2: e = e.src[0]
+  assert rule.applies(e, expanded=True, reduced=False, realized=set())
+  assert not rule.applies(e, expanded=False, reduced=True, realized=set())
+
+
+def reduce_of(t: Tensor):
+  kernel = t.schedule().src[-1].src[0]
+  return next(u for u in kernel.toposort() if u.op is Ops.REDUCE)
+
+
+def test_codegen_answers_whether_a_matmul_runs_in_place():
+  x, w = Tensor.empty(64, 384), Tensor.empty(1536, 384)
+  assert runs_in_place(reduce_of(x @ w.T))  # both operands contiguous along the reduce axis
+  assert not runs_in_place(reduce_of(x @ Tensor.empty(384, 1536)))  # contiguous along an output
+  assert len((x @ w.T).schedule().src) == 1  # so no transposing copy of W
+
+
+@pytest.mark.parametrize("path", sorted(SCHEDULE.glob("*.py")), ids=lambda p: p.name)
+def test_schedule_modules_stay_small(path):
+  assert len(path.read_text().splitlines()) <= MAX_LINES, f"{path.name}: split it by job"
