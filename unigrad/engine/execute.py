@@ -23,7 +23,8 @@ from unigrad.dtype import dtypes
 from unigrad.engine import profile
 from unigrad.engine.capture import capturing
 from unigrad.engine.commands import COMMANDS_CACHE_SIZE, CommandBuffer, launch_values
-from unigrad.engine.programs import Runner, compile_ahead, get_runner, programs
+from unigrad.engine.programs import (Runner, compile_ahead, compile_progress, get_runner,
+                                     programs)
 from unigrad.helpers import GlobalCounters, bounded_put
 from unigrad.knobs import DEBUG, PROFILE
 from unigrad.runtime.device import Batch, Buffer, Device
@@ -46,11 +47,14 @@ class Executor:
   def __init__(self, cb: CommandBuffer, fallback: str) -> None:
     self.cb, self.fallback = cb, fallback
     self.devices = [e.device or fallback for e in cb.entries]
+    self.runners: list[Runner | None] = []
     for dev in dict.fromkeys(self.devices):
-      compile_ahead([e.ast for e, d in zip(cb.entries, self.devices) if d == dev and not e.is_copy],
-                    dev)
-    self.runners: list[Runner | None] = [None if e.is_copy else get_runner(e.ast, d)
-                                         for e, d in zip(cb.entries, self.devices)]
+      kernels = [e.ast for e, d in zip(cb.entries, self.devices) if d == dev and not e.is_copy]
+      with compile_progress(kernels, dev):
+        compile_ahead(kernels, dev)
+        for k in kernels: get_runner(k, dev)
+    self.runners = [None if e.is_copy else get_runner(e.ast, d)
+                    for e, d in zip(cb.entries, self.devices)]
     self.segments: list[Segment] | None = None  # made at the first untimed run
     self.uses: dict[int, list[tuple[Batch, int, int]]] = {}  # slot -> (batch, launch, argument)
     self.addresses: dict[int, int] = {}  # slot -> the address its batches point at

@@ -11,7 +11,10 @@ compiling on every core. One `ProgramCache` per process (`programs`), kept until
 """
 from __future__ import annotations
 
+import contextlib
+import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -29,7 +32,7 @@ from unigrad.uop import Ops, UOp
 from unigrad.uop.upat import traced_call
 
 __all__ = ["Runner", "ProgramCache", "programs", "get_runner", "compile_ahead", "settings",
-           "renderer_for"]
+           "renderer_for", "compile_progress", "PROGRESS_AFTER_S"]
 
 
 @dataclass
@@ -88,6 +91,53 @@ def renderer_for(device: str) -> Renderer:
   return Device[device].renderer
 
 
+PROGRESS_AFTER_S = 2.0
+
+
+class CompileProgress:
+  """The new kernels of one run being generated: once PROGRESS_AFTER_S seconds have passed, a
+  line on stderr says how many are done (rewritten in place on a terminal; elsewhere one line
+  when they are all done), so a long first call does not look like a hang."""
+
+  def __init__(self, total: int, device: str) -> None:
+    self.total, self.device, self.done = total, device, 0
+    self.t0 = self.shown = time.perf_counter()
+    self.tty = sys.stderr.isatty()
+    self.printed = False
+
+  def tick(self) -> None:
+    self.done += 1
+    now = time.perf_counter()
+    if self.tty and now - self.t0 > PROGRESS_AFTER_S and now - self.shown > 0.25:
+      self.shown, self.printed = now, True
+      print(f"\rgenerating kernels for {self.device}: {self.done}/{self.total} "
+            f"({now - self.t0:.1f} s)", end="", file=sys.stderr, flush=True)
+
+  def close(self) -> None:
+    if (took := time.perf_counter() - self.t0) > PROGRESS_AFTER_S:
+      print(f"{chr(13) if self.printed else ''}compiled {self.done} kernels for {self.device} in "
+            f"{took:.1f} s (later runs of the same shapes reuse them)", file=sys.stderr,
+            flush=True)
+
+
+_progress: list[CompileProgress] = []  # the active one (at most one: realize holds its lock)
+
+
+@contextlib.contextmanager
+def compile_progress(kernels: list[UOp], device: str) -> Iterator[None]:
+  """Report progress while the kernels of `kernels` that have no runner yet are generated."""
+  todo = sum(1 for k in dict.fromkeys(kernels) if k.op is not Ops.COLLECTIVE
+             and programs.key(k, device) not in programs.runners)
+  if not todo or _progress:
+    yield
+    return
+  _progress.append(prog := CompileProgress(todo, device))
+  try: yield
+  finally:
+    _progress.pop()
+    prog.close()
+
+
 def _rendered(kernel: UOp, device: str) -> UOp:
   """The kernel lowered and rendered (PROGRAM(LINEAR, SOURCE)), from the disk cache when another
   process made it."""
@@ -97,6 +147,7 @@ def _rendered(kernel: UOp, device: str) -> UOp:
   else: prog = compcache.cached_kernel(kernel, device, ren, ren.threads,
                                        lambda: _traced_render(kernel, device))
   if DEBUG >= 4: print(prog.src[1].arg)
+  if _progress: _progress[-1].tick()
   return prog
 
 
