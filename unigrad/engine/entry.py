@@ -31,6 +31,7 @@ from unigrad.engine.buffers import buffer_of, realize_lock
 from unigrad.engine.capture import CaptureError, capturing
 from unigrad.engine.commands import command_buffer
 from unigrad.engine.execute import run_commands
+from unigrad.engine.recompiles import note_miss
 from unigrad.helpers import bounded_put
 from unigrad.knobs import DEBUG, PROFILE
 from unigrad.runtime.device import Device
@@ -56,6 +57,7 @@ def schedule_for(body: UOp, nargs: int, device: str) -> UOp:
   scheduler."""
   linear = schedule_cache.get(body)
   if linear is None:
+    note_miss(body)
     t0 = time.perf_counter()
     hits = compcache.stats.schedule_hits
     linear = compcache.cached_schedule(body, nargs, device,
