@@ -17,6 +17,15 @@ from unigrad.helpers import GlobalCounters
 def _interrupt() -> None: os.kill(os.getpid(), signal.SIGINT)
 
 
+@pytest.fixture(autouse=True)
+def python_sigint_handler():
+  """Python's own SIGINT handler for each test, as in a terminal: a shell starts a background
+  job (`pytest &`, a CI step under nohup) with SIGINT ignored, and these tests send SIGINT."""
+  old = signal.signal(signal.SIGINT, signal.default_int_handler)
+  yield
+  signal.signal(signal.SIGINT, old)
+
+
 def test_interrupt_inside_the_block_is_raised_when_it_ends():
   reached = []
   with pytest.raises(KeyboardInterrupt):
