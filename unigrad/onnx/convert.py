@@ -79,9 +79,10 @@ def to_tensor(arr: Any, device: str) -> Tensor:
   arr = np.asarray(arr)
   dt = array_dtype(arr)
   if dt in _BITS:
-    bits = np.ascontiguousarray(arr).view(_BITS[dt])
+    bits = np.ascontiguousarray(arr).view(_BITS[dt]).reshape(arr.shape)
     return Tensor(bits, device=device).bitcast(dt)
-  return Tensor(np.ascontiguousarray(arr), device=device, dtype=dt)
+  # (ascontiguousarray makes a 0-d array 1-d)
+  return Tensor(np.ascontiguousarray(arr).reshape(arr.shape), device=device, dtype=dt)
 
 
 def to_numpy(t: Any) -> Any:

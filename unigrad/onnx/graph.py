@@ -23,7 +23,7 @@ from unigrad.frontend.tensor import Tensor
 from unigrad.onnx.convert import to_numpy, to_tensor
 from unigrad.onnx.node import Node, OnnxError
 
-__all__ = ["Graph", "static_names", "needs_eager", "STATIC_SLOTS", "value_of"]
+__all__ = ["Graph", "static_names", "needs_eager", "STATIC_SLOTS", "PREFERRED_SLOTS", "value_of"]
 
 # operator -> the input slots whose values (not only shapes) the operator reads
 STATIC_SLOTS: dict[str, tuple[int, ...]] = {
@@ -33,14 +33,15 @@ STATIC_SLOTS: dict[str, tuple[int, ...]] = {
   "ReduceMax": (1,), "ReduceMin": (1,), "ReduceProd": (1,), "ReduceL1": (1,), "ReduceL2": (1,),
   "ReduceLogSum": (1,), "ReduceLogSumExp": (1,), "ReduceSumSquare": (1,), "Split": (1,),
   "OneHot": (1,), "CenterCropPad": (1,), "Trilu": (1,), "CumSum": (1,), "CumProd": (1,),
-  "Col2Im": (1, 2, 3), "DFT": (1, 2), "STFT": (1, 2, 3), "MelWeightMatrix": (0, 1, 2, 3, 4), "HannWindow": (0,),
+  "Col2Im": (1, 2, 3), "DFT": (1, 2), "STFT": (1, 2, 3), "MelWeightMatrix": (0, 1, 2, 3, 4),
+  "HannWindow": (0,),
   "HammingWindow": (0,), "BlackmanWindow": (0,), "SplitToSequence": (1,), "SequenceAt": (1,),
   "SequenceInsert": (2,), "SequenceErase": (1,), "MaxUnpool": (2,), "AffineGrid": (1,),
-  "NonMaxSuppression": (2, 3, 4), "Loop": (0,), "RandomNormalLike": (), "ReverseSequence": (),
+  "NonMaxSuppression": (2, 3, 4), "Loop": (0,), "Dropout": (1, 2),
 }
 SHAPE_SOURCES = frozenset({"Shape", "Size"})  # static outputs whatever their inputs
 DATA_DEPENDENT = frozenset({"NonZero", "Unique", "NonMaxSuppression", "Compress", "Loop",
-                            "SequenceMap"})
+                            "SequenceMap", "Det"})  # Det: QR steps realize one by one
 NO_FOLD = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
                      "Bernoulli", "Multinomial", "If", "Loop", "Scan", "SequenceMap", "Constant",
                      "Identity", "Optional", "OptionalGetElement", "OptionalHasElement"})
@@ -59,14 +60,19 @@ def needs_eager(g: GraphProto) -> bool:
   return any(n.op_type in DATA_DEPENDENT for n in _all_nodes(g))
 
 
-def static_names(g: GraphProto) -> set[str]:
-  """The names of the values some operator reads as numbers, and of everything they are computed
-  from (stopping at Shape and Size), in this graph and its subgraphs."""
+# slots read as numbers when they can be (an If's condition computed from an integer input,
+# such as a sample rate, picks its branch while tracing; from float data, both branches run)
+PREFERRED_SLOTS: dict[str, tuple[int, ...]] = {"If": (0,)}
+
+
+def static_names(g: GraphProto, slots: dict[str, tuple[int, ...]] = STATIC_SLOTS) -> set[str]:
+  """The names of the values some operator reads as numbers (`slots`), and of everything they
+  are computed from (stopping at Shape and Size), in this graph and its subgraphs."""
   needed: set[str] = set()
   nodes = list(_all_nodes(g))
   for _ in range(2):  # a subgraph can read an outer name computed later in the walk order
     for n in reversed(nodes):
-      for k in STATIC_SLOTS.get(n.op_type, ()):
+      for k in slots.get(n.op_type, ()):
         if k < len(n.input) and n.input[k]: needed.add(n.input[k])
       if n.op_type in SHAPE_SOURCES: continue
       if any(o in needed for o in n.output): needed.update(i for i in n.input if i)
@@ -97,10 +103,13 @@ class Graph:
     self.output_names = [o.name for o in g.output]
     self._subgraphs: dict[int, Graph] = {}
     self._weights: dict[str, Tensor] = {}
+    self.static: set[str] = set()  # the names read as numbers (the model's static_names)
 
   def subgraph(self, g: GraphProto) -> Graph:
     sub = self._subgraphs.get(id(g))
-    if sub is None: sub = self._subgraphs[id(g)] = Graph(g, self.opsets, self.device, self.ops)
+    if sub is None:
+      sub = self._subgraphs[id(g)] = Graph(g, self.opsets, self.device, self.ops)
+      sub.static = self.static
     return sub
 
   def weights(self, static: set[str]) -> dict[str, Any]:
@@ -135,10 +144,17 @@ class Graph:
     impl = self.ops.get(node.op_type) if node.domain in ("", "ai.onnx") else None
     if impl is None: raise node.error("operator not supported")
     if node.subgraphs:
-      node.attrs["__run__"] = lambda g, values: self.subgraph(g).run({**env, **values}, eager)
+      node.attrs["__run__"] = lambda g, values: self._run_subgraph(g, env, values, eager)
     try: return impl(node, *args)
     except OnnxError: raise
     except Exception as e: raise node.error(f"{type(e).__name__}: {e}") from e
+
+
+  def _run_subgraph(self, g: GraphProto, env: dict[str, Any], values: dict[str, Any],
+                    eager: bool) -> list[Any]:
+    """A subgraph in the scope of this one: its own initializers, then its inputs' values."""
+    sub = self.subgraph(g)
+    return sub.run({**env, **sub.weights(self.static), **values}, eager)
 
 
 def _foldable(node: Node, args: list[Any]) -> bool:

@@ -19,12 +19,13 @@ import numpy as np
 import onnx
 from onnx import ModelProto
 
+from unigrad.dtype import dtypes
 from unigrad.runtime.device import Device
-from unigrad.frontend.function import function
+from unigrad.frontend.function import flatten_results, function
 from unigrad.frontend.jit import TinyJit
 from unigrad.frontend.tensor import Tensor
 from unigrad.onnx.convert import UnsupportedType, array_dtype, onnx_dtype, to_tensor
-from unigrad.onnx.graph import Graph, needs_eager, static_names
+from unigrad.onnx.graph import PREFERRED_SLOTS, Graph, needs_eager, static_names
 from unigrad.onnx.node import OnnxError
 from unigrad.onnx.ops import OPS, check_node
 
@@ -87,7 +88,10 @@ class OnnxModel:
                    if vi.name not in self.graph.initializers]
     self.output_names = list(self.graph.output_names)
     self.static = static_names(self.proto.graph)
+    self.static |= {s.name for s in self.inputs if s.name in static_names(
+      self.proto.graph, PREFERRED_SLOTS) and s.dtype is not None and not dtypes.is_float(s.dtype)}
     self.eager = needs_eager(self.proto.graph)
+    self.graph.static = self.static
     self.weights = self.graph.weights(self.static)
     self._fn = function(self._run_traced)
     self._jit = TinyJit(self._fn) if jit and not self.eager else None
@@ -99,11 +103,19 @@ class OnnxModel:
     feeds = {**(inputs or {}), **kw}
     values = self._check_inputs(feeds)
     if self.eager: return self._run(values, eager=True)
-    if self._jit is not None: return self._jit(values)
-    return self._fn(values)
+    return self._call(values)
 
   def _run_traced(self, values: dict[str, Any]) -> dict[str, Any]:
-    return self._run(values, eager=False)
+    out = self._run(values, eager=False)
+    # a FUNCTION needs a Tensor result: a graph of sequences and optionals only gets a dummy
+    if not any(isinstance(v, Tensor) for v in flatten_results(out)):
+      out[_NO_TENSOR] = Tensor.zeros(1, device=self.device)
+    return out
+
+  def _call(self, values: dict[str, Any]) -> dict[str, Any]:
+    out = self._jit(values) if self._jit is not None else self._fn(values)
+    out.pop(_NO_TENSOR, None)
+    return out
 
   def _run(self, values: dict[str, Any], eager: bool) -> dict[str, Any]:
     env: dict[str, Any] = {**self.weights, **values}
@@ -139,6 +151,9 @@ class OnnxModel:
                                  f"{spec!r}")
     if spec.name in self.static: return v if isinstance(v, np.ndarray) else v.numpy().copy()
     return to_tensor(v, self.device)
+
+
+_NO_TENSOR = "\0no tensor"
 
 
 def _output(v: Any, device: str) -> Any:

@@ -74,8 +74,10 @@ def div(n: Node, a: Any, b: Any) -> Tensor:
 def mod(n: Node, a: Any, b: Any) -> Tensor:
   x, y = tensor(n, a), tensor(n, b)
   if n.attr("fmod", 0): return x.fmod(y)
-  if dtypes.is_float(x.dtype):
-    return x - (x / y).floor() * y
+  if dtypes.is_float(x.dtype):  # numpy's float mod: fmod moved to the divisor's sign
+    r = x.fmod(y)
+    r = ((r != 0) & ((r < 0) != (y < 0))).where(r + y, r)
+    return (r == 0).where(Tensor.zeros_like(r).copysign(y), r)
   return x.mod(y)
 
 

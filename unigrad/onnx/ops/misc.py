@@ -215,14 +215,14 @@ def max_unpool(n: Node, x: Any, indices: Any, output_shape: Any = None) -> Tenso
   k = len(ks)
   ss = n.attr("strides", None) or [1] * k
   ps = n.attr("pads", None) or [0] * (2 * k)
-  if output_shape is not None: shape = [int(v) for v in value_of(n, output_shape,
-                                                                 "output_shape").reshape(-1)]
-  else:
-    shape = list(t.shape[:2]) + [(i - 1) * s - ps[j] - ps[j + k] + kk for j, (i, s, kk) in
-                                 enumerate(zip(t.shape[2:], ss, ks))]
-  total = math.prod(shape)
-  out = Tensor.zeros(total, dtype=t.dtype, device=t.device)
-  return out.scatter(0, idx.reshape(-1), t.reshape(-1)).reshape(*shape)
+  shape = list(t.shape[:2]) + [(i - 1) * s - ps[j] - ps[j + k] + kk for j, (i, s, kk) in
+                               enumerate(zip(t.shape[2:], ss, ks))]
+  out = Tensor.zeros(math.prod(shape), dtype=t.dtype, device=t.device)
+  out = out.scatter(0, idx.reshape(-1), t.reshape(-1)).reshape(*shape)
+  if output_shape is None: return out
+  # the indices address the default output; a larger output_shape pads after it
+  want = [int(v) for v in value_of(n, output_shape, "output_shape").reshape(-1)]
+  return out.pad([(0, w - h) for w, h in zip(want, shape)])
 
 
 @op("RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike")

@@ -115,7 +115,7 @@ def max_pool(n: Node, x: Any) -> Any:
   t = tensor(n, x)
   ks, ss, ds, geo, outs = _pool_geometry(n, t)
   k = len(ks)
-  low = -math.inf if dtypes.is_float(t.dtype) else dtypes.min(t.dtype)
+  low = -math.inf if dtypes.is_float(t.dtype) else t.dtype.min
   win = pool(_pad_spatial(t, geo, low), ks, ss, ds)
   axes = tuple(range(-k, 0))
   values = win.max(axes)
@@ -277,8 +277,9 @@ def einsum(n: Node, *xs: Any) -> Tensor:
 @op("Dropout")
 def dropout(n: Node, x: Any, ratio: Any = None, training: Any = None) -> Any:
   t = tensor(n, x)
-  if training is not None and bool(scalar(n, training, "training_mode")):
-    raise n.error("training_mode=True (random dropout) is not supported")
+  rate = float(scalar(n, ratio, "ratio")) if ratio is not None else n.attr("ratio", 0.5)
+  if training is not None and bool(scalar(n, training, "training_mode")) and rate > 0:
+    raise n.error("training_mode=True with a ratio above 0 (random dropout) is not supported")
   if len(n.outputs) > 1 and n.outputs[1]:
     return t, Tensor.ones(*t.shape, dtype=dtypes.bool, device=t.device)
   return t

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from unigrad.onnx.ops.nn import conv
+from unigrad.onnx.ops.shape import cast_fp8
 from unigrad.onnx.ops.registry import Node, Tensor, axis_of, dtypes, onnx_dtype, op, tensor
 
 
@@ -20,7 +21,7 @@ def _per_axis(n: Node, v: Tensor, x: Tensor) -> Tensor:
 
 
 def _saturate(v: Tensor, dt: Any) -> Tensor:
-  return v.clamp(dtypes.min(dt), dtypes.max(dt)).cast(dt)
+  return v.clamp(dt.min, dt.max).cast(dt)
 
 
 @op("QuantizeLinear")
@@ -30,11 +31,7 @@ def quantize_linear(n: Node, x: Any, scale: Any, zp: Any = None) -> Tensor:
   elif zp is not None: dt = tensor(n, zp).dtype
   else: dt = dtypes.uint8
   y = t.float() / _per_axis(n, s, t).float()
-  if dtypes.is_fp8(dt):
-    big = dtypes.finfo(dt).max
-    if n.attr("saturate", 1): y = y.isinf().where(y.sign() * big, y.clamp(-big, big)) \
-      if "e4m3" in str(dt) else y.clamp(-big, big).where(y.isinf().logical_not(), y)
-    return y.cast(dt)
+  if dtypes.is_fp8(dt): return cast_fp8(y, dt, bool(n.attr("saturate", 1)))
   y = y.round_half_even()
   if zp is not None: y = y + _per_axis(n, tensor(n, zp), t).float()
   return _saturate(y, dt)

@@ -33,7 +33,7 @@ def reduce(n: Node, x: Any, axes_in: Any = None) -> Tensor:
     shape = tuple(1 if a in axes else s for a, s in enumerate(t.shape) if keep or a not in axes)
     fill = _EMPTY[n.op_type]
     if not dtypes.is_float(t.dtype) and math.isinf(fill):
-      fill = dtypes.min(t.dtype) if fill < 0 else dtypes.max(t.dtype)
+      fill = t.dtype.min if fill < 0 else t.dtype.max
     return Tensor.full(shape, fill, dtype=t.dtype, device=t.device)
   return _reduce(n.op_type, t, axes, keep)
 
@@ -128,7 +128,7 @@ def lp_normalization(n: Node, x: Any) -> Tensor:
   t = tensor(n, x)
   p, axis = n.attr("p", 2), n.attr("axis", -1)
   norm = t.abs().sum(axis, keepdim=True) if p == 1 else (t * t).sum(axis, keepdim=True).sqrt()
-  return t / norm
+  return (norm == 0).where(0.0, t / norm).cast(t.dtype)
 
 
 @op("MeanVarianceNormalization")

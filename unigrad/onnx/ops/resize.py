@@ -31,20 +31,20 @@ def check_resize(n: Node) -> str | None:
 
 def _source(ct: str, o: np.ndarray, scale: float, i: int, out: int, roi: tuple[float, float]
             ) -> np.ndarray:
-  """The input coordinate of output index `o` along an axis."""
+  """The input coordinate of output index `o` along an axis (ONNX measures the output as
+  i * scale, not as its rounded size, where the two differ)."""
+  width = scale * i
   if ct == "half_pixel": return (o + 0.5) / scale - 0.5
   if ct == "half_pixel_symmetric":
-    adj = out / (scale * i)
-    center = i / 2
-    off = center * (1 - adj)
+    off = i / 2 * (1 - out / width)
     return off + (o + 0.5) / scale - 0.5
-  if ct == "pytorch_half_pixel": return (o + 0.5) / scale - 0.5 if out > 1 else np.zeros_like(o)
-  if ct == "align_corners": return o * (i - 1) / (out - 1) if out > 1 else np.zeros_like(o)
+  if ct == "pytorch_half_pixel": return (o + 0.5) / scale - 0.5 if width != 1 else o * 0 - 0.5
+  if ct == "align_corners": return o * (i - 1) / (width - 1) if width != 1 else o * 0.0
   if ct == "asymmetric": return o / scale
   if ct == "tf_half_pixel_for_nn": return (o + 0.5) / scale
   start, end = roi  # tf_crop_and_resize
-  if out > 1: return start * (i - 1) + o * (end - start) * (i - 1) / (out - 1)
-  return np.full_like(o, 0.5 * (start + end) * (i - 1))
+  if width == 1: return o * 0 + (end - start) * (i - 1) / 2 + start * (i - 1)
+  return o * (end - start) * (i - 1) / (width - 1) + start * (i - 1)
 
 
 def _nearest_index(x: np.ndarray, mode: str, i: int) -> np.ndarray:
@@ -61,28 +61,33 @@ def _cubic(s: np.ndarray, a: float) -> np.ndarray:
                   np.where(s < 2, ((a * s - 5 * a) * s + 8 * a) * s - 4 * a, 0.0))
 
 
+def _coeffs(mode: str, ratio: float, scale: float, a: float, antialias: bool) -> np.ndarray:
+  """The interpolation taps' weights for a point `ratio` in (0, 1] past the tap before it."""
+  if not antialias:
+    if mode == "linear": return np.array([1 - ratio, ratio])
+    return _cubic(np.array([ratio + 1, ratio, 1 - ratio, 2 - ratio]), a)
+  s = min(scale, 1.0)
+  start = int(np.floor((-1 if mode == "linear" else -2) / s) + 1)
+  stop = (2 - 2 * start + start) if mode == "linear" else 2 - start
+  args = (np.arange(start, stop) - ratio) * s
+  c = np.clip(1 - np.abs(args), 0, 1) if mode == "linear" else _cubic(args, a)
+  return c / c.sum()
+
+
 def _weights(n: Node, mode: str, x: np.ndarray, i: int, scale: float) -> np.ndarray:
-  """(out, in) interpolation weights for source coordinates `x`."""
+  """(out, in) interpolation weights for source coordinates `x`: the taps nearest each point
+  (edge values past the ends; with exclude_outside, those taps dropped and the rest rescaled)."""
   antialias = bool(n.attr("antialias", 0)) and scale < 1
   a = n.attr("cubic_coeff_a", -0.75)
-  support = (1.0 if mode == "linear" else 2.0) / (scale if antialias else 1.0)
-  src = np.arange(i)[None, :]
-  d = src - x[:, None]
-  if antialias: d = d * scale
-  w = np.maximum(0, 1 - np.abs(d)) if mode == "linear" else _cubic(d, a)
-  if not antialias and mode == "cubic" and not n.attr("exclude_outside", 0):
-    # taps outside the input read the edge (clamped coordinates)
-    base = np.floor(x).astype(np.int64)
-    w = np.zeros((len(x), i))
-    for k in (-1, 0, 1, 2):
-      tap = base + k
-      wk = _cubic(x - tap, a)
-      np.add.at(w, (np.arange(len(x)), np.clip(tap, 0, i - 1)), wk)
-    return w
-  w = np.where(np.abs(src - x[:, None]) < support, w, 0.0)
-  if antialias or n.attr("exclude_outside", 0):
-    total = w.sum(1, keepdims=True)
-    w = w / np.where(total == 0, 1, total)
+  w = np.zeros((len(x), i))
+  for row, xo in enumerate(x):
+    ratio = 1.0 if float(xo).is_integer() else xo - np.floor(xo)
+    c = _coeffs(mode, ratio, scale, a, antialias)
+    taps = int(np.ceil(xo)) - len(c) // 2 + np.arange(len(c))
+    if n.attr("exclude_outside", 0):
+      c = np.where((taps >= 0) & (taps < i), c, 0.0)
+      c = c / c.sum() if c.sum() else c
+    np.add.at(w[row], np.clip(taps, 0, i - 1), c)
   return w
 
 

@@ -275,21 +275,30 @@ def range_(n: Node, start: Any, limit: Any, delta: Any) -> np.ndarray:
   return np.arange(s, lim, d).astype(s.dtype)
 
 
+def cast_fp8(t: Tensor, dt: Any, saturate: bool) -> Tensor:
+  """ONNX's cast to an 8-bit float: saturate clamps (infinities too) to the largest finite
+  value; without it, e4m3fn turns what rounds past 448 into NaN (unigrad's cast, PyTorch's,
+  saturates e4m3fn and overflows the others as ONNX does)."""
+  if not dtypes.is_float(t.dtype): return t.cast(dt)
+  big = dtypes.finfo(dt).max
+  if saturate: t = t.isnan().where(t, t.clamp(-big, big))
+  elif dt == dtypes.fp8e4m3: t = (t.abs() > 464).where(math.nan, t)
+  return t.cast(dt)
+
+
 @op("Cast")
 def cast(n: Node, x: Any) -> Any:
   dt = onnx_dtype(n.attr("to"))
   t = tensor(n, x)
-  if dtypes.is_fp8(dt) and n.attr("saturate", 1) and dtypes.is_float(t.dtype):
-    big = dtypes.finfo(dt).max
-    t = t.isnan().where(t, t.clamp(-big, big) if "e4m3" in str(dt) or "fnuz" in str(dt) else
-                        t.isinf().where(t, t.clamp(-big, big)))
+  if dtypes.is_fp8(dt): return cast_fp8(t, dt, bool(n.attr("saturate", 1)))
   return t.cast(dt)
 
 
 @op("CastLike")
 def cast_like(n: Node, x: Any, like: Any) -> Tensor:
-  return tensor(n, x).cast(like.dtype if isinstance(like, Tensor) else
-                           tensor(n, like).dtype)
+  dt = like.dtype if isinstance(like, Tensor) else tensor(n, like).dtype
+  if dtypes.is_fp8(dt): return cast_fp8(tensor(n, x), dt, bool(n.attr("saturate", 1)))
+  return tensor(n, x).cast(dt)
 
 
 @op("DepthToSpace")
@@ -306,7 +315,8 @@ def depth_to_space(n: Node, x: Any) -> Tensor:
 def space_to_depth(n: Node, x: Any) -> Tensor:
   t = tensor(n, x)
   b, (N, C, H, W) = n.attr("blocksize"), t.shape
-  t = t.reshape(N, C, H // b, b, W // b, b).permute(0, 3, 5, 1, 2, 4)
+  t = t.reshape(N, C, H // b, b, W // b, b)
+  t = t.permute(0, 1, 3, 5, 2, 4) if n.attr("mode", "DCR") == "CRD" else t.permute(0, 3, 5, 1, 2, 4)
   return t.reshape(N, C * b * b, H // b, W // b)
 
 
