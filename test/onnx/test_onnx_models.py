@@ -29,7 +29,7 @@ def package_file(package: str, *parts: str) -> pathlib.Path:
   return path
 
 
-def session(path: pathlib.Path) -> "ort.InferenceSession":
+def session(path: pathlib.Path) -> ort.InferenceSession:
   opts = ort.SessionOptions()
   opts.intra_op_num_threads = 2
   return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])

@@ -91,6 +91,13 @@ def _weights(n: Node, mode: str, x: np.ndarray, i: int, scale: float) -> np.ndar
   return w
 
 
+def _repeat_each(t: Tensor, axis: int, k: int) -> Tensor:
+  """Each element along `axis` repeated k times in place (nearest upsampling by k)."""
+  shape = list(t.shape)
+  wide = t.unsqueeze(axis + 1).expand(*shape[:axis + 1], k, *shape[axis + 1:])
+  return wide.reshape(*shape[:axis], shape[axis] * k, *shape[axis + 1:])
+
+
 def _resize_axis(n: Node, t: Tensor, axis: int, out: int, scale: float,
                  roi: tuple[float, float]) -> Tensor:
   i = t.shape[axis]
@@ -101,6 +108,8 @@ def _resize_axis(n: Node, t: Tensor, axis: int, out: int, scale: float,
   outside = (x < 0) | (x > i - 1) if ct == "tf_crop_and_resize" else np.zeros(out, bool)
   if mode == "nearest":
     idx = _nearest_index(x, n.attr("nearest_mode", "round_prefer_floor"), i)
+    if out % i == 0 and np.array_equal(idx, np.arange(out) // (out // i)):
+      return _repeat_each(t, axis, out // i)  # an integer upsampling: a view, no gather
     moved = t.permute(axis, *[k for k in range(t.ndim) if k != axis])
     res = moved[Tensor(idx, device=t.device)]
     res = res.permute(*range(1, axis + 1), 0, *range(axis + 1, t.ndim))
