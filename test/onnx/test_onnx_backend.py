@@ -14,8 +14,8 @@ import re
 
 import pytest
 
-onnx = pytest.importorskip("onnx")
-import onnx.backend.test  # noqa: E402
+pytest.importorskip("onnx")
+from onnx.backend.test import BackendTest  # noqa: E402
 
 from unigrad.onnx.backend import UnigradBackend, UnigradRep  # noqa: E402
 from unigrad.onnx.model import OnnxModel  # noqa: E402
@@ -74,7 +74,7 @@ class Backend(UnigradBackend):
                                 jit=False))
 
 
-backend_test = onnx.backend.test.BackendTest(Backend, __name__)
+backend_test = BackendTest(Backend, __name__)
 for pattern in EXCLUDED: backend_test.exclude(pattern)
 globals().update(backend_test.test_cases)
 
