@@ -23,11 +23,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import best_of, row
-from onnx_bench_feeds import feeds
-
-ROOT = Path(__file__).resolve().parents[1]
+# this file's name is the onnx package's: its folder goes last on the path, so `import onnx`
+# finds the package (common.py and onnx_bench_feeds.py are still found)
+HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE] + [str(HERE)]
+ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
+
+from common import best_of, row  # noqa: E402
+from onnx_bench_feeds import feeds  # noqa: E402
 
 from unigrad.onnx import OnnxModel  # noqa: E402
 from unigrad.runtime.ops_cpu import cpu_threads  # noqa: E402

@@ -158,3 +158,22 @@ def test_cli_prints_and_runs(tmp_path, capsys):
   assert cli_main([str(path), "--device", "PYTHON", "--runs", "1"]) == 0
   out = capsys.readouterr().out
   assert "input  x: dtypes.float [2x4]" in out and "y: shape (2, 3)" in out
+
+
+def test_a_second_signature_traces_again_after_a_subgraph():
+  """Regression: the first trace's tensors stayed alive in the If node's subgraph scope and the
+  second trace (new shapes) saw them as written (FunctionError)."""
+  then = helper.make_graph([helper.make_node("Neg", ["x"], ["t"])], "then", [],
+                           [vi("t", TensorProto.FLOAT, None)])
+  other = helper.make_graph([helper.make_node("Abs", ["x"], ["e"])], "else", [],
+                            [vi("e", TensorProto.FLOAT, None)])
+  nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+           helper.make_node("Greater", ["s", "zero"], ["c"]),
+           helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)]
+  zero = onnx.numpy_helper.from_array(np.array(0, np.float32), "zero")
+  proto = make_model(nodes, [vi("x", TensorProto.FLOAT, ["n"])], [vi("y", TensorProto.FLOAT,
+                                                                     None)], [zero])
+  model = OnnxModel(proto, device="PYTHON")
+  for x in ([1, 2, -1], [-3, 1, 1, 0.5], [2, 2]):
+    a = np.array(x, np.float32)
+    np.testing.assert_allclose(model(x=a)["y"].numpy(), -a if a.sum() > 0 else np.abs(a))

@@ -148,6 +148,7 @@ class Graph:
     try: return impl(node, *args)
     except OnnxError: raise
     except Exception as e: raise node.error(f"{type(e).__name__}: {e}") from e
+    finally: node.attrs.pop("__run__", None)  # (its scope's tensors must not outlive the trace)
 
 
   def _run_subgraph(self, g: GraphProto, env: dict[str, Any], values: dict[str, Any],

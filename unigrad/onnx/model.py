@@ -93,6 +93,7 @@ class OnnxModel:
     self.eager = needs_eager(self.proto.graph)
     self.graph.static = self.static
     self.weights = self.graph.weights(self.static)
+    _upload_subgraph_weights(self.graph, self.static)
     self._fn = function(self._run_traced)
     self._jit = TinyJit(self._fn) if jit and not self.eager else None
 
@@ -167,5 +168,15 @@ def _check_supported(g: Graph) -> None:
   for node in g.nodes:
     check_node(node)
     for sub in node.subgraphs: _check_supported(g.subgraph(sub))
+
+
+def _upload_subgraph_weights(g: Graph, static: set[str]) -> None:
+  """Make the subgraphs' initializer Tensors now, outside any trace (a Tensor made and realized
+  while one trace runs would be seen as written by the next)."""
+  for node in g.nodes:
+    for sub in node.subgraphs:
+      child = g.subgraph(sub)
+      child.weights(static)
+      _upload_subgraph_weights(child, static)
 
 
