@@ -160,9 +160,7 @@ def test_cli_prints_and_runs(tmp_path, capsys):
   assert "input  x: dtypes.float [2x4]" in out and "y: shape (2, 3)" in out
 
 
-def test_a_second_signature_traces_again_after_a_subgraph():
-  """Regression: the first trace's tensors stayed alive in the If node's subgraph scope and the
-  second trace (new shapes) saw them as written (FunctionError)."""
+def test_new_shapes_trace_again_through_a_subgraph():
   then = helper.make_graph([helper.make_node("Neg", ["x"], ["t"])], "then", [],
                            [vi("t", TensorProto.FLOAT, None)])
   other = helper.make_graph([helper.make_node("Abs", ["x"], ["e"])], "else", [],

@@ -95,3 +95,16 @@ def test_silero_vad_streams_like_onnxruntime(name):
                                err_msg=f"{name}, chunk {c}")
     for k, o in zip(states, outs_ref[1:]):
       ref_state[k], our_state[k] = ref[o], out[o]
+
+
+def test_silero_vad_second_batch_size_traces_again():
+  """Regression: the first trace's tensors stayed alive in the If node's subgraph scope, and
+  the trace of a second batch size raised FunctionError (they looked written)."""
+  path = package_file("silero_vad", "data", "silero_vad.onnx")
+  sess, model = session(path), OnnxModel(path)
+  rng = np.random.default_rng(0)
+  for batch in (1, 3, 1):
+    feeds = {"input": rng.standard_normal((batch, 512)).astype(np.float32) * 0.1,
+             "state": np.zeros((2, batch, 128), np.float32), "sr": np.array(16000, np.int64)}
+    np.testing.assert_allclose(model(feeds)["output"].numpy(), sess.run(None, feeds)[0],
+                               atol=1e-5)
