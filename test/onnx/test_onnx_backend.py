@@ -35,7 +35,8 @@ ATTENTION_24 = ("test_attention_(3d_local_window|3d_with_past_and_present_qk_mat
 # pattern (a regex over the test name) -> why it is excluded
 EXCLUDED: dict[str, str] = {
   r"test_ai_onnx_ml_": "ai.onnx.ml domain (classical ML operators) is not implemented",
-  r"test_(adagrad|adam|momentum|nesterov_momentum)": "ai.onnx.preview.training domain",
+  r"test_(adagrad|adam|momentum|nesterov_momentum|gradient_of)":
+    "ai.onnx.preview.training domain (optimizers, Gradient)",
   r"test_(string|regex|strnorm|tfidf|equal_string)": "string tensors are not supported",
   r"test_image_decoder": "ImageDecoder (encoded image bytes) is not supported",
   r"test_.*(int4|INT4|int2|INT2|uint4|UINT4|uint2|UINT2)": "2- and 4-bit integer types",

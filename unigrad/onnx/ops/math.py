@@ -176,6 +176,8 @@ def shrink(n: Node, x: Any) -> Tensor:
 @op("PRelu")
 def prelu(n: Node, x: Any, slope: Any) -> Tensor:
   t, s = tensor(n, x), tensor(n, slope)
+  if n.opset < 7 and s.ndim == 1 and t.ndim > 2 and s.shape[0] == t.shape[1]:
+    s = s.reshape(-1, *[1] * (t.ndim - 2))  # before opset 7: one slope per channel (axis 1)
   return (t < 0).where(t * s, t)
 
 
