@@ -16,6 +16,7 @@ from unigrad.codegen.opt.kernel import OptKernel
 from unigrad.codegen.pipeline import CODEGEN_STAGES, full_rewrite
 from unigrad.engine import entry
 from unigrad.renderer.cstyle import CRenderer
+from unigrad.runtime.device import OutOfBoundsError
 from unigrad.uop import AxisType, KernelInfo, Ops
 
 RNG = np.random.default_rng(1)
@@ -322,3 +323,15 @@ def test_a_write_into_a_buffer_it_reads_is_exact():
   hot = Tensor.arange(6).reshape(6, 1).eq(i.reshape(1, 4))
   x.assign(hot.where(x[:4].reshape(1, 4), 0).sum(1)).realize()
   np.testing.assert_array_equal(x.numpy(), [3.0, 0.0, 3.0, 0.0, 0.0, 0.0])
+
+
+@pytest.mark.xfail(raises=OutOfBoundsError, strict=True,
+                   reason="known bug (found by unigrad.onnx's MaxUnpool): a padded scatter loads "
+                          "the scatter's buffer at the pad's index, past its end; .contiguous() "
+                          "before the pad avoids it")
+def test_scatter_then_pad_reads_inside_the_buffer():
+  idx, src = Tensor([5, 7, 13, 15], device="PYTHON"), Tensor([5., 6, 7, 8], device="PYTHON")
+  out = Tensor.zeros(16, device="PYTHON").scatter(0, idx, src).pad([(0, 1)])
+  want = np.zeros(17, np.float32)
+  want[[5, 7, 13, 15]] = [5, 6, 7, 8]
+  np.testing.assert_array_equal(out.numpy(), want)
