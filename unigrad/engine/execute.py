@@ -63,6 +63,9 @@ class Executor:
     self.flops = sum(r.estimates.flops for r in self.runners if r is not None)
     self.mem_bytes = sum(r.estimates.mem_bytes for r in self.runners if r is not None)
     self.views_needed = True  # whether a run needs the intermediates as Buffers (no batch)
+    # what the batches point at: the Buffers of the last run's arguments and its arenas
+    self.last_args: list[Buffer] = []
+    self.last_arenas: dict[str | None, Buffer] | None = None
 
   def arenas(self) -> dict[str | None, Buffer]:
     """Fresh memory for the intermediates: one arena per device."""
@@ -85,15 +88,23 @@ class Executor:
     them), else None."""
     if arenas is None: arenas = self.arenas()
     if DEBUG >= 2 or PROFILE or capturing or self.views_needed:
+      self.last_args, self.last_arenas = [], None  # this run may point the batches elsewhere
       bufs = self.slot_buffers(args, arenas)
       if DEBUG >= 2 or PROFILE: self._run_timed(bufs, var_vals)
       else: self._run(bufs, var_vals)
       if capturing: capturing[-1].record(self.cb, bufs, var_vals)
       return bufs
-    for slot, buf in enumerate(args):  # _point's check inlined: most arguments did not move
+    last, addresses = self.last_args, self.addresses
+    for slot, buf in enumerate(args):  # most arguments are the same Buffers as last run
+      if slot < len(last) and buf is last[slot]: continue
       if (address := buf._address) is None: address = buf.ensure_allocated().address()
-      if self.addresses.get(slot) != address: self._point(slot, address)
-    for slot, p in self.cb.inter.items(): self._point(slot, arenas[p.device].address() + p.offset)
+      if addresses.get(slot) != address: self._point(slot, address)
+    self.last_args = list(args)
+    if arenas is not self.last_arenas:  # a replay keeps its arena: pointed once
+      base = {d: a.address() for d, a in arenas.items()}
+      for slot, p in self.cb.inter.items():  # a fresh arena is mostly the same memory again
+        if addresses.get(slot) != (address := base[p.device] + p.offset): self._point(slot, address)
+      self.last_arenas = arenas
     self._run_segments(args, var_vals)
     return None
 
