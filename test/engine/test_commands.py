@@ -4,6 +4,7 @@ import pytest
 
 from unigrad import Tensor, TinyJit, function
 from unigrad.engine import commands, entry, execute
+from unigrad.engine.capture import capture
 from unigrad.engine.commands import CommandBuffer
 from unigrad.runtime.device import Device
 
@@ -65,3 +66,15 @@ def test_a_command_buffer_with_no_kernels_runs_again_on_a_device_without_address
   an OpenCL buffer (no raw address) cannot give."""
   if not Device.device_class("CL").is_available(): pytest.skip("no OpenCL device")
   for _ in range(3): assert Tensor.eye(0, device="CL").numpy().shape == (0, 0)
+
+
+def test_a_run_after_a_captured_run_points_the_batch_back_at_its_own_inputs():
+  """Regression: a fast run skips the arguments that are the same Buffers as the last fast
+  run's; a run in between (recorded by a capture) had pointed the batch elsewhere."""
+  a = Tensor(np.full(64, 1.0, np.float32), device="CPU").realize()
+  b = Tensor(np.full(64, 5.0, np.float32), device="CPU").realize()
+  def f(t: Tensor) -> float: return (t * 2 + 1).sum().item()
+  assert f(a) == f(a) == 64 * 3.0  # the batch is made, then a fast run
+  with capture(): out = (b * 2 + 1).sum().realize()
+  assert out.item() == 64 * 11.0
+  assert f(a) == 64 * 3.0, "the batch points at a's buffer again"
