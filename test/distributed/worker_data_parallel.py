@@ -1,6 +1,7 @@
 """Run under `mpiexec -n 2`: 20 Adam steps of the digits CNN with each rank on half of every
 batch (data parallel, TinyJit) against one process on the whole batch (rank 0, no
 collectives): the parameters agree within 1e-5."""
+import pathlib
 import sys
 import time
 
@@ -21,15 +22,9 @@ def idle_barrier() -> None:
   while not req.Test(): time.sleep(0.02)
 
 
-class DigitsCNN:
-  def __init__(self) -> None:
-    self.c1 = nn.Conv2d(1, 8, 3, padding=1)
-    self.c2 = nn.Conv2d(8, 16, 3, padding=1)
-    self.fc = nn.Linear(16 * 4 * 4, 10)
-
-  def __call__(self, x: Tensor) -> Tensor:
-    x = self.c1(x.reshape(-1, 1, 8, 8)).relu().max_pool2d(2)
-    return self.fc(self.c2(x).relu().flatten(1))
+# the example's model: this test checks what `train_digits.py --distributed` trains
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "examples"))
+from train_digits import DigitsCNN  # noqa: E402
 
 
 def data() -> tuple[np.ndarray, np.ndarray]:

@@ -188,13 +188,20 @@ def get_runner(kernel: UOp, device: str) -> Runner:
   rendered = _rendered(kernel, device)
   t1 = time.perf_counter()
   r = programs.runners[key] = _load(rendered, device)
-  if PROFILE:
-    profile.record(f"codegen {r.name}", "codegen", device, t0, t1)
-    profile.record(f"compile {r.name}", "compile", device, t1)
-  if DEBUG >= 1:
-    print(f"compiled {r.name} for {device}: codegen {(t1 - t0) * 1e3:.2f} ms, "
-          f"compile {(time.perf_counter() - t1) * 1e3:.2f} ms")
+  _report(r.name, device, t0, t1)
   return r
+
+
+def _report(what: str, device: str, t0: float, t1: float, threads: int = 1) -> None:
+  """The profiler's events and the DEBUG line for kernels generated from t0 to t1 and compiled
+  from t1 to now (on `threads` threads)."""
+  if PROFILE:
+    profile.record(f"codegen {what}", "codegen", device, t0, t1)
+    profile.record(f"compile {what}", "compile", device, t1)
+  if DEBUG >= 1:
+    print(f"compiled {what} for {device}: codegen {(t1 - t0) * 1e3:.2f} ms, "
+          f"compile {(time.perf_counter() - t1) * 1e3:.2f} ms"
+          + (f" on {threads} threads" if threads > 1 else ""))
 
 
 def compile_ahead(kernels: list[UOp], device: str) -> None:
@@ -214,9 +221,4 @@ def compile_ahead(kernels: list[UOp], device: str) -> None:
     binaries = list(pool.map(program_binary, rendered))
   for k, prog, binary in zip(todo, rendered, binaries):
     programs.runners[programs.key(k, device)] = _load(prog, device, binary)
-  if PROFILE:
-    profile.record(f"codegen {len(todo)} kernels", "codegen", device, t0, t1)
-    profile.record(f"compile {len(todo)} kernels", "compile", device, t1)
-  if DEBUG >= 1:
-    print(f"compiled {len(todo)} kernels for {device}: codegen {(t1 - t0) * 1e3:.2f} ms, "
-          f"compile {(time.perf_counter() - t1) * 1e3:.2f} ms on {cpu_threads()} threads")
+  _report(f"{len(todo)} kernels", device, t0, t1, cpu_threads())
