@@ -9,6 +9,7 @@ Modules, each one job (the state each owns, one object per concern, is named in 
   execute     runs a command buffer (native batches, copies, timing, capture recording)
   capture     what a TinyJit capture records; jit: a capture joined and replayed
   compcache   schedules and rendered kernels kept on disk across processes
+  recompiles  why a graph missed the schedule cache; a warning when one keeps missing it
   interrupts  Ctrl-C deferred across a run; profile: the profiler's records
 This package's namespace is the engine's interface for the layers above (frontend, nn, export).
 """
