@@ -126,3 +126,40 @@ def test_sign_beside_another_leaf_gives_zeros_like_pytorch():
   (a.sign() * b).sum().backward()
   np.testing.assert_array_equal(a.grad.numpy(), np.zeros(3, np.float32))
   np.testing.assert_array_equal(b.grad.numpy(), np.sign(a.numpy()))
+
+
+# ---- zero-size tensors ----
+
+def test_zero_size_clone_keeps_shape_and_is_its_own_tensor():
+  z = Tensor.ones(0, 3)
+  c = z.clone()
+  assert c.shape == (0, 3) and c.numpy().shape == (0, 3) and c.uop is not z.uop
+
+
+def test_zero_size_pad_gives_the_padding():
+  z = Tensor.ones(0, 2)
+  np.testing.assert_array_equal(z.pad(((1, 1), (0, 0)), value=3).numpy(),
+                                torch.nn.functional.pad(torch.ones(0, 2), (0, 0, 1, 1), value=3))
+  assert z.pad(((0, 0), (1, 1))).shape == (0, 4)
+
+
+def test_zero_size_sum_and_prod_give_the_identity():
+  z, tz = Tensor.ones(0, 3), torch.ones(0, 3)
+  np.testing.assert_array_equal(z.sum(0).numpy(), tz.sum(0).numpy())
+  np.testing.assert_array_equal(z.prod(0).numpy(), tz.prod(0).numpy())
+  assert z.sum().item() == 0 and z.prod().item() == 1
+  assert z.max(1).shape == (0,)  # reducing a non-empty axis of an empty tensor is fine
+
+
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_zero_size_reduction_without_identity_raises_like_pytorch(op):
+  z, tz = Tensor.ones(0, 3), torch.ones(0, 3)
+  for args in ((0,), ()):
+    with pytest.raises(Exception) as theirs: getattr(tz, op)(*args)
+    with pytest.raises(theirs.type, match=op): getattr(z, op)(*args)
+
+
+def test_zero_size_backward_gives_zero_size_grad():
+  x = Tensor.ones(0, 3, requires_grad=True)
+  (x.clone().pad(((1, 1), (0, 0))) * 2).sum().backward()
+  assert x.grad.shape == (0, 3) and x.grad.numpy().shape == (0, 3)
