@@ -248,8 +248,9 @@ class Tensor(MultiMixin, ActivationsMixin, LinalgMixin, SelectMixin, IndexingMix
   def clone(self) -> Tensor: return self.contiguous()
 
   def assign(self, x: Any) -> Tensor:
-    """Write `x` into this tensor's buffer (STORE then AFTER); later reads see the new values."""
-    if not isinstance(x, Tensor): x = Tensor.full(self.shape, x, self.dtype, self.device)
+    """Write `x` (a Tensor, a number, or array data such as a numpy array or nested lists, as in
+    tinygrad) into this tensor's buffer (STORE then AFTER); later reads see the new values."""
+    if not isinstance(x, Tensor): x = _assigned_value(x, self)
     if x.shape != self.shape:
       raise ValueError(f"assign: shape {x.shape} does not match {self.shape}")
     if x.dtype != self.dtype:
@@ -370,6 +371,15 @@ def realize_stale_values(written: dict[UOp, None]) -> None:
   with engine.realize_lock:
     if written and (stale := _stale_values(all_tensors.alive(), written, [])):
       _realize_values(stale)
+
+
+def _assigned_value(x: Any, target: Tensor) -> Tensor:
+  """A non-Tensor `assign` argument as a Tensor like `target`: a number fills it, array data
+  (numpy, lists) becomes a tensor of target's dtype and device."""
+  if isinstance(x, (bool, int, float)) or getattr(x, "ndim", None) == 0:
+    return Tensor.full(target.shape, x.item() if hasattr(x, "item") else x, target.dtype,
+                       target.device)
+  return Tensor(x, device=target.device, dtype=target.dtype)
 
 
 def _check_bound(u: UOp) -> None:
