@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from unigrad import Tensor, nn
+from unigrad import Tensor, engine, nn
 
 RNG = np.random.default_rng(29)
 
@@ -163,3 +163,17 @@ def test_zero_size_backward_gives_zero_size_grad():
   x = Tensor.ones(0, 3, requires_grad=True)
   (x.clone().pad(((1, 1), (0, 0))) * 2).sum().backward()
   assert x.grad.shape == (0, 3) and x.grad.numpy().shape == (0, 3)
+
+
+def test_requires_grad_none_grad_is_latest_and_true_grad_accumulates():
+  w, b = Tensor.randn(3), Tensor(rnd(3), requires_grad=True)
+  for _ in range(2): (w * b).sum().backward()
+  np.testing.assert_allclose(w.grad.numpy(), b.numpy())  # replaced, not summed
+  np.testing.assert_allclose(b.grad.numpy(), 2 * w.numpy())  # accumulated, as PyTorch
+
+
+def test_requires_grad_none_grad_nobody_reads_is_not_computed():
+  w, b = Tensor.randn(3), Tensor(rnd(3), requires_grad=True)
+  (w * b).sum().backward()
+  b.grad.realize()
+  assert engine.is_realized(b.grad.uop) and not engine.is_realized(w.grad.uop)

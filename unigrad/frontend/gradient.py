@@ -592,7 +592,8 @@ class GradientMixin:
   def backward(self, gradient: Tensor | None = None) -> Tensor:
     """Accumulate d(self)/d(t) into `.grad` (a lazy sum, like PyTorch's accumulation) of every
     live float tensor self depends on whose `requires_grad` is True, or None as tinygrad's
-    default (a detached value or `requires_grad=False` gets none). When the only paths are
+    default (a detached value or `requires_grad=False` gets none; a None tensor's `.grad` is the
+    latest backward's, not a sum). When the only paths are
     through comparisons, the tensors get zeros (tinygrad) where PyTorch raises. A `.grad` nobody
     reads is never computed. Returns self. `loss.backward(); w.grad.numpy()`"""
     with _leaves_lock: live = list(_leaves.values())
@@ -608,7 +609,9 @@ class GradientMixin:
                          "path")
     for t in targets:
       if (g := grads.get(t.uop)) is None: continue
-      if t.grad is None: t.grad = t._wrap(g)
+      # an undecided tensor's .grad is the latest one: a dataset or buffer read every step
+      # would otherwise chain every step's gradient graph (no optimizer zeroes it)
+      if t.grad is None or t.requires_grad is None: t.grad = t._wrap(g)
       else: t.grad.uop = detach_if_no_grad(t.grad.uop + g)
     return self  # type: ignore[return-value]
 
