@@ -30,6 +30,10 @@ def test_backward_through_sign_gives_zero_gradient():
   grads_like_torch(lambda a: a.sign() * 3, x)
 
 
+def test_backward_through_sign_of_a_0d_tensor():
+  grads_like_torch(lambda a: a.sign(), np.float32(-0.5))
+
+
 def test_backward_through_sign_beside_a_differentiable_path():
   grads_like_torch(lambda a: a.sign() + a * a, rnd(4))
 
@@ -59,7 +63,7 @@ def test_backward_through_comparison_and_where():
                    tfn=lambda a: torch.where(a > 0, a, a * 2) + (a == a).float())
 
 
-@pytest.mark.parametrize("size,step", [(2, 1), (2, 2), (3, 2)])
+@pytest.mark.parametrize("size,step", [(2, 1), (2, 2), (3, 2), (2, 8), (0, 8), (0, 1)])
 def test_backward_through_unfold(size, step):
   grads_like_torch(lambda a: a.unfold(1, size, step) * 2, rnd(2, 5))
 

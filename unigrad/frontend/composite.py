@@ -299,8 +299,9 @@ class CompositeMixin:
     if not 0 <= size <= n:
       raise RuntimeError(f"maximum size for tensor at dimension {d} is {n} but size is {size}")
     o = (n - size) // step + 1
-    if size == 0:
-      return type(x).zeros(*x.shape[:d], o, *x.shape[d + 1:], 0, dtype=x.dtype, device=x.device)
+    if size == 0:  # empty windows, still a view of x: backward gives x zeros (as PyTorch)
+      empty = x.unsqueeze(-1).shrink(tuple((0, s) for s in x.shape) + ((0, 0),))
+      return empty.reshape(*x.shape[:d], o, *x.shape[d + 1:], 0)
     moved, back = axis_to_last(x, d)
     out = pool(moved, (size,), (step,), (1,)).permute(*back, x.ndim)
     return out.reshape(size) if self.ndim == 0 else out
