@@ -169,11 +169,21 @@ def test_zero_size_backward_gives_zero_size_grad():
   assert x.grad.shape == (0, 3) and x.grad.numpy().shape == (0, 3)
 
 
-def test_requires_grad_none_grad_is_latest_and_true_grad_accumulates():
+def test_requires_grad_none_grad_read_after_each_backward_accumulates():
+  # tinygrad's GroupNorm test: weights set to plain Tensors, backward 3 times, grads read each time
   w, b = Tensor.randn(3), Tensor(rnd(3), requires_grad=True)
-  for _ in range(2): (w * b).sum().backward()
-  np.testing.assert_allclose(w.grad.numpy(), b.numpy())  # replaced, not summed
-  np.testing.assert_allclose(b.grad.numpy(), 2 * w.numpy())  # accumulated, as PyTorch
+  for k in range(1, 4):
+    (w * b).sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), k * b.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(b.grad.numpy(), k * w.numpy(), rtol=1e-6)
+
+
+def test_requires_grad_none_grad_nobody_reads_is_replaced_not_chained():
+  data = Tensor(rnd(6, 2))  # a dataset indexed every step: its unread grad must not grow
+  for _ in range(3): (data[Tensor([1, 4])] * 2).sum().backward()
+  want = np.zeros((6, 2), np.float32)
+  want[[1, 4]] = 2
+  np.testing.assert_allclose(data.grad.numpy(), want)
 
 
 def test_requires_grad_none_grad_nobody_reads_is_not_computed():

@@ -474,6 +474,14 @@ def _is_detached(u: UOp) -> bool:
   return u.grad_free and any(n.op is Ops.DETACH for n in u.toposort())
 
 
+def _replaces_grad(t: Any) -> bool:
+  """Whether backward replaces `t.grad` rather than adding to it: for an undecided tensor whose
+  gradient nobody has read (realized). A dataset indexed every step would otherwise chain every
+  step's gradient graph, holding its buffers, with no optimizer to zero it; a gradient that is
+  read (tinygrad's tests read it after each backward) accumulates as in tinygrad and PyTorch."""
+  return t.requires_grad is None and not engine.is_realized(t.grad.uop)
+
+
 def _is_own_leaf(t: Any) -> bool:
   """Whether backward keeps `t`'s realized buffer as a leaf rather than replacing it by the
   graph that computed it: unless a tensor that requires grad computed it (that history carries
@@ -592,8 +600,8 @@ class GradientMixin:
   def backward(self, gradient: Tensor | None = None) -> Tensor:
     """Accumulate d(self)/d(t) into `.grad` (a lazy sum, like PyTorch's accumulation) of every
     live float tensor self depends on whose `requires_grad` is True, or None as tinygrad's
-    default (a detached value or `requires_grad=False` gets none; a None tensor's `.grad` is the
-    latest backward's, not a sum). When the only paths are
+    default (a detached value or `requires_grad=False` gets none; a None tensor's unread `.grad`
+    is replaced, not summed: see _replaces_grad). When the only paths are
     through comparisons, the tensors get zeros (tinygrad) where PyTorch raises. A `.grad` nobody
     reads is never computed. Returns self. `loss.backward(); w.grad.numpy()`"""
     with _leaves_lock: live = list(_leaves.values())
@@ -609,9 +617,7 @@ class GradientMixin:
                          "path")
     for t in targets:
       if (g := grads.get(t.uop)) is None: continue
-      # an undecided tensor's .grad is the latest one: a dataset or buffer read every step
-      # would otherwise chain every step's gradient graph (no optimizer zeroes it)
-      if t.grad is None or t.requires_grad is None: t.grad = t._wrap(g)
+      if t.grad is None or _replaces_grad(t): t.grad = t._wrap(g)
       else: t.grad.uop = detach_if_no_grad(t.grad.uop + g)
     return self  # type: ignore[return-value]
 
