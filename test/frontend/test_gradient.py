@@ -235,9 +235,15 @@ def test_backward_gradient_shape_mismatch():
 
 
 def test_backward_without_leaves_raises():
-  x = Tensor(arr(1, 2))
+  x = Tensor(arr(1, 2), requires_grad=False)
   with pytest.raises(RuntimeError, match="does not require grad"):
     (x * 2).sum().backward()
+
+
+def test_backward_fills_grad_of_requires_grad_none_tensor():
+  x = Tensor(arr(1, 2))  # requires_grad None: tinygrad's "not decided" gets a gradient
+  (x * 2).sum().backward()
+  np.testing.assert_allclose(x.grad.numpy(), [2, 2])
 
 
 def test_backward_of_integer_root_raises():
@@ -559,7 +565,7 @@ def test_override_gradient_replaces_the_rules_between_a_view_and_its_source():
 
 def test_override_gradient_off_the_path_to_the_targets_falls_back_to_the_rules():
   x = Tensor(arr(1, 2, 3), device="PYTHON", requires_grad=True)
-  other = Tensor(arr(0, 0, 0), device="PYTHON")
+  other = Tensor(arr(0, 0, 0), device="PYTHON", requires_grad=False)
   view = (x + other).reshape(3, 1).expand(3, 2)
   def never(g: UOp) -> UOp: raise AssertionError("other does not lead to the target x")
   override_gradient(view.uop, other.uop, never)

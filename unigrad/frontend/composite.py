@@ -8,18 +8,21 @@ elements. Semantics, dtypes and error types follow PyTorch.
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from unigrad.dtype import LOW_FLOATS, DType, dtypes, least_upper_float
 from unigrad.frontend.dtypes import check_int_value, result_type
+from unigrad.frontend.gradient import override_gradient
 from unigrad.frontend.movement import normalize_pads, shape_arg, canonical_axis
 from unigrad.frontend.nnops import is_nan, pool, take
 from unigrad.frontend.reduce import Axis, RowNodes, Rows, canonical_axes
 
 if TYPE_CHECKING:
   from unigrad.frontend.tensor import Tensor
+  from unigrad.uop import UOp
 
 PAD_MODES = ("constant", "reflect", "replicate", "circular")
 
@@ -180,6 +183,17 @@ def softmax_of(x: Rows, axis: Any) -> Rows:
 
 # ---- movement compositions ----
 
+def _zero_grad(g: UOp) -> UOp:
+  """The gradient of a piecewise constant function (sign): zeros, as PyTorch gives."""
+  return g.const_like(0.0)
+
+
+def _copysign_grad(a: UOp, out: UOp, g: UOp) -> UOp:
+  """d copysign(a, b)/da = out/a (1 or -1), 0 where a == 0, as PyTorch (b gets none: the bits
+  of its sign carry no gradient)."""
+  return g * a.ne(0.0).where(out * a.recip(), 0.0)
+
+
 class CompositeMixin:
   """Movement compositions, padding modes, scans, statistics, einsum and elementwise helpers."""
 
@@ -285,8 +299,9 @@ class CompositeMixin:
     if not 0 <= size <= n:
       raise RuntimeError(f"maximum size for tensor at dimension {d} is {n} but size is {size}")
     o = (n - size) // step + 1
-    if size == 0:
-      return type(x).zeros(*x.shape[:d], o, *x.shape[d + 1:], 0, dtype=x.dtype, device=x.device)
+    if size == 0:  # empty windows, still a view of x: backward gives x zeros (as PyTorch)
+      empty = x.unsqueeze(-1).shrink(tuple((0, s) for s in x.shape) + ((0, 0),))
+      return empty.reshape(*x.shape[:d], o, *x.shape[d + 1:], 0)
     moved, back = axis_to_last(x, d)
     out = pool(moved, (size,), (step,), (1,)).permute(*back, x.ndim)
     return out.reshape(size) if self.ndim == 0 else out
@@ -569,7 +584,9 @@ class CompositeMixin:
     """-1, 0 or 1 with the tensor's dtype (NaN gives 0)."""
     if self.dtype == dtypes.bool: return self._wrap(self.uop)
     pos = (self > 0).cast(self.dtype)
-    return pos if dtypes.is_unsigned(self.dtype) else pos - (self < 0).cast(self.dtype)
+    out = pos if dtypes.is_unsigned(self.dtype) else pos - (self < 0).cast(self.dtype)
+    if dtypes.is_float(self.dtype): override_gradient(out.uop, self.uop, _zero_grad)
+    return out
 
   def copysign(self, other: Any) -> Tensor:
     """|self| with the sign bit of `other` (a float result; -0.0 and NaN signs count)."""
@@ -578,7 +595,10 @@ class CompositeMixin:
     it = {2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}[dt.itemsize]
     sign_bit = -(2 ** (8 * dt.itemsize - 1))
     bits = (a.bitcast(it) & ~sign_bit) | (b.bitcast(it) & sign_bit)
-    return bits.bitcast(dt)
+    out = bits.bitcast(dt)
+    override_gradient(out.uop, a.uop, functools.partial(_copysign_grad, a.uop, out.uop))
+    if b.uop is not a.uop: override_gradient(out.uop, b.uop, _zero_grad)
+    return out
 
   def logaddexp(self, other: Any) -> Tensor:
     """log(exp(self) + exp(other)), computed as max + log(1 + exp(-|self - other|))."""

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from unigrad.dtype import DType, dtypes
 from unigrad import engine
 from unigrad.frontend.elementwise import compose_cos
+from unigrad.frontend.live import all_tensors
 from unigrad.knobs import TRAINING
 from unigrad.schedule.function import body_params, param_like
 from unigrad.uop import NodeMap, Ops, PatternMatcher, ReduceArg, UOp, UPat, shape_uop, sint
@@ -224,25 +225,28 @@ def _collective_grad(g: UOp, c: UOp) -> UOp | None:
 
 # ---- gradient overrides ----
 
-# a view -> (the node below it that gets the view's gradient, that gradient from the view's);
+# a view -> ((a node below it that gets the view's gradient, that gradient from the view's), ...);
 # kept on the view: an entry lives as long as its view (backward asks of every node it passes)
-gradient_overrides: NodeMap[tuple[UOp, Callable[[UOp], UOp]]] = NodeMap("gradient_override")
+Override = tuple[tuple[UOp, Callable[[UOp], UOp]], ...]
+gradient_overrides: NodeMap[Override] = NodeMap("gradient_override")
 
 
 def override_gradient(view: UOp, src: UOp, fn: Callable[[UOp], UOp]) -> None:
   """When `g` flows into `view`, give `src` (a node below it) the gradient `fn(g)` instead of
   passing `g` down the ops between them rule by rule. `fn` must be that exact gradient: hash-
-  consing shares `view` with every equal view. For chains of movement ops whose rule-by-rule
-  gradient compiles badly: the sliding-window view of a convolution (frontend/nnops.py `pool`)
-  gets a reduce over repeated copies with div/mod indexing from the rules, a sum of shifted
-  pads from its override."""
-  gradient_overrides[view] = (src, fn)
+  consing shares `view` with every equal view. Several sources of one view each get their own
+  (calling again for a source replaces its entry); together they must be every path below the
+  view. For chains of movement ops whose rule-by-rule gradient compiles badly: the sliding-window
+  view of a convolution (frontend/nnops.py `pool`) gets a reduce over repeated copies with
+  div/mod indexing from the rules, a sum of shifted pads from its override."""
+  others = tuple(p for p in gradient_overrides.get(view) or () if p[0] is not src)
+  gradient_overrides[view] = (*others, (src, fn))
 
 
 def _overridden(u: UOp, g: UOp, path: dict[UOp, None]) -> tuple[tuple[UOp, UOp], ...] | None:
-  """(src, gradient) if `u` has an override whose source is on the path, else None."""
-  if (over := gradient_overrides.get(u)) is None or over[0] not in path: return None
-  return ((over[0], over[1](g)),)
+  """(src, gradient) for each source of `u`'s override on the path; None when there is none."""
+  pairs = tuple((src, fn(g)) for src, fn in gradient_overrides.get(u) or () if src in path)
+  return pairs or None
 
 
 # ---- the walk ----
@@ -276,13 +280,24 @@ def _fit(g: UOp, s: UOp) -> UOp:
 def _carries_grad(s: UOp) -> bool: return s.dtype == dtypes.void or dtypes.is_float(s.dtype)
 
 
-def compute_gradient(root: UOp, root_grad: UOp, targets: Iterable[UOp]) -> dict[UOp, UOp]:
+def _reached(root: UOp, path: dict[UOp, None]) -> set[UOp]:
+  """The nodes of `path` that `root` reaches through its sources without crossing a DETACH."""
+  seen = {root}
+  for u in reversed(path):
+    if u in seen and u.op is not Ops.DETACH: seen.update(s for s in u.src if s in path)
+  return seen
+
+
+def compute_gradient(root: UOp, root_grad: UOp, targets: Iterable[UOp],
+                     materialize: bool = False) -> dict[UOp, UOp]:
   """The gradient of each target reached from `root`, when `root_grad` flows into `root`.
 
   Visits, in reverse topological order and without recursion, only the nodes on a path from
   `root` to a target; several contributions to one node are added. A target the gradient does not
   reach (unused, behind DETACH or only through non-differentiable ops) is left out of the result.
-  `compute_gradient(y, ones, [x])[x]` is dy/dx as a lazy UOp graph."""
+  `compute_gradient(y, ones, [x])[x]` is dy/dx as a lazy UOp graph. With `materialize`, when no
+  target gets a gradient, those reached only through ops without one (comparisons) get zeros, as
+  in tinygrad's backward, where PyTorch raises."""
   wanted = dict.fromkeys(targets)
   path = _path_to_targets(root, wanted)
   if root not in path or not dtypes.is_float(root.dtype): return {}
@@ -304,6 +319,10 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: Iterable[UOp]) -> dict[
       if sg is None or s not in path or not _carries_grad(s): continue
       sg = _fit(sg, s)
       grads[s] = grads[s] + sg if s in grads else sg
+  if materialize and not any(t in grads for t in wanted):
+    zero = [t for t in _reached(root, path) & wanted.keys()]
+    for t in zero:
+      if dtypes.is_float(t.dtype): grads[t] = _full(t.shape, t.dtype, 0.0)
   return {t: grads[t] for t in wanted if t in grads}
 
 
@@ -441,6 +460,35 @@ def in_autograd_graph(u: UOp) -> bool:
   return any(leaf in nodes for leaf in live)
 
 
+def _undecided_in(root: Any) -> list[Any]:
+  """The live float tensors other than `root` whose `requires_grad` is None (tinygrad's default:
+  not decided) that `root` reads, leaving out detached values (as PyTorch's requires_grad=False)."""
+  nodes = root.uop.toposort()
+  return [t for t in all_tensors.alive() if t is not root and t.requires_grad is None
+          and t.uop in nodes and dtypes.is_float(t.dtype) and not _is_detached(t.uop)]
+
+
+def _is_detached(u: UOp) -> bool:
+  """Whether `u` is a value cut from the graph (detach(), or ops under no_grad on such values),
+  not a constant or random value that no gradient flows through only for want of a leaf."""
+  return u.grad_free and any(n.op is Ops.DETACH for n in u.toposort())
+
+
+def _replaces_grad(t: Any) -> bool:
+  """Whether backward replaces `t.grad` rather than adding to it: for an undecided tensor whose
+  gradient nobody has read (realized). A dataset indexed every step would otherwise chain every
+  step's gradient graph, holding its buffers, with no optimizer to zero it; a gradient that is
+  read (tinygrad's tests read it after each backward) accumulates as in tinygrad and PyTorch."""
+  return t.requires_grad is None and not engine.is_realized(t.grad.uop)
+
+
+def _is_own_leaf(t: Any) -> bool:
+  """Whether backward keeps `t`'s realized buffer as a leaf rather than replacing it by the
+  graph that computed it: unless a tensor that requires grad computed it (that history carries
+  the gradient on to it, see with_history)."""
+  return engine.is_realized(t.uop) and not in_autograd_graph(t.uop)
+
+
 def own_identity(u: UOp, device: str) -> UOp:
   """`u` if it already is a buffer of its own, else its value stored lazily into a fresh buffer
   (a unique slot), so equal parameters stay distinct nodes."""
@@ -550,20 +598,26 @@ class GradientMixin:
     return out
 
   def backward(self, gradient: Tensor | None = None) -> Tensor:
-    """Accumulate d(self)/d(leaf) into `.grad` of every live tensor with requires_grad=True that
-    self depends on (a lazy sum, like PyTorch's accumulation). Returns self.
-    `loss.backward(); w.grad.numpy()`"""
+    """Accumulate d(self)/d(t) into `.grad` (a lazy sum, like PyTorch's accumulation) of every
+    live float tensor self depends on whose `requires_grad` is True, or None as tinygrad's
+    default (a detached value or `requires_grad=False` gets none; a None tensor's unread `.grad`
+    is replaced, not summed: see _replaces_grad). When the only paths are
+    through comparisons, the tensors get zeros (tinygrad) where PyTorch raises. A `.grad` nobody
+    reads is never computed. Returns self. `loss.backward(); w.grad.numpy()`"""
     with _leaves_lock: live = list(_leaves.values())
-    root = engine.with_history(self.uop, {t.uop: None for t in live})
+    undecided = _undecided_in(self)
+    keep = {t.uop: None for t in live} | {t.uop: None for t in undecided if _is_own_leaf(t)}
+    root = engine.with_history(self.uop, keep)
     nodes = root.toposort()
-    leaves = [t for t in live if t.uop in nodes]
-    grads = compute_gradient(root, self._root_grad(gradient), [t.uop for t in leaves])
+    targets = [t for t in live + undecided if t.uop in nodes]
+    grads = compute_gradient(root, self._root_grad(gradient), [t.uop for t in targets], True)
     if not grads:
       raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn: "
-                         "no tensor with requires_grad=True is reached by a differentiable path")
-    for t in leaves:
+                         "no tensor with requires_grad True or None is reached by a differentiable "
+                         "path")
+    for t in targets:
       if (g := grads.get(t.uop)) is None: continue
-      if t.grad is None: t.grad = t._wrap(g)
+      if t.grad is None or _replaces_grad(t): t.grad = t._wrap(g)
       else: t.grad.uop = detach_if_no_grad(t.grad.uop + g)
     return self  # type: ignore[return-value]
 

@@ -214,9 +214,15 @@ class ReduceMixin:
     return self._accumulate(Ops.MUL, dtype, axis, keepdim)
 
   def _check_nonempty(self, name: str, axis: Axis) -> None:
-    if any(self.shape[a] == 0 for a in canonical_axes(axis, self.ndim) if self.ndim):
-      raise RuntimeError(f"{name}(): cannot reduce over a zero-size dimension of a tensor of shape "
-                         f"{self.shape} (there is no identity)")
+    """A reduction with no identity (max, min) of nothing raises, with PyTorch's types: an
+    IndexError naming the zero-size axis, a RuntimeError for a whole-tensor reduction."""
+    empty = [a for a in canonical_axes(axis, self.ndim) if self.ndim and self.shape[a] == 0]
+    if not empty: return
+    if axis is None:
+      raise RuntimeError(f"{name}(): cannot reduce a zero-size tensor of shape {self.shape} "
+                         "(there is no identity): give the reduction axis with 'axis'")
+    raise IndexError(f"{name}(): expected reduction dim {empty[0]} to have non-zero size, got a "
+                     f"tensor of shape {self.shape} (there is no identity)")
 
   def max(self, axis: Axis = None, keepdim: bool = False) -> Tensor:
     """Maximum over `axis` (NaN propagates). `Tensor([1, 3, 2]).max()` is 3."""

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -26,6 +25,7 @@ from unigrad.frontend.gradient import GradientMixin, TensorMeta, detach_if_no_gr
 from unigrad.frontend.indexing import IndexingMixin
 from unigrad.frontend.interop import InteropMixin, shared_numpy
 from unigrad.frontend.linalg import LinalgMixin
+from unigrad.frontend.live import LiveTensors, all_tensors  # noqa: F401 (re-exported)
 from unigrad.frontend.movement import MovementMixin
 from unigrad.frontend.multi import MultiMixin
 from unigrad.frontend.nnops import NNOpsMixin
@@ -40,28 +40,6 @@ from unigrad.schedule.callify import buffer_base, is_plain_buffer
 from unigrad.uop import GroupOp, Ops, UOp, sint
 from unigrad.uop.variable import concrete_shape, shape_str
 
-class LiveTensors:
-  """Every live Tensor, held weakly (realizing points them at the buffers now holding their
-  values). A dict of weak references whose callback is the dict's own `__delitem__`: adding a
-  tensor and dropping a dead one run no Python code (a WeakSet's did, for each of the thousands
-  of tensors an eager forward makes). Dict operations are atomic, so threads need no lock."""
-
-  def __init__(self) -> None:
-    self._refs: dict[weakref.ref, None] = {}
-    self._drop = self._refs.__delitem__
-
-  def add(self, t: Tensor) -> None: self._refs[weakref.ref(t, self._drop)] = None
-
-  def alive(self) -> list[Tensor]:
-    """The live tensors, in a list of their own."""
-    return [t for r in list(self._refs) if (t := r()) is not None]
-
-  def __iter__(self) -> Iterator[Tensor]: return iter(self.alive())
-
-  def __len__(self) -> int: return len(self._refs)
-
-
-all_tensors = LiveTensors()
 _storage_ids = itertools.count()  # tags that give CONTIGUOUS nodes their own storage
 
 
@@ -270,8 +248,9 @@ class Tensor(MultiMixin, ActivationsMixin, LinalgMixin, SelectMixin, IndexingMix
   def clone(self) -> Tensor: return self.contiguous()
 
   def assign(self, x: Any) -> Tensor:
-    """Write `x` into this tensor's buffer (STORE then AFTER); later reads see the new values."""
-    if not isinstance(x, Tensor): x = Tensor.full(self.shape, x, self.dtype, self.device)
+    """Write `x` (a Tensor, a number, or array data such as a numpy array or nested lists, as in
+    tinygrad) into this tensor's buffer (STORE then AFTER); later reads see the new values."""
+    if not isinstance(x, Tensor): x = _assigned_value(x, self)
     if x.shape != self.shape:
       raise ValueError(f"assign: shape {x.shape} does not match {self.shape}")
     if x.dtype != self.dtype:
@@ -392,6 +371,15 @@ def realize_stale_values(written: dict[UOp, None]) -> None:
   with engine.realize_lock:
     if written and (stale := _stale_values(all_tensors.alive(), written, [])):
       _realize_values(stale)
+
+
+def _assigned_value(x: Any, target: Tensor) -> Tensor:
+  """A non-Tensor `assign` argument as a Tensor like `target`: a number fills it, array data
+  (numpy, lists) becomes a tensor of target's dtype and device."""
+  if isinstance(x, (bool, int, float)) or getattr(x, "ndim", None) == 0:
+    return Tensor.full(target.shape, x.item() if hasattr(x, "item") else x, target.dtype,
+                       target.device)
+  return Tensor(x, device=target.device, dtype=target.dtype)
 
 
 def _check_bound(u: UOp) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 from unigrad.dtype import dtypes
 from unigrad.frontend.indexing import checked_index
@@ -41,6 +42,15 @@ def _dense(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
   return x.linear(weight.T, bias)
 
 
+def _check_padding_string(padding: Any, stride: tuple[int, ...]) -> None:
+  """PyTorch's checks at construction: 'valid' or 'same', and 'same' only with stride 1."""
+  if not isinstance(padding, str): return
+  if padding not in ("valid", "same"):
+    raise ValueError(f"Invalid padding string {padding!r}, should be one of {{'valid', 'same'}}")
+  if padding == "same" and any(s != 1 for s in stride):
+    raise ValueError(f"padding='same' is not supported for strided convolutions (stride {stride})")
+
+
 class Conv2d:
   """Convolution over len(kernel_size) spatial axes (Conv2d for 2, Conv1d for 1)."""
 
@@ -50,6 +60,7 @@ class Conv2d:
                dims: int = 2) -> None:
     self.kernel_size = make_tuple(kernel_size, dims)
     self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
+    _check_padding_string(padding, make_tuple(stride, dims))
     if in_channels % groups or out_channels % groups:
       raise ValueError(f"in_channels {in_channels} and out_channels {out_channels} "
                        f"must be divisible by groups {groups}")
@@ -105,9 +116,14 @@ class BatchNorm:
     self.eps, self.momentum, self.track_running_stats = eps, momentum, track_running_stats
     self.weight = _param(Tensor.ones(sz)) if affine else None
     self.bias = _param(Tensor.zeros(sz)) if affine else None
+    # without running statistics there are none (None, as in PyTorch: not in the state dict)
+    self.running_mean: Tensor | None = None
+    self.running_var: Tensor | None = None
+    self.num_batches_tracked: Tensor | None = None
+    if not track_running_stats: return
     self.running_mean = Tensor.zeros(sz).contiguous()
     self.running_var = Tensor.ones(sz).contiguous()
-    # 0-d like PyTorch's, so its checkpoints load (a shape (1,) counter failed the size check)
+    # 0-d like PyTorch's, so its checkpoints load (a shape (1,) counter loads too: load_state_dict)
     self.num_batches_tracked = Tensor.zeros((), dtype=dtypes.int64).contiguous()
 
   def __call__(self, x: Tensor) -> Tensor:
@@ -117,10 +133,14 @@ class BatchNorm:
       var = ((x - mean.reshape(1, -1, *[1] * (x.ndim - 2))) ** 2).mean(axes)
       if Tensor.training and self.track_running_stats:
         self._update(mean, var, prod(x.shape) // x.shape[1])
-    else: mean, var = self.running_mean, self.running_var
+    else:
+      assert self.running_mean is not None and self.running_var is not None
+      mean, var = self.running_mean, self.running_var
     return x.batchnorm(self.weight, self.bias, mean, (var + self.eps).rsqrt())
 
   def _update(self, mean: Tensor, var: Tensor, n: int) -> None:
+    assert self.running_mean is not None and self.running_var is not None
+    assert self.num_batches_tracked is not None
     unbiased = var.detach() * (n / max(n - 1, 1))
     tracked = self.num_batches_tracked + 1
     # momentum None: the cumulative average, weight 1/tracked (lazy: no read of the counter)

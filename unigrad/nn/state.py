@@ -91,6 +91,20 @@ class IncompatibleKeys(NamedTuple):
 def _key_list(keys: list[str]) -> str: return ", ".join(f'"{k}"' for k in keys)
 
 
+def _is_batch_counter(key: str) -> bool:
+  """A BatchNorm's `num_batches_tracked`: checkpoints from before PyTorch 0.4.1 lack it, and
+  PyTorch then keeps the model's counter (as for a state dict without version metadata)."""
+  return key.rsplit(".", 1)[-1] == "num_batches_tracked"
+
+
+def _scalars_from_vectors(model_sd: dict[str, Tensor], state_dict: dict[str, Tensor]) -> None:
+  """A shape (1,) value for a 0-d model tensor is its one element (PyTorch's rule for checkpoints
+  from before 0-d tensors; tinygrad's BatchNorm counter has shape (1,))."""
+  for k, t in model_sd.items():
+    if k in state_dict and t.ndim == 0 and tuple(state_dict[k].shape) == (1,):
+      state_dict[k] = state_dict[k].reshape(())
+
+
 def _mismatch_errors(model_sd: dict[str, Tensor], state_dict: dict[str, Tensor]) -> list[str]:
   return [f"size mismatch for {k}: copying a param with shape {tuple(state_dict[k].shape)} from "
           f"checkpoint, the shape in current model is {tuple(t.shape)}."
@@ -139,7 +153,8 @@ def load_state_dict(model: Any, state_dict: dict[str, Any], strict: bool = True,
   `load_state_dict(model, safe_load("model.safetensors"), consume=True)`"""
   state_dict_t = {k: v if isinstance(v, Tensor) else Tensor(v) for k, v in state_dict.items()}
   model_sd = get_state_dict(model)
-  missing = [k for k in model_sd if k not in state_dict_t]
+  _scalars_from_vectors(model_sd, state_dict_t)
+  missing = [k for k in model_sd if k not in state_dict_t and not _is_batch_counter(k)]
   unexpected = [k for k in state_dict_t if k not in model_sd]
   errors = _mismatch_errors(model_sd, state_dict_t)
   if strict and unexpected:

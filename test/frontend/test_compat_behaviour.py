@@ -1,0 +1,193 @@
+"""Behaviours a tinygrad or PyTorch user meets (issue 29), each against PyTorch where it defines
+them and tinygrad where only tinygrad does."""
+import numpy as np
+import pytest
+import torch
+
+from unigrad import Tensor, engine, nn
+
+RNG = np.random.default_rng(29)
+
+
+def rnd(*shape: int) -> np.ndarray: return RNG.standard_normal(shape).astype(np.float32)
+
+
+def grads_like_torch(fn, *arrays, tfn=None):
+  """fn's gradients for every input equal PyTorch's (zeros where PyTorch's are zeros)."""
+  tts = [torch.tensor(a, requires_grad=True) for a in arrays]
+  (tfn or fn)(*tts).sum().backward()
+  uts = [Tensor(a, requires_grad=True) for a in arrays]
+  fn(*uts).sum().backward()
+  for u, t in zip(uts, tts):
+    np.testing.assert_allclose(u.grad.numpy(), t.grad.numpy(), atol=1e-6)
+
+
+# ---- backward through ops without a gradient ----
+
+def test_backward_through_sign_gives_zero_gradient():
+  x = rnd(2, 3)
+  x[0, 0] = 0.0
+  grads_like_torch(lambda a: a.sign() * 3, x)
+
+
+def test_backward_through_sign_of_a_0d_tensor():
+  grads_like_torch(lambda a: a.sign(), np.float32(-0.5))
+
+
+def test_backward_through_sign_beside_a_differentiable_path():
+  grads_like_torch(lambda a: a.sign() + a * a, rnd(4))
+
+
+def test_backward_through_copysign_gives_pytorch_gradient():
+  x, y = rnd(2, 3), rnd(3)
+  x[1, 1] = 0.0  # PyTorch's gradient is 0 where self is 0
+  grads_like_torch(lambda a, b: a.copysign(b) * a, x, y,
+                   tfn=lambda a, b: torch.copysign(a, b) * a)
+
+
+def test_backward_through_copysign_gives_other_zero_gradient():
+  grads_like_torch(lambda a, b: a.copysign(b), rnd(3), rnd(3),
+                   tfn=lambda a, b: torch.copysign(a, b))
+
+
+@pytest.mark.parametrize("op", ["eq", "ne", "lt", "gt", "le", "ge"])
+def test_backward_through_comparison_gives_zero_gradient(op):
+  # PyTorch's comparison has no grad_fn (backward raises); tinygrad gives zeros: unigrad too
+  x = Tensor(rnd(3), requires_grad=True)
+  getattr(x, "__" + op + "__")(0.5).float().sum().backward()
+  np.testing.assert_array_equal(x.grad.numpy(), np.zeros(3, np.float32))
+
+
+def test_backward_through_comparison_and_where():
+  grads_like_torch(lambda a: (a > 0).where(a, a * 2) + (a == a).float(), rnd(5),
+                   tfn=lambda a: torch.where(a > 0, a, a * 2) + (a == a).float())
+
+
+@pytest.mark.parametrize("size,step", [(2, 1), (2, 2), (3, 2), (2, 8), (0, 8), (0, 1)])
+def test_backward_through_unfold(size, step):
+  grads_like_torch(lambda a: a.unfold(1, size, step) * 2, rnd(2, 5))
+
+
+def test_backward_through_detach_still_raises():
+  x = Tensor(rnd(2), requires_grad=True)
+  with pytest.raises(RuntimeError, match="does not require grad"):
+    x.detach().sign().sum().backward()
+
+
+# ---- requires_grad=None: tinygrad's "not decided" ----
+
+def test_requires_grad_none_tensor_gets_grad_from_backward():
+  w = Tensor.randn(3, 2)
+  x = Tensor(rnd(4, 3), requires_grad=False)
+  assert w.requires_grad is None
+  (x @ w).square().sum().backward()
+  tw = torch.tensor(w.numpy(), requires_grad=True)
+  (torch.tensor(x.numpy()) @ tw).square().sum().backward()
+  np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-5, atol=1e-5)
+  assert x.grad is None, "requires_grad=False gets no gradient, as in PyTorch"
+
+
+def test_requires_grad_none_realized_tensor_gets_grad():
+  w = Tensor.randn(3).realize()
+  (w * 2).sum().backward()
+  np.testing.assert_allclose(w.grad.numpy(), [2, 2, 2])
+
+
+def test_requires_grad_none_beside_requires_grad_true():
+  w, b = Tensor.randn(3), Tensor(rnd(3), requires_grad=True)
+  (w * b).sum().backward()
+  np.testing.assert_allclose(w.grad.numpy(), b.numpy())
+  np.testing.assert_allclose(b.grad.numpy(), w.numpy())
+
+
+def test_requires_grad_false_alone_raises():
+  x = Tensor(rnd(2), requires_grad=False)
+  with pytest.raises(RuntimeError, match="does not require grad"):
+    (x * 2).sum().backward()
+
+
+@pytest.mark.parametrize("make", [
+  lambda: nn.LayerNorm(4), lambda: nn.GroupNorm(2, 4), lambda: nn.InstanceNorm(4)])
+def test_norm_weights_made_with_randn_get_grads(make):
+  layer = make()
+  layer.weight, layer.bias = Tensor.randn(4), Tensor.randn(4)  # as tinygrad's tests build them
+  x = Tensor(rnd(2, 4, 3) if not isinstance(layer, nn.LayerNorm) else rnd(2, 3, 4))
+  layer(x).square().sum().backward()
+  assert layer.weight.grad is not None and layer.bias.grad is not None
+  assert np.isfinite(layer.weight.grad.numpy()).all()
+  assert np.abs(layer.bias.grad.numpy()).sum() > 0
+
+
+def test_comparison_beside_a_differentiable_path_gives_no_gradient_like_pytorch():
+  a, b = Tensor(rnd(3), requires_grad=True), Tensor(rnd(3), requires_grad=True)
+  ((a > 0).where(b, b * 2)).sum().backward()
+  assert a.grad is None
+  np.testing.assert_allclose(b.grad.numpy(), np.where(a.numpy() > 0, 1, 2))
+
+
+def test_sign_beside_another_leaf_gives_zeros_like_pytorch():
+  a, b = Tensor(rnd(3), requires_grad=True), Tensor(rnd(3), requires_grad=True)
+  (a.sign() * b).sum().backward()
+  np.testing.assert_array_equal(a.grad.numpy(), np.zeros(3, np.float32))
+  np.testing.assert_array_equal(b.grad.numpy(), np.sign(a.numpy()))
+
+
+# ---- zero-size tensors ----
+
+def test_zero_size_clone_keeps_shape_and_is_its_own_tensor():
+  z = Tensor.ones(0, 3)
+  c = z.clone()
+  assert c.shape == (0, 3) and c.numpy().shape == (0, 3) and c.uop is not z.uop
+
+
+def test_zero_size_pad_gives_the_padding():
+  z = Tensor.ones(0, 2)
+  np.testing.assert_array_equal(z.pad(((1, 1), (0, 0)), value=3).numpy(),
+                                torch.nn.functional.pad(torch.ones(0, 2), (0, 0, 1, 1), value=3))
+  assert z.pad(((0, 0), (1, 1))).shape == (0, 4)
+
+
+def test_zero_size_sum_and_prod_give_the_identity():
+  z, tz = Tensor.ones(0, 3), torch.ones(0, 3)
+  np.testing.assert_array_equal(z.sum(0).numpy(), tz.sum(0).numpy())
+  np.testing.assert_array_equal(z.prod(0).numpy(), tz.prod(0).numpy())
+  assert z.sum().item() == 0 and z.prod().item() == 1
+  assert z.max(1).shape == (0,)  # reducing a non-empty axis of an empty tensor is fine
+
+
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_zero_size_reduction_without_identity_raises_like_pytorch(op):
+  z, tz = Tensor.ones(0, 3), torch.ones(0, 3)
+  for args in ((0,), ()):
+    with pytest.raises(Exception) as theirs: getattr(tz, op)(*args)
+    with pytest.raises(theirs.type, match=op): getattr(z, op)(*args)
+
+
+def test_zero_size_backward_gives_zero_size_grad():
+  x = Tensor.ones(0, 3, requires_grad=True)
+  (x.clone().pad(((1, 1), (0, 0))) * 2).sum().backward()
+  assert x.grad.shape == (0, 3) and x.grad.numpy().shape == (0, 3)
+
+
+def test_requires_grad_none_grad_read_after_each_backward_accumulates():
+  # tinygrad's GroupNorm test: weights set to plain Tensors, backward 3 times, grads read each time
+  w, b = Tensor.randn(3), Tensor(rnd(3), requires_grad=True)
+  for k in range(1, 4):
+    (w * b).sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), k * b.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(b.grad.numpy(), k * w.numpy(), rtol=1e-6)
+
+
+def test_requires_grad_none_grad_nobody_reads_is_replaced_not_chained():
+  data = Tensor(rnd(6, 2))  # a dataset indexed every step: its unread grad must not grow
+  for _ in range(3): (data[Tensor([1, 4])] * 2).sum().backward()
+  want = np.zeros((6, 2), np.float32)
+  want[[1, 4]] = 2
+  np.testing.assert_allclose(data.grad.numpy(), want)
+
+
+def test_requires_grad_none_grad_nobody_reads_is_not_computed():
+  w, b = Tensor.randn(3), Tensor(rnd(3), requires_grad=True)
+  (w * b).sum().backward()
+  b.grad.realize()
+  assert engine.is_realized(b.grad.uop) and not engine.is_realized(w.grad.uop)
