@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from unigrad import Tensor, engine, nn
+from unigrad import Tensor
 
 RNG = np.random.default_rng(29)
 
@@ -74,48 +74,21 @@ def test_backward_through_detach_still_raises():
     x.detach().sign().sum().backward()
 
 
-# ---- requires_grad=None: tinygrad's "not decided" ----
+# ---- requires_grad=None gets no gradient (PyTorch's rule, kept: see docs/api.md) ----
 
-def test_requires_grad_none_tensor_gets_grad_from_backward():
-  w = Tensor.randn(3, 2)
-  x = Tensor(rnd(4, 3), requires_grad=False)
-  assert w.requires_grad is None
+def test_requires_grad_none_input_batch_gets_no_grad_and_costs_nothing():
+  """An input batch (requires_grad None) beside a parameter gets no gradient: giving it one
+  (tinygrad's rule) made the optimizer step compute it every step, twice the MLP step's time."""
+  x, w = Tensor(rnd(4, 3)), Tensor(rnd(3, 2), requires_grad=True)
+  assert x.requires_grad is None
   (x @ w).square().sum().backward()
-  tw = torch.tensor(w.numpy(), requires_grad=True)
-  (torch.tensor(x.numpy()) @ tw).square().sum().backward()
-  np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-5, atol=1e-5)
-  assert x.grad is None, "requires_grad=False gets no gradient, as in PyTorch"
-
-
-def test_requires_grad_none_realized_tensor_gets_grad():
-  w = Tensor.randn(3).realize()
-  (w * 2).sum().backward()
-  np.testing.assert_allclose(w.grad.numpy(), [2, 2, 2])
-
-
-def test_requires_grad_none_beside_requires_grad_true():
-  w, b = Tensor.randn(3), Tensor(rnd(3), requires_grad=True)
-  (w * b).sum().backward()
-  np.testing.assert_allclose(w.grad.numpy(), b.numpy())
-  np.testing.assert_allclose(b.grad.numpy(), w.numpy())
+  assert x.grad is None and w.grad is not None
 
 
 def test_requires_grad_false_alone_raises():
   x = Tensor(rnd(2), requires_grad=False)
   with pytest.raises(RuntimeError, match="does not require grad"):
     (x * 2).sum().backward()
-
-
-@pytest.mark.parametrize("make", [
-  lambda: nn.LayerNorm(4), lambda: nn.GroupNorm(2, 4), lambda: nn.InstanceNorm(4)])
-def test_norm_weights_made_with_randn_get_grads(make):
-  layer = make()
-  layer.weight, layer.bias = Tensor.randn(4), Tensor.randn(4)  # as tinygrad's tests build them
-  x = Tensor(rnd(2, 4, 3) if not isinstance(layer, nn.LayerNorm) else rnd(2, 3, 4))
-  layer(x).square().sum().backward()
-  assert layer.weight.grad is not None and layer.bias.grad is not None
-  assert np.isfinite(layer.weight.grad.numpy()).all()
-  assert np.abs(layer.bias.grad.numpy()).sum() > 0
 
 
 def test_comparison_beside_a_differentiable_path_gives_no_gradient_like_pytorch():
@@ -167,27 +140,3 @@ def test_zero_size_backward_gives_zero_size_grad():
   x = Tensor.ones(0, 3, requires_grad=True)
   (x.clone().pad(((1, 1), (0, 0))) * 2).sum().backward()
   assert x.grad.shape == (0, 3) and x.grad.numpy().shape == (0, 3)
-
-
-def test_requires_grad_none_grad_read_after_each_backward_accumulates():
-  # tinygrad's GroupNorm test: weights set to plain Tensors, backward 3 times, grads read each time
-  w, b = Tensor.randn(3), Tensor(rnd(3), requires_grad=True)
-  for k in range(1, 4):
-    (w * b).sum().backward()
-    np.testing.assert_allclose(w.grad.numpy(), k * b.numpy(), rtol=1e-6)
-    np.testing.assert_allclose(b.grad.numpy(), k * w.numpy(), rtol=1e-6)
-
-
-def test_requires_grad_none_grad_nobody_reads_is_replaced_not_chained():
-  data = Tensor(rnd(6, 2))  # a dataset indexed every step: its unread grad must not grow
-  for _ in range(3): (data[Tensor([1, 4])] * 2).sum().backward()
-  want = np.zeros((6, 2), np.float32)
-  want[[1, 4]] = 2
-  np.testing.assert_allclose(data.grad.numpy(), want)
-
-
-def test_requires_grad_none_grad_nobody_reads_is_not_computed():
-  w, b = Tensor.randn(3), Tensor(rnd(3), requires_grad=True)
-  (w * b).sum().backward()
-  b.grad.realize()
-  assert engine.is_realized(b.grad.uop) and not engine.is_realized(w.grad.uop)

@@ -240,12 +240,6 @@ def test_backward_without_leaves_raises():
     (x * 2).sum().backward()
 
 
-def test_backward_fills_grad_of_requires_grad_none_tensor():
-  x = Tensor(arr(1, 2))  # requires_grad None: tinygrad's "not decided" gets a gradient
-  (x * 2).sum().backward()
-  np.testing.assert_allclose(x.grad.numpy(), [2, 2])
-
-
 def test_backward_of_integer_root_raises():
   x = Tensor(arr(1, 2), requires_grad=True)
   with pytest.raises(RuntimeError, match="does not require grad"):

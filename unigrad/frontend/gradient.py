@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any
 from unigrad.dtype import DType, dtypes
 from unigrad import engine
 from unigrad.frontend.elementwise import compose_cos
-from unigrad.frontend.live import all_tensors
 from unigrad.knobs import TRAINING
 from unigrad.schedule.function import body_params, param_like
 from unigrad.uop import NodeMap, Ops, PatternMatcher, ReduceArg, UOp, UPat, shape_uop, sint
@@ -460,35 +459,6 @@ def in_autograd_graph(u: UOp) -> bool:
   return any(leaf in nodes for leaf in live)
 
 
-def _undecided_in(root: Any) -> list[Any]:
-  """The live float tensors other than `root` whose `requires_grad` is None (tinygrad's default:
-  not decided) that `root` reads, leaving out detached values (as PyTorch's requires_grad=False)."""
-  nodes = root.uop.toposort()
-  return [t for t in all_tensors.alive() if t is not root and t.requires_grad is None
-          and t.uop in nodes and dtypes.is_float(t.dtype) and not _is_detached(t.uop)]
-
-
-def _is_detached(u: UOp) -> bool:
-  """Whether `u` is a value cut from the graph (detach(), or ops under no_grad on such values),
-  not a constant or random value that no gradient flows through only for want of a leaf."""
-  return u.grad_free and any(n.op is Ops.DETACH for n in u.toposort())
-
-
-def _replaces_grad(t: Any) -> bool:
-  """Whether backward replaces `t.grad` rather than adding to it: for an undecided tensor whose
-  gradient nobody has read (realized). A dataset indexed every step would otherwise chain every
-  step's gradient graph, holding its buffers, with no optimizer to zero it; a gradient that is
-  read (tinygrad's tests read it after each backward) accumulates as in tinygrad and PyTorch."""
-  return t.requires_grad is None and not engine.is_realized(t.grad.uop)
-
-
-def _is_own_leaf(t: Any) -> bool:
-  """Whether backward keeps `t`'s realized buffer as a leaf rather than replacing it by the
-  graph that computed it: unless a tensor that requires grad computed it (that history carries
-  the gradient on to it, see with_history)."""
-  return engine.is_realized(t.uop) and not in_autograd_graph(t.uop)
-
-
 def own_identity(u: UOp, device: str) -> UOp:
   """`u` if it already is a buffer of its own, else its value stored lazily into a fresh buffer
   (a unique slot), so equal parameters stay distinct nodes."""
@@ -599,25 +569,21 @@ class GradientMixin:
 
   def backward(self, gradient: Tensor | None = None) -> Tensor:
     """Accumulate d(self)/d(t) into `.grad` (a lazy sum, like PyTorch's accumulation) of every
-    live float tensor self depends on whose `requires_grad` is True, or None as tinygrad's
-    default (a detached value or `requires_grad=False` gets none; a None tensor's unread `.grad`
-    is replaced, not summed: see _replaces_grad). When the only paths are
-    through comparisons, the tensors get zeros (tinygrad) where PyTorch raises. A `.grad` nobody
-    reads is never computed. Returns self. `loss.backward(); w.grad.numpy()`"""
+    live tensor self depends on whose `requires_grad` is True (PyTorch's rule; tinygrad's
+    default None gets none: see docs/api.md). When the only paths are through comparisons, the
+    tensors get zeros (tinygrad) where PyTorch raises. A `.grad` nobody reads is never computed.
+    Returns self. `loss.backward(); w.grad.numpy()`"""
     with _leaves_lock: live = list(_leaves.values())
-    undecided = _undecided_in(self)
-    keep = {t.uop: None for t in live} | {t.uop: None for t in undecided if _is_own_leaf(t)}
-    root = engine.with_history(self.uop, keep)
+    root = engine.with_history(self.uop, {t.uop: None for t in live})
     nodes = root.toposort()
-    targets = [t for t in live + undecided if t.uop in nodes]
+    targets = [t for t in live if t.uop in nodes]
     grads = compute_gradient(root, self._root_grad(gradient), [t.uop for t in targets], True)
     if not grads:
       raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn: "
-                         "no tensor with requires_grad True or None is reached by a differentiable "
-                         "path")
+                         "no tensor with requires_grad=True is reached by a differentiable path")
     for t in targets:
       if (g := grads.get(t.uop)) is None: continue
-      if t.grad is None or _replaces_grad(t): t.grad = t._wrap(g)
+      if t.grad is None: t.grad = t._wrap(g)
       else: t.grad.uop = detach_if_no_grad(t.grad.uop + g)
     return self  # type: ignore[return-value]
 
