@@ -155,3 +155,26 @@ def test_lazy_value_keeps_old_values_after_assign_on_several_devices():
   s.assign(Tensor([5.0, 6.0, 7.0, 8.0]).shard(devs, axis=0)).realize()
   assert b.tolist() == [10.0, 20.0] and c.tolist() == [10.0, 20.0, 30.0, 40.0]
   assert t.tolist() == [5.0, 6.0] and s.tolist() == [5.0, 6.0, 7.0, 8.0]
+
+
+@pytest.mark.parametrize("write_realized", [False, True])
+def test_backward_through_an_overwritten_realized_value_does_not_reach_its_old_graph(
+    write_realized):
+  """Regression: y = x*2 realized, then y.assign(z): a backward through y used y's old history
+  (x got gradient 2, where PyTorch gives 0), or, with the assign still pending, substituted the
+  history into the assign's target (a kernel storing into a computed value: a compile error)."""
+  x = Tensor([1.0, 2.0, 3.0], requires_grad=True)
+  y = (x * 2).realize()
+  y.assign(Tensor([5.0, 5.0, 5.0]))
+  if write_realized: y.realize()
+  w = Tensor([1.0, 1.0, 1.0], requires_grad=True)
+  (y * w).sum().backward()
+  np.testing.assert_array_equal(w.grad.numpy(), [5.0, 5.0, 5.0])
+  assert x.grad is None or not x.grad.numpy().any(), "the overwritten value does not depend on x"
+
+
+def test_backward_through_a_realized_value_still_reaches_its_graph():
+  x = Tensor([1.0, 2.0, 3.0], requires_grad=True)
+  y = (x * 2).realize()
+  (y * Tensor([1.0, 2.0, 3.0])).sum().backward()
+  np.testing.assert_array_equal(x.grad.numpy(), [2.0, 4.0, 6.0])

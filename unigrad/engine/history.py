@@ -9,6 +9,7 @@ One `History` per process (`history`); its entries live as long as their nodes (
 """
 from __future__ import annotations
 
+from unigrad.schedule.callify import buffer_base
 from unigrad.uop import NodeMap, Ops, UOp
 
 __all__ = ["History", "history"]
@@ -45,13 +46,23 @@ class History:
   def with_history(self, root: UOp, leaves: dict[UOp, None] | None = None) -> UOp:
     """`root` with each realized buffer it reads replaced by the graph that computed it, through
     any number of realizations (histories are older than what they explain: no cycles). A stale
-    history is not used: that value is a constant. The graphs of `leaves` (autograd's targets,
-    which may be pending writes) are kept as they are."""
+    history is not used: that value is a constant. Neither is the history of a view whose own
+    buffer was overwritten since (or is written in `root`, a pending assign): it holds other
+    values now. The graphs of `leaves` (autograd's targets, which may be pending writes) are
+    kept as they are."""
     keep = leaves or {}
-    while sub := {u: g for u in root.toposort(gate=lambda n: n not in keep)
-                  if (h := self.graphs.get(u)) is not None and (g := self.current(h)) is not None}:
+    while True:
+      nodes = root.toposort(gate=lambda n: n not in keep)
+      written = {buffer_base(u.src[0]) for u in nodes if u.op is Ops.AFTER}
+      sub = {u: g for u in nodes if (h := self.graphs.get(u)) is not None
+             and not self.overwritten(u, h[1], written) and (g := self.current(h)) is not None}
+      if not sub: return root
       root = root.substitute({**sub, **{k: k for k in keep}})
-    return root
+
+  def overwritten(self, view: UOp, epoch: int, written: set[UOp | None]) -> bool:
+    """Whether the buffer under `view` was written after `epoch`, or is in `written`."""
+    base = buffer_base(view)
+    return base is not None and (base in written or self.written_at.get(base, 0) > epoch)
 
 
 history = History()
