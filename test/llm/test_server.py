@@ -260,9 +260,12 @@ def test_concurrent_requests_take_turns(server, client, llm):
 def test_the_serve_command(model_path):
   """`python -m unigrad.llm serve --port 0` serves on a free port it names; Ctrl-C stops it."""
   root = Path(__file__).resolve().parents[2]
+  # SIGINT's default disposition in the child, as in a terminal: a background job (a CI step under
+  # nohup) starts with SIGINT ignored, and Python then installs no KeyboardInterrupt handler
   proc = subprocess.Popen([sys.executable, "-m", "unigrad.llm", "serve", "--port", "0", "--model",
                            model_path, "--name", "m"], cwd=root, stderr=subprocess.PIPE, text=True,
-                          env={**os.environ, "PYTHONPATH": str(root)})
+                          env={**os.environ, "PYTHONPATH": str(root)},
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
   try:
     line = proc.stderr.readline()
     url = re.search(r"at (http://\S+/v1)", line)
