@@ -1,6 +1,6 @@
 """The onnx_backend group (onnx's backend test suite over unigrad, and the packaged real models)
-is collected only when selected: `python -m pytest -m onnx_backend test/onnx` (not a CI step
-yet: too long for its budget). Building onnx's BackendTest alone takes about 15 s, so the
+is collected only when selected: `python -m pytest -m onnx_backend test/onnx` (.ci/run runs it
+as its own step). Building onnx's BackendTest alone takes about 15 s, so the
 default suite does not even import these modules."""
 import pytest
 
