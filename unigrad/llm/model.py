@@ -176,7 +176,11 @@ class Block:
     # would be computed again for every output element
     h = x + self.attention(self.attention_norm(x).contiguous(), start_pos, cos, sin)
     n = self.ffn_norm(h).contiguous()
-    return h + linear(linear(n, self.w_gate).silu() * linear(n, self.w_up), self.w_down)
+    # the gate is materialized before the up projection reads it: fused, the two matvecs are
+    # sibling reductions of one kernel, and only one of them gets the vector partial sums
+    # (SmolLM2: 1.9 ms per block where the two apart take 0.3)
+    gate = linear(n, self.w_gate).contiguous()
+    return h + linear(gate.silu() * linear(n, self.w_up), self.w_down)
 
 
 class Transformer:

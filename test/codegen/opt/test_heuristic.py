@@ -16,6 +16,7 @@ from unigrad.renderer.cstyle import CRenderer
 from unigrad.runtime.device import Buffer, Device
 from unigrad.runtime.ops_cpu import find_c_compiler
 from unigrad.uop import AxisType, KernelInfo, Ops, UOp
+from unigrad.uop.variable import Variable
 
 from codegen.kernels import inputs_for, params_of
 
@@ -377,3 +378,15 @@ def test_without_a_tile_nothing_is_recorded_and_expand_chooses():
   k = hand_coded_optimizations(OptKernel(kernel), AVX512, 1)
   assert k.applied and k.vector is None
   assert full_rewrite(kernel, AVX512).arg.vector  # expand chose, and recorded its choice
+
+
+def test_a_symbolic_reduce_takes_an_output_vector():
+  """Attention's probabilities @ values over a bound cache length: the reduce cannot be split
+  into partial sums, so the vector comes from the output axis the values are contiguous along
+  (it ran scalar: SmolLM2's decode, 9 heads x 64 over 140 positions, 70 -> 10 us)."""
+  n = Variable("n", 2, 512).bind(140)
+  p, v = Tensor.empty(9, 512)[:, :n], Tensor.empty(512, 64)[:n]
+  k = reduce_kernel(p @ v)
+  out = hand_coded_optimizations(k, AVX512, threads=1)
+  assert upcasts(out) == [16]
+  assert choose_vector_range(finish(out), 64) is not None
