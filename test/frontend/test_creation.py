@@ -246,3 +246,19 @@ def test_arange_graph_is_built_once_per_arguments(monkeypatch):
   assert Tensor.arange(2, 11, 3).tolist() == [2, 5, 8]
   assert Tensor.arange(2.0, 11, 3).tolist() == [2.0, 5.0, 8.0]
   assert len(creation._arange_graphs) <= creation.ARANGE_CACHE_SIZE
+
+
+@pytest.mark.parametrize("start,stop,step", [(0, 5, 1), (2, 9, 3), (3, 3, 1), (0, 1, 2)])
+def test_arange_with_a_symbolic_stop(start, stop, step):
+  """`Tensor.arange(n)` with n a bound Variable (a causal mask over a prompt of bound length):
+  the bound value's elements, one graph for every value."""
+  from unigrad.uop.variable import Variable  # noqa: PLC0415
+  n = Variable("n", 0, 10).bind(stop)
+  np.testing.assert_array_equal(Tensor.arange(start, n, step).numpy(),
+                                np.arange(start, stop, step))
+
+
+def test_arange_with_a_symbolic_start_raises_naming_the_arguments():
+  from unigrad.uop.variable import Variable  # noqa: PLC0415
+  with pytest.raises(TypeError, match="only the stop may be symbolic"):
+    Tensor.arange(Variable("s", 0, 4).bind(1), 8)

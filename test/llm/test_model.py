@@ -9,7 +9,7 @@ import pytest
 
 from unigrad import Tensor
 from unigrad.helpers import GlobalCounters
-from unigrad.llm.generate import Generator, SamplingParams
+from unigrad.llm.generate import Generator, SamplingParams, prefill_bucket
 from unigrad.llm.model import LlamaConfig, Transformer
 from unigrad.nn.quantized import PackedWeight, as_tensor, packed_nbytes
 from unigrad.nn.tensor_io import FormatError
@@ -90,6 +90,18 @@ def test_one_decode_program_serves_every_position(model):
   compiled = GlobalCounters.programs_compiled
   for pos in range(8, 72): gen.decode(5, pos)
   assert GlobalCounters.programs_compiled == compiled, "a new position compiled new kernels"
+
+
+def test_prompts_of_one_bucket_share_their_prefill_kernels(model):
+  """A prompt is padded to its bucket's length: its logits are those of the prompt alone, and
+  another length of the same bucket compiles nothing new."""
+  gen, p = Generator(model), PROMPTS[0]
+  assert prefill_bucket(len(p)) == 8 and prefill_bucket(300) == 512
+  want = model(Tensor([p]), 0, last_only=True).numpy()[0]
+  np.testing.assert_allclose(gen.prefill(p), want, atol=1e-4, rtol=0)
+  compiled = GlobalCounters.programs_compiled
+  gen.prefill(p[:-1] + p[:-2])
+  assert GlobalCounters.programs_compiled == compiled, "a prompt length recompiled the prefill"
 
 
 def test_sampling_with_a_seed_repeats(model):

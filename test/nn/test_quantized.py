@@ -122,3 +122,16 @@ def test_linear_dequantizes_once_for_many_rows_and_fuses_for_few():
     x = Tensor.randn(n, cols).realize()
     assert len(kernels_of(linear(x, pw))) == kernels
     np.testing.assert_allclose(layer(x).numpy(), x.numpy() @ deq.T + bias, rtol=1e-5, atol=1e-5)
+
+
+def test_linear_over_a_symbolic_row_count():
+  """x with a bound Variable's rows (a prompt's length): linear counts the rows at their
+  largest value (it raised TypeError converting the Variable to int)."""
+  from unigrad.uop.variable import Variable  # noqa: PLC0415
+  raw = random_blocks("Q4_1", 4, seed=3).reshape(-1)
+  w = pack(Tensor(raw), "Q4_1", (2, 64))
+  x = np.random.default_rng(4).standard_normal((32, 64)).astype(np.float32)
+  n = Variable("n", 1, 32).bind(5)
+  got = linear(Tensor(x)[:n], w).numpy()
+  want = x[:5] @ dequantize_blocks(Tensor(raw), QUANT_FORMATS["Q4_1"], (2, 64)).numpy().T
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

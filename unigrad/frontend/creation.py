@@ -72,9 +72,14 @@ class CreationMixin:
     start + i*step, computed in int64 (float64 when an argument is a float) and then cast, like
     PyTorch. `Tensor.arange(1, 7, 2)` is `[1, 3, 5]`."""
     if stop is None: start, stop = 0, start
+    if isinstance(stop, UOp) and not isinstance(start, (UOp, float)) and type(step) is int \
+        and step > 0:
+      # a symbolic stop (a bound Variable): the arange of its largest value, shrunk to its count
+      largest = max(start, math.ceil((int(stop.vmax) - start) / step) * step + start)
+      return cls.arange(start, largest, step, dtype, device)[:(stop - start + step - 1) // step]
     if any(isinstance(v, UOp) for v in (start, stop, step)):
-      raise TypeError("arange: symbolic bounds are not supported; slice a static one instead: "
-                      "Tensor.arange(max)[:n]")
+      raise TypeError("arange: only the stop may be symbolic, with an int start and a positive "
+                      f"int step; got start={start!r}, stop={stop!r}, step={step!r}")
     if step == 0: raise ValueError("arange: step must be nonzero")
     if (stop - start) * step < 0:
       raise ValueError(f"arange: bounds [{start}, {stop}) and step {step} have opposite directions")

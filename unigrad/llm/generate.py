@@ -19,7 +19,7 @@ from unigrad.llm.model import Transformer
 from unigrad.uop import UOp
 from unigrad.uop.variable import Variable
 
-__all__ = ["SamplingParams", "Generator", "sample"]
+__all__ = ["SamplingParams", "Generator", "sample", "prefill_bucket", "PREFILL_BUCKET"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,20 @@ def sample(logits: list[float], params: SamplingParams, rng: random.Random) -> i
   return rng.choices(order, weights)[0]
 
 
+# prompts are padded to a bucket's length, so that a few compiled prefills serve every length
+# (each new length compiled its own kernels: about 12 s cold for SmolLM2): the next power of two
+# up to PREFILL_BUCKET, then multiples of it. The padding is causal-masked away from the real
+# tokens, and the keys and values it writes past the prompt are overwritten by the decode steps
+# before any position reads them.
+PREFILL_BUCKET = 256
+
+
+def prefill_bucket(n: int) -> int:
+  """The padded length of an n-token prompt."""
+  if n <= PREFILL_BUCKET: return 1 << (n - 1).bit_length()
+  return -(-n // PREFILL_BUCKET) * PREFILL_BUCKET
+
+
 class Generator:
   """Generates tokens from a model: `for tok in Generator(model).generate(ids, params): ...`.
   One conversation at a time: each call starts from position 0 (the prompt is the history)."""
@@ -67,6 +81,7 @@ class Generator:
     # plain variable size whose index arithmetic folds (end = start_pos + 1 kept a division)
     self.length = Variable("end", 2, model.max_context)
     self.decode_step = TinyJit(self._decode)
+    self.last = Variable("last", 0, model.max_context - 1)  # a padded prompt's last token
 
   def _decode(self, token: Tensor, end: UOp) -> Tensor:
     return self.model(token, end - 1, last_only=True).realize()
@@ -77,8 +92,11 @@ class Generator:
     if len(prompt) >= self.model.max_context:
       raise ValueError(f"the prompt has {len(prompt)} tokens; the context holds "
                        f"{self.model.max_context} (prompt and generated tokens together)")
-    tokens = Tensor([prompt], dtype=dtypes.int32)
-    return self.model(tokens, 0, last_only=True).tolist()[0]
+    n = len(prompt)
+    padded = min(prefill_bucket(n), self.model.max_context)
+    tokens = Tensor([prompt + [0] * (padded - n)], dtype=dtypes.int32)
+    last = self.last.bind(n - 1)
+    return self.model(tokens, 0, last_only=True, last=last).tolist()[0]
 
   def decode(self, token: int, pos: int) -> list[float]:
     """One token at position `pos` (the positions before it are in the cache): its logits."""

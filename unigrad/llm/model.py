@@ -253,14 +253,18 @@ class Transformer:
       blk.w_down = get(p + "ffn_down.weight", (cfg.dim, cfg.ffn_dim))
     Tensor.realize_all(*loaded)
 
-  def __call__(self, tokens: Tensor, start_pos: int | UOp = 0, last_only: bool = False) -> Tensor:
+  def __call__(self, tokens: Tensor, start_pos: int | UOp = 0, last_only: bool = False,
+               last: int | UOp = -1) -> Tensor:
     """Logits (B, T, vocab) for `tokens` (B, T) at positions start_pos...; `last_only`: those
-    of the last position only (B, vocab), what generation reads."""
+    of one position only (B, vocab), what generation reads: index `last` of `tokens` (the
+    last one by default; a prompt padded to a bucket's length reads its own last token, as a
+    bound Variable so that every length of the bucket runs the same kernels)."""
     _, t = tokens.shape
     x = embedding(tokens, as_tensor(self.tok_embeddings))
     cos, sin = self.cos[start_pos:start_pos + t], self.sin[start_pos:start_pos + t]
     # each block's output is realized: the cache writes of the next block run at once (a slice
     # write, frontend/writes.py), and the graph they compute stops at this buffer
     for blk in self.layers: x = blk(x, start_pos, cos, sin).realize()
-    if last_only: x = x[:, -1]
+    if last_only:
+      x = x[:, last] if isinstance(last, int) else x[:, last:last + 1].reshape(-1, x.shape[2])
     return linear(self.norm(x), self.output)

@@ -273,7 +273,8 @@ def linear(x: Tensor, w: Weight, bias: Tensor | None = None) -> Tensor:
   A packed weight times fewer than DEQUANTIZE_ROWS rows of x (decoding) is one kernel reading
   its blocks; times more rows it is first dequantized into a transient float32 buffer (a kernel
   of its own), freed after."""
-  rows = math.prod(int(s) for s in x.shape[:-1])
+  # a symbolic row count (a prompt's length as a bound Variable) counts at its largest value
+  rows = math.prod(s if isinstance(s, int) else int(s.vmax) for s in x.shape[:-1])
   if isinstance(w, PackedWeight): w = w.tensor()
   if rows >= DEQUANTIZE_ROWS and is_packed(w): w = w.contiguous()
   out = x @ w.T
