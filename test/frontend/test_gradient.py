@@ -520,7 +520,7 @@ def test_backward_through_a_realized_contiguous_or_clone_reaches_its_graph(copy)
     if lib is Tensor: Tensor.realize(y, z)
     w = getattr(y * 3, copy)()
     if lib is Tensor: w.realize()  # realized on top of a realized copy
-    outs.append((w.sum() + (z * z).sum()))
+    outs.append(w.sum() + (z * z).sum())
   outs[0].backward()
   outs[1].backward()
   np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy())

@@ -393,8 +393,9 @@ def _apply_map(mapping: dict[UOp, UOp]) -> None:
   what computed each buffer (not for writes, and never behind a requires_grad leaf). A realized
   `contiguous()` or `clone()` is a value like any other: its history is the copy of its graph, so
   a backward through it reaches that graph (a CONTIGUOUS target always gets a new buffer: its
-  history never reads the buffer it explains). The graphs are substituted in one walk each for the tensors and the histories (a training step's gradients
-  and optimizer targets share one graph: a walk per tensor walked it tens of times)."""
+  history never reads the buffer it explains). The graphs are substituted in one walk each for
+  the tensors and the histories (a training step's gradients and optimizer targets share one
+  graph: a walk per tensor walked it tens of times)."""
   leaves: set[UOp] = set()
   live = all_tensors.alive()
   olds = [t.uop for t in live]
