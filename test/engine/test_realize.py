@@ -69,6 +69,21 @@ def test_cache_hit_walks_the_graph_once(count_schedules, monkeypatch):
                              np.arange(12, dtype=np.float32).reshape(3, 4) @ np.ones((4, 2)))
 
 
+def test_a_cached_schedule_run_with_more_arguments_keeps_its_intermediates_apart():
+  # the second function's log_softmax output is the first's body with one more (unused)
+  # argument: the cached LINEAR numbered its intermediates from the old count, so the max it
+  # keeps between kernels went into w (found by onnx's SoftmaxCrossEntropyLoss tests)
+  x = np.random.default_rng(0).random((3, 5, 2), dtype=np.float32)
+  f2 = function(lambda x, y: (x.sum() + y.sum(), x.log_softmax(1)))
+  f3 = function(lambda x, y, w: (x.sum() + y.sum() + w.sum(), x.log_softmax(1)))
+  def t(a): return Tensor(a, device="PYTHON")
+  want = torch.from_numpy(x).log_softmax(1).numpy()
+  np.testing.assert_allclose(f2(t(x), t(np.ones(6, np.float32)))[1].numpy(), want, rtol=1e-6)
+  w = t(np.ones(5, np.float32))
+  np.testing.assert_allclose(f3(t(x), t(np.ones(6, np.float32)), w)[1].numpy(), want, rtol=1e-6)
+  assert w.tolist() == [1.0] * 5
+
+
 def test_multi_kernel_schedule_frees_intermediates_and_repeats(device):
   rng = np.random.default_rng(0)
   data = rng.standard_normal((8, 16)).astype(np.float32)

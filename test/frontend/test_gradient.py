@@ -507,6 +507,25 @@ def test_backward_through_a_realized_intermediate():
   assert w.grad.tolist() == [4.0, 8.0, 12.0]
 
 
+@pytest.mark.parametrize("copy", ["contiguous", "clone"])
+def test_backward_through_a_realized_contiguous_or_clone_reaches_its_graph(copy):
+  """Regression: realize kept no history for a CONTIGUOUS, so `(x*2).contiguous()` realized cut
+  the graph (backward raised "does not require grad"; PyTorch gives x.grad == 2)."""
+  x = Tensor(arr(1, 2, 3, 4, 5, 6), device="PYTHON", requires_grad=True)
+  tx = torch.tensor(arr(1, 2, 3, 4, 5, 6), requires_grad=True)
+  outs = []
+  for t, lib in ((x, Tensor), (tx, torch)):
+    y = getattr(t * 2, copy)()
+    z = getattr(t.reshape(2, 3).permute(1, 0), copy)()  # a view made contiguous
+    if lib is Tensor: Tensor.realize(y, z)
+    w = getattr(y * 3, copy)()
+    if lib is Tensor: w.realize()  # realized on top of a realized copy
+    outs.append(w.sum() + (z * z).sum())
+  outs[0].backward()
+  outs[1].backward()
+  np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy())
+
+
 def test_parameters_stay_leaves_across_optimizer_steps_with_item_before_backward():
   lin = nn.Linear(2, 1)
   opt = nn.optim.SGD(get_parameters(lin), lr=0.1)

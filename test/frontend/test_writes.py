@@ -173,6 +173,16 @@ def test_backward_through_an_overwritten_realized_value_does_not_reach_its_old_g
   assert x.grad is None or not x.grad.numpy().any(), "the overwritten value does not depend on x"
 
 
+def test_backward_through_an_overwritten_realized_contiguous_does_not_reach_its_old_graph():
+  x = Tensor([1.0, 2.0, 3.0], requires_grad=True)
+  y = (x * 2).contiguous().realize()
+  y.assign(Tensor([5.0, 5.0, 5.0])).realize()
+  w = Tensor([1.0, 1.0, 1.0], requires_grad=True)
+  (y * w).sum().backward()
+  np.testing.assert_array_equal(w.grad.numpy(), [5.0, 5.0, 5.0])
+  assert x.grad is None or not x.grad.numpy().any(), "the overwritten value does not depend on x"
+
+
 def test_backward_through_a_realized_value_still_reaches_its_graph():
   x = Tensor([1.0, 2.0, 3.0], requires_grad=True)
   y = (x * 2).realize()

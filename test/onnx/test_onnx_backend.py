@@ -61,10 +61,6 @@ EXCLUDED: dict[str, str] = {
   r"test_scan_sum": "Scan of opset 8 (batched, with sequence_lens) is not implemented; "
                     "Scan 9+ is",
   r"test_loop16_seq_none": "a Loop carrying an empty optional sequence",
-  r"test_sce_mean_weight_ii_[34]d_log_prob":
-    "a unigrad bug, not ONNX's: with CHECK_OOB=1 (the suite's setting) a kernel of the loss "
-    "(r_L3_L2_R5) stores 6 values into a 5-element buffer (OutOfBoundsError); the values are "
-    "right with CHECK_OOB=0",
 }
 
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from unigrad.uop import AxisType, Invalid, Ops, UOp, dtypes, sym_infer
+from unigrad.uop import AxisType, Invalid, Ops, ParamArg, UOp, dtypes, shape_uop, sym_infer
 from unigrad.uop.alu import exec_alu
 from unigrad.uop.symbolic import (linear_terms, order_cmp, order_key, pm_canonical, pm_compare,
                                   pm_divmod, pm_fold_constants, pm_identities, pm_invalid,
@@ -394,6 +394,20 @@ def test_pm_simplify_valid() -> None:
   assert pm_simplify_valid.rewrite((r < 3).where(r, c(Invalid))) is None  # nothing to use
   assert pm_simplify_valid.rewrite(inside.where(r // 4, c(Invalid))) is None  # no div/mod removed
   assert pm_simplify_valid.rewrite(inside.where(x, c(0))) is None
+
+
+def test_given_valid_keeps_the_gate_of_a_read() -> None:
+  # where(r < 16 & winner[gated r] >= 0, ...): the AND computes the read also where r == 16, so
+  # the other clause must not strip the read's own gate (it loaded winner[16], past its end)
+  r = UOp.range(17, 0)
+  winner = UOp(Ops.PARAM, i32, (shape_uop((16,)),), ParamArg(0, i32, "CPU"))
+  read = UOp(Ops.INDEX, i32, (winner, (r < 16).where(r, c(Invalid))))
+  found = (read < c(0, i32)).logical_not()
+  assert simplify_valid((r < 16) & found) is None
+  assert uop_given_valid(r < 16, found) is found
+  wrapped = UOp(Ops.INDEX, i32, (winner, ((r < 16).where(r, c(Invalid)) + 15) % 16))
+  inside = (r < 1).logical_not() & (r < 16)
+  assert uop_given_valid(inside, wrapped) is wrapped.simplify()  # no (r+15)%16 -> r-1 in a read
 
 
 def test_divmod_of_a_term_with_few_values_is_affine() -> None:

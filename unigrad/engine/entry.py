@@ -5,11 +5,11 @@ realizing them would run.
 must run on their own are inlined and graphs on tuple devices lowered to one graph per device
 (schedule/multi.py), then callify makes the function body over PARAMs and its arguments; the
 body's schedule (the LINEAR of kernel CALLs) comes from the schedule cache (keyed by the body
-node itself: hash-consing makes equal programs the same node), else the disk cache (another
-process scheduled it: engine/compcache.py), else the scheduler; `command_buffer` turns it into
-the command buffer (engine/commands.py). `realize` then runs it (engine/execute.py) and returns
-the map from each realized node to the buffer holding it; `schedule` returns its LINEAR with the
-real buffers as the arguments.
+node itself, as hash-consing makes equal programs the same node, with its number of arguments
+and its device), else the disk cache (another process scheduled it: engine/compcache.py), else
+the scheduler; `command_buffer` turns it into the command buffer (engine/commands.py).
+`realize` then runs it (engine/execute.py) and returns the map from each realized node to the
+buffer holding it; `schedule` returns its LINEAR with the real buffers as the arguments.
 On a cache hit the work is one walk of the graph, the body rebuilt over PARAMs, and the run;
 realizing the very same graph again (hash-consing rebuilds it while the previous result's
 history holds it) does not walk it: callify's result is reused (`recallify`) with new output
@@ -48,21 +48,25 @@ from unigrad.uop.variable import concrete_shape
 __all__ = ["realize", "schedule", "schedule_with_vars", "schedule_for", "copyout", "schedule_cache",
            "SCHEDULE_CACHE_SIZE"]
 
-schedule_cache: dict[UOp, UOp] = {}  # function body -> its LINEAR (bounded; per process)
+# (function body, number of arguments, device) -> its LINEAR (bounded; per process)
+schedule_cache: dict[tuple[UOp, int, str], UOp] = {}
 SCHEDULE_CACHE_SIZE = 256
 
 
 def schedule_for(body: UOp, nargs: int, device: str) -> UOp:
   """The LINEAR for a function body: from this process's cache, else the disk cache, else the
-  scheduler."""
-  linear = schedule_cache.get(body)
+  scheduler. The key holds `nargs` as the disk cache's does: the LINEAR numbers its
+  intermediate buffers from `nargs` up, so the same body called with more arguments (a traced
+  function's unused inputs) would read and write its intermediates in the new arguments."""
+  key = (body, nargs, device)
+  linear = schedule_cache.get(key)
   if linear is None:
     note_miss(body)
     t0 = time.perf_counter()
     hits = compcache.stats.schedule_hits
     linear = compcache.cached_schedule(body, nargs, device,
                                        lambda: _traced_schedule(body, nargs, device))
-    bounded_put(schedule_cache, body, linear, SCHEDULE_CACHE_SIZE)
+    bounded_put(schedule_cache, key, linear, SCHEDULE_CACHE_SIZE)
     if DEBUG >= 1:
       ms = (time.perf_counter() - t0) * 1e3
       where = "disk cache hit" if compcache.stats.schedule_hits > hits else "cache miss"

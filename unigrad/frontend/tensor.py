@@ -390,9 +390,12 @@ def _check_bound(u: UOp) -> None:
 
 def _apply_map(mapping: dict[UOp, UOp]) -> None:
   """Point every live tensor that uses a realized node at the buffer now holding it, and remember
-  what computed each buffer (not for writes, and never behind a requires_grad leaf). The graphs
-  are substituted in one walk each for the tensors and the histories (a training step's gradients
-  and optimizer targets share one graph: a walk per tensor walked it tens of times)."""
+  what computed each buffer (not for writes, and never behind a requires_grad leaf). A realized
+  `contiguous()` or `clone()` is a value like any other: its history is the copy of its graph, so
+  a backward through it reaches that graph (a CONTIGUOUS target always gets a new buffer: its
+  history never reads the buffer it explains). The graphs are substituted in one walk each for
+  the tensors and the histories (a training step's gradients and optimizer targets share one
+  graph: a walk per tensor walked it tens of times)."""
   leaves: set[UOp] = set()
   live = all_tensors.alive()
   olds = [t.uop for t in live]
@@ -407,7 +410,7 @@ def _apply_map(mapping: dict[UOp, UOp]) -> None:
       t.uop = new
       if new.op in _VIEWS: writes.views.note(t)
     if t.__dict__.get("_requires_grad"): leaves.add(t.uop)
-  kept = [old for old, new in mapping.items() if old.op not in _WRITES and new not in leaves]
+  kept = [old for old, new in mapping.items() if old.op is not _AFTER and new not in leaves]
   # a target's history: its graph with every other target in it read from that one's buffer
   if len(mapping) == 1:  # no other target: the graph as it is
     for old in kept: engine.history.record(mapping[old], old)
@@ -424,7 +427,7 @@ def _substitute_all(roots: list[UOp], mapping: dict[UOp, UOp]) -> list[UOp]:
 
 
 # looked up once: `Ops.X` is slow on Python 3.11, and realize asks these of every live tensor
-_WRITES, _LEAVES = (Ops.AFTER, Ops.CONTIGUOUS), (Ops.BUFFER, Ops.CONST)
+_AFTER, _LEAVES = Ops.AFTER, (Ops.BUFFER, Ops.CONST)
 _RESHAPE, _BUFFER = Ops.RESHAPE, Ops.BUFFER
 _VIEWS = frozenset((Ops.BUFFER, *GroupOp.Movement))  # the ops a view of a buffer can end in
 

@@ -106,7 +106,15 @@ def uop_given_valid(valid: UOp, x: UOp) -> UOp | None:
           for i, (e, (lo, hi)) in enumerate(bounds.items()) if e in present}
   if not subs: return x
   back = {v: e for e, v in subs.items() if v.op is Ops.PARAM}  # constants stay constants
-  return x.substitute(subs).simplify().substitute(back)
+  return x.substitute({**reads_kept(present, subs), **subs}).simplify().substitute(back)
+
+
+def reads_kept(nodes: set[UOp], subs: dict[UOp, UOp]) -> dict[UOp, UOp]:
+  """Each memory read (INDEX) among `nodes` mapped to itself, so a substitution leaves its
+  index alone. A read is done wherever its value is computed, and the operands of an AND or a
+  WHERE are all computed, also where the gate that the simplification assumes fails: the read's
+  own gate (its `where(v, i, Invalid)` index) is what keeps it inside its buffer there."""
+  return {u: u for u in nodes if u.op is Ops.INDEX and u not in subs}
 
 
 def _all_of(clauses: list[UOp]) -> UOp: return functools.reduce(lambda a, b: a & b, clauses)
