@@ -257,6 +257,9 @@ class Tensor(MultiMixin, ActivationsMixin, LinalgMixin, SelectMixin, IndexingMix
       raise TypeError(f"assign: dtype {x.dtype!r} does not match {self.dtype!r}")
     if x.device != self.device:
       raise RuntimeError(f"assign: device {x.device} does not match {self.device}")
+    if writes.tracing.stack:  # in @function: recorded, assigned by each call (frontend/function.py)
+      writes.tracing.stack[-1].record(self, x.uop)
+      return self
     if writes.pending and not engine.is_buffer_view(self.uop):
       Tensor.realize_all()  # a view of a pending write (or the write itself) is the buffer after it
     if not engine.is_buffer_view(self.uop):  # give this tensor storage of its own, then write it
@@ -407,7 +410,9 @@ def _apply_map(mapping: dict[UOp, UOp]) -> None:
       t.uop = new
       if new.op in _VIEWS: writes.views.note(t)
     if t.__dict__.get("_requires_grad"): leaves.add(t.uop)
-  kept = [old for old, new in mapping.items() if old.op not in _WRITES and new not in leaves]
+  # a CONTIGUOUS inside a graph (a convolution's rearranged weight) keeps its history: realized
+  # with a pending write that reads the graph, its gradients still flow through it
+  kept = [old for old, new in mapping.items() if old.op is not _AFTER and new not in leaves]
   # a target's history: its graph with every other target in it read from that one's buffer
   if len(mapping) == 1:  # no other target: the graph as it is
     for old in kept: engine.history.record(mapping[old], old)
@@ -424,7 +429,7 @@ def _substitute_all(roots: list[UOp], mapping: dict[UOp, UOp]) -> list[UOp]:
 
 
 # looked up once: `Ops.X` is slow on Python 3.11, and realize asks these of every live tensor
-_WRITES, _LEAVES = (Ops.AFTER, Ops.CONTIGUOUS), (Ops.BUFFER, Ops.CONST)
+_AFTER, _LEAVES = Ops.AFTER, (Ops.BUFFER, Ops.CONST)
 _RESHAPE, _BUFFER = Ops.RESHAPE, Ops.BUFFER
 _VIEWS = frozenset((Ops.BUFFER, *GroupOp.Movement))  # the ops a view of a buffer can end in
 
