@@ -107,13 +107,20 @@ def _frombuffer(buf: Any, dtype: _DType, shape: tuple[int, ...], order: str = "C
   return _Array(tuple(shape), dtype, bytes(buf))
 
 
+def _encode(text: str, encoding: str = "utf-8") -> bytes:
+  """`_codecs.encode`, as Python 3 pickles bytes at protocol 2 (a str only)."""
+  if not isinstance(text, str): raise pickle.UnpicklingError("_codecs.encode of a non-str")
+  return text.encode(encoding)
+
+
 class _NumpyFreeUnpickler(pickle.Unpickler):
   """Reads pickled numpy arrays as `_Array`s; any other class in the file is refused."""
   ALLOWED = {("numpy.core.multiarray", "_reconstruct"): _reconstruct,
              ("numpy._core.multiarray", "_reconstruct"): _reconstruct,
              ("numpy.core.numeric", "_frombuffer"): _frombuffer,
              ("numpy._core.numeric", "_frombuffer"): _frombuffer,
-             ("numpy", "ndarray"): _Array, ("numpy", "dtype"): _DType}
+             ("numpy", "ndarray"): _Array, ("numpy", "dtype"): _DType,
+             ("_codecs", "encode"): _encode}
 
   def find_class(self, module: str, name: str) -> Any:
     if (module, name) in self.ALLOWED: return self.ALLOWED[(module, name)]

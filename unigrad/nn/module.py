@@ -89,9 +89,16 @@ class Module:
     yield from walk(self)
 
   # ---- tensors ----
-  def state_dict(self) -> dict[str, Tensor]:
-    """Every tensor by dotted name (parameters and buffers), PyTorch's keys for its layers."""
-    return state.get_state_dict(self)
+  def state_dict(self, prefix: str = "") -> dict[str, Tensor]:
+    """Every tensor by dotted name in PyTorch's order: this module's parameters, then its
+    buffers, then each child's (PyTorch's keys for its layers)."""
+    own = [(k, v) for k, v in self._items() if isinstance(v, Tensor)]
+    out = {f"{prefix}{k}": v for k, v in own if v.requires_grad}
+    out.update({f"{prefix}{k}": v for k, v in own if not v.requires_grad})
+    for k, v in self._items():
+      if isinstance(v, Module): out.update(v.state_dict(f"{prefix}{k}."))
+      elif not isinstance(v, Tensor): out.update(state.get_state_dict(v, f"{prefix}{k}."))
+    return out
 
   def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> Any:
     return state.load_state_dict(self, state_dict, strict=strict)
