@@ -1,5 +1,5 @@
 """helpers.py: the bounded-cache helper the in-process caches share."""
-from unigrad.helpers import bounded_put
+from unigrad.helpers import bounded_put, tqdm, trange
 
 
 def test_bounded_put_drops_the_oldest_entry() -> None:
@@ -22,7 +22,6 @@ def test_bounded_put_trims_to_a_lowered_bound() -> None:
 
 
 def test_tqdm_draws_on_stderr_when_not_a_terminal(capsys) -> None:
-  from unigrad.helpers import tqdm, trange
   seen = []
   for i in (t := trange(3, desc="start")):
     seen.append(i)

@@ -224,12 +224,13 @@ class tqdm(Generic[T]):  # noqa: N801 (the tqdm package's name, as tinygrad spel
   draws too (a log gets its lines, each ending in a carriage return), and `disable=True` draws
   nothing (`disable=None`: only on a terminal, as in the tqdm package)."""
 
-  def __init__(self, iterable: Iterable[T] | None = None, desc: str = "", disable: bool | None = False,
-               unit: str = "it", unit_scale: bool = False, total: int | None = None,
-               rate: int = 100) -> None:
+  def __init__(self, iterable: Iterable[T] | None = None, desc: str = "",
+               disable: bool | None = False, unit: str = "it", unit_scale: bool = False,
+               total: int | None = None, rate: int = 100) -> None:
     self.iterable, self.unit, self.unit_scale, self.rate = iterable, unit, unit_scale, rate
     self.disable = (not sys.stderr.isatty()) if disable is None else disable
-    if total is None and iterable is not None and hasattr(iterable, "__len__"): total = len(iterable)  # type: ignore[arg-type]
+    if total is None and iterable is not None and hasattr(iterable, "__len__"):
+      total = len(iterable)  # type: ignore[arg-type]
     self.total = total
     self.n, self.start, self.last_draw, self.closed = 0, time.perf_counter(), -math.inf, False
     self.desc = ""

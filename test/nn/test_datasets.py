@@ -70,7 +70,8 @@ def test_cifar_reads_python_batches_without_running_code(tmp_path, monkeypatch, 
   rng = np.random.default_rng(1)
   batches = {}
   for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
-    x, y = rng.integers(0, 256, (2, 3072)).astype(np.uint8), [int(v) for v in rng.integers(0, 10, 2)]
+    x = rng.integers(0, 256, (2, 3072)).astype(np.uint8)
+    y = [int(v) for v in rng.integers(0, 10, 2)]
     batches[name] = (x, y)
     (d / name).write_bytes(pickle.dumps({b"batch_label": b"x", b"labels": y, b"data": x},
                                         protocol=protocol))

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from unigrad import Tensor, nn
+from unigrad import Tensor, TinyJit, nn
 from unigrad.nn.optim import lr_scheduler as ug_sched
 
 STEPS = 25
@@ -61,7 +61,6 @@ def test_rates_match_pytorch(name):
 
 def test_scheduled_rate_reaches_a_jitted_step():
   """The rate is written into the optimizer's lr buffer: a TinyJit replay uses the new value."""
-  from unigrad import TinyJit
   w = Tensor([1.0]).contiguous().requires_grad_()
   opt = nn.optim.SGD([w], lr=1.0)
   sched = ug_sched.StepLR(opt, step_size=1, gamma=0.5)

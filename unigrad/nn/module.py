@@ -212,7 +212,8 @@ class Dropout(Module):
 
   def __init__(self, p: float = 0.5) -> None:
     super().__init__()
-    if not 0 <= p <= 1: raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if not 0 <= p <= 1:
+      raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
     self.p = p
 
   def forward(self, x: Tensor) -> Tensor: return x.dropout(self.p)

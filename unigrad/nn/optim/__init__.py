@@ -183,8 +183,8 @@ class LAMB(Optimizer):
   up = m_hat / (sqrt(v_hat) + eps) + wd * w; w -= lr * |w| / |up| * up. `adam=True` drops the
   ratio (AdamW); `decoupled=False` adds wd * w to the gradient instead (Adam's L2 decay)."""
 
-  def __init__(self, params: Iterable[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999,
-               eps: float = 1e-6, weight_decay: float = 0.0, adam: bool = False,
+  def __init__(self, params: Iterable[Tensor], lr: float = 0.001, b1: float = 0.9,
+               b2: float = 0.999, eps: float = 1e-6, weight_decay: float = 0.0, adam: bool = False,
                decoupled: bool = True) -> None:
     super().__init__(params, lr)
     self.b1, self.b2, self.eps, self.wd, self.adam = b1, b2, eps, weight_decay, adam

@@ -128,8 +128,8 @@ class CosineAnnealingLR(LRScheduler):
     if (t - 1 - tm) % (2 * tm) == 0:
       return [lr + (b - lo) * (1 - math.cos(math.pi / tm)) / 2
               for lr, b in zip(self._lrs, self.base_lrs)]
-    return [(1 + math.cos(math.pi * t / tm)) / (1 + math.cos(math.pi * (t - 1) / tm)) * (lr - lo) + lo
-            for lr in self._lrs]
+    ratio = (1 + math.cos(math.pi * t / tm)) / (1 + math.cos(math.pi * (t - 1) / tm))
+    return [ratio * (lr - lo) + lo for lr in self._lrs]
 
 
 class OneCycleLR(LRScheduler):
