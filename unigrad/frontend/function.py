@@ -139,8 +139,9 @@ class function:  # noqa: N801 (the spec's decorator name)
   >>> s, t = f(Tensor.ones(3), Tensor.ones(3))
   """
 
-  def __init__(self, fn: Callable[..., Any]) -> None:
-    self.fn = fn
+  def __init__(self, fn: Callable[..., Any], allow_writes: bool = True) -> None:
+    """`allow_writes=False`: an assign to an outside tensor raises FunctionError (export)."""
+    self.fn, self.allow_writes = fn, allow_writes
     self.traces: dict[Any, Traced] = {}
     self.trace_count = 0
     functools.update_wrapper(self, fn)
@@ -178,6 +179,9 @@ class function:  # noqa: N801 (the spec's decorator name)
     outs = list(found.values())
     if not outs: raise FunctionError(f"@function {self.fn.__name__} returned no Tensor")
     if check_pure: _check_pure(self.fn.__name__, before, set(params))
+    if recorder.written and not self.allow_writes:
+      raise FunctionError(f"@function {self.fn.__name__} assigned to a tensor from outside the "
+                          "function; this function must be pure")
     body = UOp(Ops.TUPLE, dtypes.void, tuple(t.uop for t in outs))
     body, captured = _lift_captured(body, set(params), len(params))
     traced = Traced(body, captured, out_tree, tuple(t.device for t in outs))

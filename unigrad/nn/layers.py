@@ -126,9 +126,6 @@ class BatchNorm:
     self.running_var = Tensor.ones(sz).contiguous().requires_grad_(False)
     # 0-d like PyTorch's, so its checkpoints load (a shape (1,) counter loads too: load_state_dict)
     self.num_batches_tracked = Tensor.zeros((), dtype=dtypes.int64).contiguous()
-    # realized now: the first update's assigns then write in place (an unrealized target makes
-    # assign realize the pending writes, which cut a convolution's gradient: see test_layers)
-    Tensor.realize_all(self.running_mean, self.running_var, self.num_batches_tracked)
 
   def __call__(self, x: Tensor) -> Tensor:
     axes = tuple(i for i in range(x.ndim) if i != 1)
