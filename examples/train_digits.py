@@ -1,4 +1,4 @@
-"""Train a small CNN on the UCI 8x8 handwritten digits (shipped in examples/data) and save it.
+"""Train a small CNN on the UCI 8x8 handwritten digits (shipped in unigrad/nn/data) and save it.
 
   python examples/train_digits.py                      # CPU, ~97-99% test accuracy, TinyJit steps
   python examples/train_digits.py --device PYTHON --steps 2 --batch 4 --test-size 8  # interpreter
@@ -13,15 +13,15 @@ import argparse
 import gzip
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from unigrad import Context, Device, Tensor, TinyJit, dtypes, nn
+from unigrad.nn.datasets import DIGITS_PATH
 from unigrad.nn.state import get_parameters, get_state_dict, safe_save
 import unigrad.distributed as dist  # mpi4py (unigrad[mpi]) is imported by dist.init() only
 from unigrad.distributed.data_parallel import DistributedOptimizer
 
-DATA = Path(__file__).parent / "data" / "digits.csv.gz"
+DATA = DIGITS_PATH  # unigrad/nn/data/digits.csv.gz, shipped with the package
 
 
 def load_digits() -> tuple[list[list[float]], list[int]]:

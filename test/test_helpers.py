@@ -1,5 +1,5 @@
 """helpers.py: the bounded-cache helper the in-process caches share."""
-from unigrad.helpers import bounded_put
+from unigrad.helpers import bounded_put, tqdm, trange
 
 
 def test_bounded_put_drops_the_oldest_entry() -> None:
@@ -19,3 +19,23 @@ def test_bounded_put_trims_to_a_lowered_bound() -> None:
   cache = {k: 0 for k in "abcde"}
   bounded_put(cache, "f", 0, 2)
   assert list(cache) == ["e", "f"]
+
+
+def test_tqdm_draws_on_stderr_when_not_a_terminal(capsys) -> None:
+  seen = []
+  for i in (t := trange(3, desc="start")):
+    seen.append(i)
+    t.set_description(f"loss {i}")
+  assert seen == [0, 1, 2] and t.n == 3 and len(t) == 3
+  out, err = capsys.readouterr()
+  assert out == "" and err.endswith("\n") and "start: " in err
+  last = err.rstrip("\n").split("\r")[-1]
+  assert last.startswith("loss 2: 100%|") and " 3/3 [" in last
+  with tqdm(total=2000, unit="B", unit_scale=True) as bar:
+    bar.update(1500)
+    bar.update(500)
+  assert "2.00k/2.00k" in capsys.readouterr().err
+  for _ in tqdm(iter([1, 2])): pass  # no length: a count
+  assert "2it [" in capsys.readouterr().err
+  for _ in tqdm([1], disable=True): pass
+  assert capsys.readouterr().err == ""

@@ -6,10 +6,12 @@ import math
 import os
 import operator
 import re
+import shutil
+import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from unigrad.knobs import CHECK_OOB, DEBUG, EMULATED_DTYPES, JIT, THREADS, Context, getenv
 
@@ -17,7 +19,7 @@ __all__ = ["DEBUG", "Context", "getenv", "GlobalCounters", "prod", "dedup", "all
            "argsort", "ceildiv", "round_up", "unwrap", "Timing", "make_tuple", "partition",
            "CHECK_OOB", "EMULATED_DTYPES", "JIT", "cdiv", "cmod", "argfix", "fully_flatten",
            "merge_dicts", "strip_parens", "colored", "ansistrip", "get_shape", "time_to_str",
-           "getbits", "word_wrap", "bounded_put", "cpu_threads", "usable_cores"]
+           "getbits", "word_wrap", "bounded_put", "cpu_threads", "usable_cores", "tqdm", "trange"]
 
 T = TypeVar("T")
 K = TypeVar("K")
@@ -205,6 +207,102 @@ def time_to_str(t: float, w: int = 8) -> str:
 def getbits(value: int, start: int, end: int) -> int:
   """Bits start..end (inclusive) of value."""
   return (value >> start) & ((1 << (end - start + 1)) - 1)
+
+
+# *** a progress bar (tinygrad's helpers.tqdm: a small subset of the tqdm package's interface) ***
+
+def _hms(t: float) -> str:
+  """Seconds as [h:]mm:ss."""
+  h, m, sec = int(t) // 3600, int(t) % 3600 // 60, int(t) % 60
+  return f"{h}:{m:02d}:{sec:02d}" if h else f"{m:02d}:{sec:02d}"
+
+
+class tqdm(Generic[T]):  # noqa: N801 (the tqdm package's name, as tinygrad spells it)
+  """A progress bar on stderr: `for x in tqdm(items, desc="load")`, `t = tqdm(total=n);
+  t.update(k)`, `t.set_description(...)`. `total` defaults to `len(iterable)` when it has one
+  (without a total: a count and a rate). Redrawn at most `rate` times a second; off a terminal it
+  draws too (a log gets its lines, each ending in a carriage return), and `disable=True` draws
+  nothing (`disable=None`: only on a terminal, as in the tqdm package)."""
+
+  def __init__(self, iterable: Iterable[T] | None = None, desc: str = "",
+               disable: bool | None = False, unit: str = "it", unit_scale: bool = False,
+               total: int | None = None, rate: int = 100) -> None:
+    self.iterable, self.unit, self.unit_scale, self.rate = iterable, unit, unit_scale, rate
+    self.disable = (not sys.stderr.isatty()) if disable is None else disable
+    if total is None and iterable is not None and hasattr(iterable, "__len__"):
+      total = len(iterable)  # type: ignore[arg-type]
+    self.total = total
+    self.n, self.start, self.last_draw, self.closed = 0, time.perf_counter(), -math.inf, False
+    self.desc = ""
+    self.set_description(desc)
+
+  def __iter__(self) -> Iterator[T]:
+    if self.iterable is None: raise TypeError("tqdm: nothing to iterate (made without an iterable)")
+    try:
+      for x in self.iterable:
+        yield x
+        self.update(1)
+    finally: self.close()
+
+  def __len__(self) -> int: return self.total or 0
+  def __enter__(self) -> tqdm[T]: return self
+  def __exit__(self, *exc: object) -> None: self.close()
+
+  def set_description(self, desc: str = "", refresh: bool = True) -> None:
+    """Text drawn before the bar (`desc: `), shown at the next redraw."""
+    self.desc = f"{desc}: " if desc else ""
+    if refresh: self.update(0)
+
+  def update(self, n: int = 1) -> None:
+    """Count `n` more units done and redraw (at most `rate` times a second)."""
+    self.n += n
+    if time.perf_counter() - self.last_draw >= 1 / self.rate or \
+        (self.total is not None and self.n >= self.total): self.refresh()
+
+  def close(self) -> None:
+    """Draw the final state and end the line."""
+    if self.closed: return
+    self.closed = True
+    self.refresh(end="\n")
+
+  def _num(self, x: float) -> str:
+    """A count (an int as is) or a rate (two decimals); with `unit_scale`, SI prefixes."""
+    if self.unit_scale and abs(x) >= 1000:
+      k = min(int(math.log(abs(x), 1000)), 8)
+      return f"{x / 1000 ** k:.2f}{' kMGTPEZY'[k]}"
+    return str(x) if isinstance(x, int) else f"{x:.2f}"
+
+  def line(self, width: int = 80) -> str:
+    """The bar's text for a terminal `width` columns wide."""
+    elapsed = time.perf_counter() - self.start
+    rate = self.n / elapsed if elapsed > 0 and self.n else 0.0
+    rate_s = f"{self._num(rate) if rate else '?'}{self.unit}/s"
+    if not self.total:
+      return f"{self.desc}{self._num(self.n)}{self.unit} [{_hms(elapsed)}, {rate_s}]"
+    frac = min(self.n / self.total, 1.0)
+    eta = _hms((self.total - self.n) / rate) if rate else "?"
+    tail = f" {self._num(self.n)}/{self._num(self.total)} [{_hms(elapsed)}<{eta}, {rate_s}]"
+    head = f"{self.desc}{frac * 100:3.0f}%|"
+    size = max(width - len(ansistrip(head)) - len(tail) - 1, 1)
+    fill = int(frac * size)
+    return head + "#" * fill + " " * (size - fill) + "|" + tail
+
+  def refresh(self, end: str = "") -> None:
+    if self.disable: return
+    self.last_draw = time.perf_counter()
+    sys.stderr.write("\r" + self.line(shutil.get_terminal_size((80, 24)).columns - 1) + end)
+    sys.stderr.flush()
+
+  @staticmethod
+  def write(s: str) -> None:
+    """Print `s` on a line of its own above the bar."""
+    sys.stderr.write(f"\r\033[K{s}\n")
+    sys.stderr.flush()
+
+
+def trange(n: int, **kwargs: Any) -> tqdm[int]:
+  """`tqdm(range(n), **kwargs)`: `for i in (t := trange(steps)): ...; t.set_description(...)`"""
+  return tqdm(range(n), total=n, **kwargs)
 
 
 # *** the host's cores ***

@@ -153,15 +153,33 @@ def test_method_decorated_with_function():
 
 
 def test_function_body_must_be_pure():
+  """Changing an outside tensor other than by assign (here `replace`) cannot be traced."""
   state = Tensor([0.0, 0.0]).contiguous().realize()
 
   @function
   def f(x):
-    state.assign(x)
+    state.replace(x)
     return x + 1
   with pytest.raises((FunctionError, CallifyError), match="function"):
     f(Tensor([1.0, 2.0]))
   assert state.tolist() == [0.0, 0.0]
+
+
+def test_assign_inside_function_writes_at_every_call():
+  """An assign to an outside tensor (BatchNorm's running statistics) becomes a result of the
+  FUNCTION that each call assigns, the cached trace too; the body reads the new value after it."""
+  state = Tensor([0.0, 0.0]).contiguous().realize()
+  count = Tensor.zeros((), dtype="int32").contiguous().realize()
+
+  @function
+  def f(x):
+    state.assign(state * 0.5 + x)
+    count.assign(count + 1)
+    return x + state
+  assert f(Tensor([2.0, 4.0])).tolist() == [4.0, 8.0]
+  assert state.tolist() == [2.0, 4.0]
+  assert f(Tensor([2.0, 4.0])).tolist() == [5.0, 10.0]
+  assert state.tolist() == [3.0, 6.0] and count.item() == 2 and f.trace_count == 1
 
 
 def test_reading_values_inside_function_raises():

@@ -91,7 +91,7 @@ def trace(fn: Callable[..., Any], specs: Sequence[TensorSpec], name: str) -> Tra
   """Run `fn` once on `Tensor.empty` placeholders (see the module docstring)."""
   holders = tuple(Tensor.empty(*s.shape, dtype=s.dtype, device=EXPORT_DEVICE) for s in specs)
   results: list[int] = []
-  traced = function(_with_fixups(fn, name, results))
+  traced = function(_with_fixups(fn, name, results), allow_writes=False)
   try: outs = traced(*holders)
   except CallifyError as e:
     raise ExportError(f"{name}: the function reads the value of a traced tensor in Python "

@@ -122,7 +122,7 @@ class vmap:  # noqa: N801 (the functional-transform name, as in JAX)
     if not callable(fn): raise TypeError(f"vmap needs a function, got {fn!r}")
     _check_axes(in_axes)
     self.fn, self.in_axes = fn, in_axes
-    self.traced = function(fn)
+    self.traced = function(fn, allow_writes=False)  # a mapped body writes nothing
     self._bodies: dict[tuple, UOp] = {}
     self.__name__ = getattr(fn, "__name__", "fn")
 

@@ -30,10 +30,18 @@ PAD_MODES = ("constant", "reflect", "replicate", "circular")
 def _tensors(first: Any, others: tuple) -> list[Tensor]:
   """Accept t.cat(a, b), Tensor.cat(t, a, b) and Tensor.cat([t, a, b])."""
   ts = [*first, *others] if isinstance(first, (list, tuple)) else [first, *others]
+  if not ts: raise ValueError("expected a non-empty list of Tensors")
   for t in ts:
     if not hasattr(t, "uop"): raise TypeError(f"expected Tensors, got {type(t).__name__}")
-  if not ts: raise ValueError("expected a non-empty list of Tensors")
   return ts
+
+
+def _positional_dim(first: Any, others: tuple, dim: int) -> tuple[tuple, int]:
+  """PyTorch's `Tensor.cat([a, b], 1)`: after a list of tensors, one int is the dim."""
+  if isinstance(first, (list, tuple)) and len(others) == 1 and isinstance(others[0], int):
+    if dim != 0: raise TypeError("cat() got the dim twice (positional and dim=)")
+    return (), others[0]
+  return others, dim
 
 
 def axis_to_last(t: Tensor, axis: int) -> tuple[Tensor, list[int]]:
@@ -198,7 +206,9 @@ class CompositeMixin:
   """Movement compositions, padding modes, scans, statistics, einsum and elementwise helpers."""
 
   def cat(self, *others: Tensor, dim: int = 0) -> Tensor:
-    """Concatenate along `dim` (dtypes promote). `a.cat(b, dim=1)` or `Tensor.cat(a, b)`"""
+    """Concatenate along `dim` (dtypes promote). `a.cat(b, dim=1)`, `Tensor.cat(a, b)` or
+    PyTorch's `Tensor.cat([a, b], 1)`"""
+    others, dim = _positional_dim(self, others, dim)
     ts = _tensors(self, others)
     dt = result_type(*ts)
     ts[0]._check_devices(*ts)
@@ -216,7 +226,9 @@ class CompositeMixin:
     return out
 
   def stack(self, *others: Tensor, dim: int = 0) -> Tensor:
-    """Join equal-shaped tensors along a new axis `dim`. `a.stack(b)` has shape (2, *a.shape)."""
+    """Join equal-shaped tensors along a new axis `dim`. `a.stack(b)` has shape (2, *a.shape);
+    PyTorch's `Tensor.stack([a, b], 1)` works too."""
+    others, dim = _positional_dim(self, others, dim)
     ts = _tensors(self, others)
     d = canonical_axis(dim, ts[0].ndim + 1)
     for i, t in enumerate(ts):

@@ -15,8 +15,12 @@ only the FUNCTION node is rebuilt over the new arguments, and its kernels come f
 and program caches. Realizing inlines each FUNCTION (schedule/function.py); gradients flow through
 it, and the backward of a FUNCTION is itself a FUNCTION (frontend/gradient.py).
 
-A traced function must be pure: writing to a tensor (assign) or reading values (item, numpy)
-inside it raises `FunctionError`. Use `TinyJit` for whole steps with side effects.
+A traced function must not read values (item, numpy): that raises. An `assign` inside it to a
+tensor from outside (BatchNorm's running statistics in training mode) is not run while tracing:
+the tensor holds the new value for the rest of the body, and the value becomes an extra result of
+the FUNCTION that every call assigns to the tensor (frontend/writes.py, `TracedWrites`), so the
+body stays pure and a cached trace still writes. Any other change of an outside tensor inside
+the function (`t.uop = ...`, not through assign) raises `FunctionError`.
 """
 from __future__ import annotations
 
@@ -31,6 +35,7 @@ from typing import Any
 from unigrad.dtype import DType, dtypes
 from unigrad.helpers import bounded_put
 from unigrad import engine
+from unigrad.frontend import writes
 from unigrad.frontend.tensor import Tensor, all_tensors
 from unigrad.schedule.function import param_like
 from unigrad.uop import Ops, UOp, sint
@@ -119,6 +124,8 @@ class Traced:
   captured: tuple[tuple[UOp, weakref.ref | None], ...]
   out_tree: Any
   out_devices: tuple[Any, ...]
+  writes: Traced | None = None  # the new values of the tensors the body assigned, ...
+  written: tuple[weakref.ref, ...] = ()  # ... and those tensors
 
 
 _FUNCTION, _GETTUPLE = Ops.FUNCTION, Ops.GETTUPLE  # `Ops.X` is a slow lookup on Python 3.11
@@ -132,8 +139,9 @@ class function:  # noqa: N801 (the spec's decorator name)
   >>> s, t = f(Tensor.ones(3), Tensor.ones(3))
   """
 
-  def __init__(self, fn: Callable[..., Any]) -> None:
-    self.fn = fn
+  def __init__(self, fn: Callable[..., Any], allow_writes: bool = True) -> None:
+    """`allow_writes=False`: an assign to an outside tensor raises FunctionError (export)."""
+    self.fn, self.allow_writes = fn, allow_writes
     self.traces: dict[Any, Traced] = {}
     self.trace_count = 0
     functools.update_wrapper(self, fn)
@@ -157,23 +165,50 @@ class function:  # noqa: N801 (the spec's decorator name)
     holders = [Tensor._from_uop(p, t.device) for p, t in zip(params, inputs)]
     before = {id(t): t.uop for t in list(all_tensors)} if check_pure else {}
     args, kwargs = unflatten_tensors(tree, holders)
-    result = self.fn(*args, **kwargs)
+    recorder = writes.TracedWrites(before)
+    if check_pure: writes.tracing.stack.append(recorder)
+    try: result = self.fn(*args, **kwargs)
+    finally:
+      if check_pure: writes.tracing.stack.pop()
+      new_values = []
+      for t, old in recorder.written.values():  # the writes become results; the tensors unchanged
+        new_values.append(t.uop)
+        t.uop = old
     found: dict[int, Tensor] = {}
     out_tree = flatten_tensors(result, found)
     outs = list(found.values())
     if not outs: raise FunctionError(f"@function {self.fn.__name__} returned no Tensor")
     if check_pure: _check_pure(self.fn.__name__, before, set(params))
+    if recorder.written and not self.allow_writes:
+      raise FunctionError(f"@function {self.fn.__name__} assigned to a tensor from outside the "
+                          "function; this function must be pure")
     body = UOp(Ops.TUPLE, dtypes.void, tuple(t.uop for t in outs))
     body, captured = _lift_captured(body, set(params), len(params))
-    return Traced(body, captured, out_tree, tuple(t.device for t in outs))
+    traced = Traced(body, captured, out_tree, tuple(t.device for t in outs))
+    if recorder.written:  # a FUNCTION of their own: the results do not read what is written
+      written = [t for t, _ in recorder.written.values()]
+      wbody = UOp(Ops.TUPLE, dtypes.void, tuple(new_values))
+      wbody, wcaptured = _lift_captured(wbody, set(params), len(params))
+      traced.writes = Traced(wbody, wcaptured, None, tuple(t.device for t in written))
+      traced.written = tuple(weakref.ref(t) for t in written)
+    return traced
 
   def _apply(self, traced: Traced, inputs: list[Tensor]) -> Any:
-    args = [t.uop for t in inputs] + [_current(u, ref) for u, ref in traced.captured]
-    f = UOp(_FUNCTION, dtypes.void, (traced.body, *args))
-    # each result's dtype is its body value's (given: not derived again at every call)
-    outs = [Tensor._from_uop(UOp(_GETTUPLE, r.dtype, (f,), i), dev)
-            for i, (r, dev) in enumerate(zip(traced.body.src, traced.out_devices))]
+    outs = _results(traced, inputs)
+    if traced.writes is not None:  # the writes made in the body, each assigned now (lazily)
+      for ref, value in zip(traced.written, _results(traced.writes, inputs)):
+        if (t := ref()) is not None: t.assign(value.detach())
     return unflatten_tensors(traced.out_tree, outs)
+
+
+def _results(traced: Traced, inputs: list[Tensor]) -> list[Tensor]:
+  """One GETTUPLE tensor per result of a FUNCTION of `traced` over `inputs` (and the captured
+  values as they are now)."""
+  args = [t.uop for t in inputs] + [_current(u, ref) for u, ref in traced.captured]
+  f = UOp(_FUNCTION, dtypes.void, (traced.body, *args))
+  # each result's dtype is its body value's (given: not derived again at every call)
+  return [Tensor._from_uop(UOp(_GETTUPLE, r.dtype, (f,), i), dev)
+          for i, (r, dev) in enumerate(zip(traced.body.src, traced.out_devices))]
 
 
 class op_function(function):  # noqa: N801 (a decorator, like `function`)

@@ -236,9 +236,11 @@ class ReduceMixin:
     return self.bitwise_not().max(axis, keepdim).bitwise_not()
 
   def mean(self, axis: Axis = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
-    """Arithmetic mean over `axis` (needs a float tensor or dtype, like PyTorch); the mean of
-    no elements is NaN. `Tensor([1., 2.]).mean()` is 1.5."""
-    dt = to_dtype(dtype) if dtype is not None else self.dtype
+    """Arithmetic mean over `axis` (needs a float tensor or dtype, like PyTorch; a bool tensor
+    gives the fraction of True in the default float dtype, as in tinygrad: `(pred == y).mean()`);
+    the mean of no elements is NaN. `Tensor([1., 2.]).mean()` is 1.5."""
+    dt = to_dtype(dtype) if dtype is not None else \
+        dtypes.default_float if self.dtype == dtypes.bool else self.dtype
     if not dtypes.is_float(dt):
       raise RuntimeError(f"mean(): input dtype should be floating point, got {dt!r}")
     n = math.prod(self.shape[a] for a in canonical_axes(axis, self.ndim)) if self.ndim else 1

@@ -257,6 +257,9 @@ class Tensor(MultiMixin, ActivationsMixin, LinalgMixin, SelectMixin, IndexingMix
       raise TypeError(f"assign: dtype {x.dtype!r} does not match {self.dtype!r}")
     if x.device != self.device:
       raise RuntimeError(f"assign: device {x.device} does not match {self.device}")
+    if writes.tracing.stack:  # in @function: recorded, assigned by each call (frontend/function.py)
+      writes.tracing.stack[-1].record(self, x.uop)
+      return self
     if writes.pending and not engine.is_buffer_view(self.uop):
       Tensor.realize_all()  # a view of a pending write (or the write itself) is the buffer after it
     if not engine.is_buffer_view(self.uop):  # give this tensor storage of its own, then write it

@@ -19,6 +19,7 @@ not the whole buffer (a slice): the tensors holding the buffer do not hold the p
 """
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Iterable
 from typing import Any
@@ -49,6 +50,29 @@ class PendingWrites:
 
 
 pending = PendingWrites()
+
+
+class TracedWrites:
+  """The writes made while `@function` traces its body (frontend/function.py): an `assign` to a
+  tensor from outside the function does not run; the tensor takes the new value lazily (so the
+  rest of the body reads it) and the write is recorded, to become an extra result of the
+  FUNCTION that each call assigns (BatchNorm's running statistics). A tensor made inside the
+  function takes the value, since nothing outside holds it."""
+
+  def __init__(self, outside: dict[int, UOp]) -> None:
+    self.outside = outside  # id -> UOp of every tensor alive when the trace began
+    self.written: dict[int, tuple[Any, UOp]] = {}  # id -> (tensor, its UOp before the trace)
+
+  def record(self, t: Any, value: UOp) -> None:
+    if id(t) in self.outside and id(t) not in self.written: self.written[id(t)] = (t, t.uop)
+    t.uop = value
+
+
+class _Tracing(threading.local):
+  def __init__(self) -> None: self.stack: list[TracedWrites] = []  # innermost last
+
+
+tracing = _Tracing()  # the @function traces running on this thread
 
 
 class ViewRefs:

@@ -121,8 +121,9 @@ class BatchNorm:
     self.running_var: Tensor | None = None
     self.num_batches_tracked: Tensor | None = None
     if not track_running_stats: return
-    self.running_mean = Tensor.zeros(sz).contiguous()
-    self.running_var = Tensor.ones(sz).contiguous()
+    # buffers, never trained (an optimizer given get_parameters(model) leaves them alone)
+    self.running_mean = Tensor.zeros(sz).contiguous().requires_grad_(False)
+    self.running_var = Tensor.ones(sz).contiguous().requires_grad_(False)
     # 0-d like PyTorch's, so its checkpoints load (a shape (1,) counter loads too: load_state_dict)
     self.num_batches_tracked = Tensor.zeros((), dtype=dtypes.int64).contiguous()
 

@@ -1,4 +1,5 @@
-"""Optimizers: SGD, LARS, Muon, Adam, AdamW, LAMB and OptimizerGroup (tinygrad's API).
+"""Optimizers: SGD, LARS, Muon, Adam, AdamW, LAMB and OptimizerGroup (tinygrad's API), and
+`lr_scheduler` (PyTorch's learning-rate schedules).
 
 An optimizer builds the whole update of a step lazily: new moments are written with `assign`
 (so their buffers are updated in place), then every parameter is assigned `p - update`, and one
@@ -14,12 +15,15 @@ parameters; no `fused` flag.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from unigrad.dtype import DType, dtypes, least_upper_dtype
 from unigrad.engine.interrupts import deferred_interrupts
 from unigrad.frontend.tensor import Tensor
 from unigrad.frontend.traced import traced
 
-__all__ = ["Optimizer", "OptimizerGroup", "SGD", "LARS", "Muon", "Adam", "AdamW", "LAMB"]
+__all__ = ["Optimizer", "OptimizerGroup", "SGD", "LARS", "Muon", "Adam", "AdamW", "LAMB",
+           "lr_scheduler"]
 
 
 def _dedup(ts: list[Tensor]) -> list[Tensor]: return list({id(t): t for t in ts}.values())
@@ -40,7 +44,7 @@ class Optimizer:
   """Base class: holds the parameters (tensors with `requires_grad` not False) and the buffers
   (the others, realized with every step), and turns `_step` into in-place updates."""
 
-  def __init__(self, params: list[Tensor], lr: float) -> None:
+  def __init__(self, params: Iterable[Tensor], lr: float) -> None:
     params = list(params)
     for x in params:
       if x.requires_grad is None and dtypes.is_float(x.dtype): x.requires_grad = True
@@ -121,7 +125,7 @@ class LARS(Optimizer):
   lr * d (b = m b + lr d, w -= b), otherwise b = m b + d, w -= lr * b. `tcoef=0` gives SGD.
   With `ns_params`, the (momentum) update is orthogonalized by Newton-Schulz iterations (Muon)."""
 
-  def __init__(self, params: list[Tensor], lr: float = 0.001, momentum: float = 0.9,
+  def __init__(self, params: Iterable[Tensor], lr: float = 0.001, momentum: float = 0.9,
                weight_decay: float = 1e-4, nesterov: bool = False, classic: bool = True,
                tcoef: float = 0.001, ns_params: tuple[float, ...] | None = None,
                ns_steps: int = 5) -> None:
@@ -159,14 +163,14 @@ class LARS(Optimizer):
     return g2 + self.wd * w if self.wd else g2
 
 
-def SGD(params: list[Tensor], lr: float = 0.001, momentum: float = 0.0,  # noqa: N802
+def SGD(params: Iterable[Tensor], lr: float = 0.001, momentum: float = 0.0,  # noqa: N802
         weight_decay: float = 0.0, nesterov: bool = False, classic: bool = False) -> LARS:
   """Stochastic gradient descent, as PyTorch's (dampening 0): d = g + wd w; b = m b + d;
   d = d + m b (nesterov) or b; w -= lr d. `SGD(get_parameters(model), lr=0.1, momentum=0.9)`"""
   return LARS(params, lr, momentum, weight_decay, nesterov, classic, tcoef=0.0)
 
 
-def Muon(params: list[Tensor], lr: float = 3e-3, momentum: float = 0.96,  # noqa: N802
+def Muon(params: Iterable[Tensor], lr: float = 3e-3, momentum: float = 0.96,  # noqa: N802
          weight_decay: float = 0.0, nesterov: bool = True, classic: bool = False,
          ns_params: tuple[float, ...] = (3.4445, -4.7750, 2.0315), ns_steps: int = 5) -> LARS:
   """Muon (K. Jordan): momentum SGD whose update, per parameter viewed as a matrix
@@ -179,8 +183,8 @@ class LAMB(Optimizer):
   up = m_hat / (sqrt(v_hat) + eps) + wd * w; w -= lr * |w| / |up| * up. `adam=True` drops the
   ratio (AdamW); `decoupled=False` adds wd * w to the gradient instead (Adam's L2 decay)."""
 
-  def __init__(self, params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999,
-               eps: float = 1e-6, weight_decay: float = 0.0, adam: bool = False,
+  def __init__(self, params: Iterable[Tensor], lr: float = 0.001, b1: float = 0.9,
+               b2: float = 0.999, eps: float = 1e-6, weight_decay: float = 0.0, adam: bool = False,
                decoupled: bool = True) -> None:
     super().__init__(params, lr)
     self.b1, self.b2, self.eps, self.wd, self.adam = b1, b2, eps, weight_decay, adam
@@ -223,14 +227,33 @@ def _lamb_weight(w: Tensor, m: Tensor, v: Tensor, b1_t: Tensor, b2_t: Tensor, lr
   return (w - lr * r * up).cast(w.dtype)
 
 
-def Adam(params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999,  # noqa: N802
-         eps: float = 1e-8, weight_decay: float = 0.0) -> LAMB:
-  """Adam (Kingma & Ba), as PyTorch's: `weight_decay` is L2, added to the gradient."""
-  return LAMB(params, lr, b1, b2, eps, weight_decay, adam=True, decoupled=False)
+def _betas(b1: float | tuple[float, float], b2: float,
+           betas: tuple[float, float] | None) -> tuple[float, float]:
+  """PyTorch's `betas=(b1, b2)` beside tinygrad's `b1`, `b2` (a pair given as `b1` is betas too,
+  as from PyTorch's positional `Adam(params, lr, betas)`)."""
+  if isinstance(b1, (tuple, list)):
+    if betas is not None: raise TypeError("Adam got betas twice (as b1 and as betas)")
+    betas = b1  # type: ignore[assignment]
+  if betas is None: return float(b1), float(b2)  # type: ignore[arg-type]
+  if len(betas) != 2: raise ValueError(f"betas must be a pair (b1, b2), got {betas!r}")
+  for i, b in enumerate(betas):
+    if not 0.0 <= b < 1.0: raise ValueError(f"Invalid beta parameter at index {i}: {b}")
+  return float(betas[0]), float(betas[1])
 
 
-def AdamW(params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999,  # noqa: N802
-          eps: float = 1e-8, weight_decay: float = 0.01) -> LAMB:
+def Adam(params: Iterable[Tensor], lr: float = 0.001, b1: float | tuple[float, float] = 0.9,  # noqa: N802
+         b2: float = 0.999, eps: float = 1e-8, weight_decay: float = 0.0,
+         betas: tuple[float, float] | None = None) -> LAMB:
+  """Adam (Kingma & Ba), as PyTorch's: `weight_decay` is L2, added to the gradient.
+  `Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.99))` or tinygrad's `b1=0.9, b2=0.99`."""
+  return LAMB(params, lr, *_betas(b1, b2, betas), eps, weight_decay, adam=True, decoupled=False)
+
+
+def AdamW(params: Iterable[Tensor], lr: float = 0.001, b1: float | tuple[float, float] = 0.9,  # noqa: N802
+          b2: float = 0.999, eps: float = 1e-8, weight_decay: float = 0.01,
+          betas: tuple[float, float] | None = None) -> LAMB:
   """Adam with decoupled weight decay (Loshchilov & Hutter), as PyTorch's AdamW."""
-  return LAMB(params, lr, b1, b2, eps, weight_decay, adam=True)
+  return LAMB(params, lr, *_betas(b1, b2, betas), eps, weight_decay, adam=True)
 
+
+from unigrad.nn.optim import lr_scheduler  # noqa: E402 (the schedulers build on Optimizer)
