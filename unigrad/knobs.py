@@ -82,6 +82,8 @@ MARCH = knob("MARCH", str, "native", "target ISA of the CPU device's C compiler 
              "vector width and register count follow it")
 CACHEDIR = knob("CACHEDIR", str, "", "directory for the on-disk caches; empty uses "
                 "$XDG_CACHE_HOME/unigrad or ~/.cache/unigrad")
+UNIGRAD_DATA = knob("UNIGRAD_DATA", str, "", "directory nn.datasets reads (mnist/, fashion-mnist/, "
+                    "cifar-10/); empty uses ~/.cache/unigrad/datasets")
 CACHELEVEL = knob("CACHELEVEL", int, 2, "on-disk caches: 0 none, 1 compiled binaries and BEAM "
                   "choices, 2 also schedules and rendered kernels (skips scheduling and codegen)")
 TRACK_MATCH_STATS = knob("TRACK_MATCH_STATS", int, 0, "1 records which rewrite rule fired, where, "

@@ -16,6 +16,7 @@ import struct
 import pytest
 
 from unigrad.nn.datasets import digits
+from unigrad.knobs import UNIGRAD_DATA
 
 MNIST_PROGRAM = '''
 from unigrad import Context, GlobalCounters, Tensor, TinyJit, function, nn
@@ -91,8 +92,8 @@ def _run(tmp_path, monkeypatch, capsys, source: str) -> dict:
   write_digits_as_mnist(tmp_path / "data" / "mnist")
   program = tmp_path / "mnist_program.py"
   program.write_text(source)
-  for k, v in {"UNIGRAD_DATA": str(tmp_path / "data"), "STEPS": "10", "BS": "16"}.items():
-    monkeypatch.setenv(k, v)
+  monkeypatch.setattr(UNIGRAD_DATA, "value", str(tmp_path / "data"))
+  for k, v in {"STEPS": "10", "BS": "16"}.items(): monkeypatch.setenv(k, v)
   env = runpy.run_path(str(program), run_name="__main__")
   last = capsys.readouterr().err.rstrip("\n").split("\r")[-1]
   assert "100%|" in last and " 10/10 [" in last, last

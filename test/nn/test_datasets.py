@@ -9,6 +9,7 @@ import pytest
 
 from unigrad import dtypes
 from unigrad.nn import datasets
+from unigrad.knobs import UNIGRAD_DATA
 
 
 def write_idx(path, arr: np.ndarray, gz: bool = True) -> None:
@@ -30,7 +31,7 @@ def write_mnist(d, n_train: int = 6, n_test: int = 4, gz: bool = True) -> dict:
 
 @pytest.mark.parametrize("fashion", [False, True])
 def test_mnist_reads_the_idx_files(tmp_path, monkeypatch, fashion):
-  monkeypatch.setenv("UNIGRAD_DATA", str(tmp_path))
+  monkeypatch.setattr(UNIGRAD_DATA, "value", str(tmp_path))
   arrs = write_mnist(tmp_path / ("fashion-mnist" if fashion else "mnist"), gz=not fashion)
   xtr, ytr, xte, yte = datasets.mnist(fashion=fashion)
   assert xtr.shape == (6, 1, 28, 28) and xte.shape == (4, 1, 28, 28)
@@ -41,7 +42,7 @@ def test_mnist_reads_the_idx_files(tmp_path, monkeypatch, fashion):
 
 
 def test_missing_file_names_the_file_and_directory(tmp_path, monkeypatch):
-  monkeypatch.setenv("UNIGRAD_DATA", str(tmp_path))
+  monkeypatch.setattr(UNIGRAD_DATA, "value", str(tmp_path))
   with pytest.raises(FileNotFoundError, match=r"train-images-idx3-ubyte\.gz not found in .*mnist"):
     datasets.mnist()
   with pytest.raises(FileNotFoundError, match=r"data_batch_1 not found in .*cifar-10"):
@@ -49,13 +50,13 @@ def test_missing_file_names_the_file_and_directory(tmp_path, monkeypatch):
 
 
 def test_default_directory(monkeypatch, tmp_path):
-  monkeypatch.delenv("UNIGRAD_DATA", raising=False)
+  monkeypatch.setattr(UNIGRAD_DATA, "value", "")
   monkeypatch.setenv("HOME", str(tmp_path))
   assert datasets.data_dir() == tmp_path / ".cache" / "unigrad" / "datasets"
 
 
 def test_bad_idx_file(tmp_path, monkeypatch):
-  monkeypatch.setenv("UNIGRAD_DATA", str(tmp_path))
+  monkeypatch.setattr(UNIGRAD_DATA, "value", str(tmp_path))
   write_mnist(tmp_path / "mnist")
   (tmp_path / "mnist" / "train-labels-idx1-ubyte.gz").write_bytes(gzip.compress(b"\0\0\x08\x03xx"))
   with pytest.raises(ValueError, match="not an IDX file of 1-D"):
@@ -64,7 +65,7 @@ def test_bad_idx_file(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("protocol", [2, 5])
 def test_cifar_reads_python_batches_without_running_code(tmp_path, monkeypatch, protocol):
-  monkeypatch.setenv("UNIGRAD_DATA", str(tmp_path))
+  monkeypatch.setattr(UNIGRAD_DATA, "value", str(tmp_path))
   d = tmp_path / "cifar-10" / "cifar-10-batches-py"
   d.mkdir(parents=True)
   rng = np.random.default_rng(1)

@@ -17,13 +17,13 @@ A missing file raises FileNotFoundError naming the file and the directory.
 from __future__ import annotations
 
 import gzip
-import os
 import pickle
 import struct
 from pathlib import Path
 from typing import Any
 
 from unigrad.frontend.tensor import Tensor
+from unigrad.knobs import UNIGRAD_DATA
 
 __all__ = ["mnist", "cifar", "digits", "data_dir", "DIGITS_PATH"]
 
@@ -35,7 +35,7 @@ Dataset = tuple[Tensor, Tensor, Tensor, Tensor]
 
 def data_dir() -> Path:
   """`$UNIGRAD_DATA`, or `~/.cache/unigrad/datasets`."""
-  return Path(os.environ.get("UNIGRAD_DATA") or "~/.cache/unigrad/datasets").expanduser()
+  return Path(UNIGRAD_DATA.value or "~/.cache/unigrad/datasets").expanduser()
 
 
 def _find(directory: Path, name: str, what: str, *alternatives: Path) -> Path:
