@@ -464,11 +464,13 @@ def _bench_module(name: str):
 
 def test_jit_training_soak_runs_in_flat_memory():
   """The short version of `python bench/jit_soak.py` (2,000 steps): after a warm-up, jitted
-  training steps on gathered batches keep no Tensor, Buffer or memory per step."""
+  training steps on gathered batches keep no Tensor, Buffer or memory per step. Growth is counted
+  from the second sample: a process that ran other tests first (a pytest-xdist worker) may grow
+  once, by a one-time allocation of the allocator or the runtime, during the first window."""
   soak = _bench_module("jit_soak")
-  samples = soak.soak(160, 40, 40, lambda s: None)
-  assert len(samples) == 4
-  assert soak.growth(samples, 8.0) is None
+  samples = soak.soak(200, 40, 40, lambda s: None)
+  assert len(samples) == 5
+  assert soak.growth(samples[1:], 8.0) is None
   leaking = [soak.Sample(40, 0, 10, 5), soak.Sample(80, 0, 11, 5)]
   assert "Tensors grew" in soak.growth(leaking, 8.0)
 
