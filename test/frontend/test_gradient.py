@@ -307,6 +307,9 @@ def test_no_grad_context_detaches_results():
     y = x * 2
   assert not Tensor.no_grad
   assert y.uop.op is Ops.DETACH
+  y.sum().backward()  # y (requires_grad None) gets its own gradient, x none through the DETACH
+  assert x.grad is None and y.grad.tolist() == [1.0, 1.0, 1.0]
+  y.requires_grad = False
   with pytest.raises(RuntimeError, match="does not require grad"):
     y.sum().backward()
   (y * x).sum().backward()  # only the direct path to x carries a gradient
@@ -319,6 +322,7 @@ def test_ops_on_detached_values_under_no_grad_make_no_detach_of_their_own():
   with Tensor.no_grad(): y = ((x * 2 + 1) * 3 - x.sum()).exp()
   assert y.uop.op is not Ops.DETACH and y.uop.grad_free
   assert sum(u.op is Ops.DETACH for u in y.uop.toposort()) == 2, "x read twice: x*2 and x.sum()"
+  y.requires_grad = False  # (None: y would get a gradient of its own)
   with pytest.raises(RuntimeError, match="does not require grad"): y.sum().backward()
   assert not Tensor(arr(1, 2)).uop.grad_free and Tensor([1, 2]).uop.grad_free  # ints carry none
   np.testing.assert_allclose(y.numpy(), np.exp((np.array([1, 2, 3]) * 2 + 1) * 3 - 6), rtol=1e-6)
