@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from unigrad import Tensor, nn
+from unigrad.helpers import GlobalCounters
 
 RNG = np.random.default_rng(29)
 
@@ -98,7 +99,6 @@ def test_requires_grad_none_alone_gets_a_grad():
 
 def _mlp_step_kernels(x_requires_grad):
   """Kernels one SGD step runs when the input batch has `x_requires_grad`."""
-  from unigrad.helpers import GlobalCounters
   x = Tensor(rnd(8, 4), requires_grad=x_requires_grad)
   w = Tensor(rnd(4, 2), requires_grad=True)
   opt = nn.optim.SGD([w], lr=0.1)
@@ -117,7 +117,7 @@ def test_unread_requires_grad_none_gradient_is_never_scheduled():
   n_false, _ = _mlp_step_kernels(False)
   assert n_none == n_false
   with pytest.raises(RuntimeError, match="overwritten since"):
-    x.grad
+    _ = x.grad
 
 
 def test_requires_grad_none_grad_read_before_the_step_is_kept():

@@ -646,7 +646,8 @@ class _OurLib:
   zeros = staticmethod(lambda n: Tensor.zeros(n))
 
 
-@pytest.mark.parametrize("i", range(7), ids=[p.__name__ for p in _setitem_programs(_OurLib, Tensor)])
+@pytest.mark.parametrize("i", range(7),
+                         ids=[p.__name__ for p in _setitem_programs(_OurLib, Tensor)])
 def test_gradient_through_setitem_matches_pytorch(i):
   xs, vs = arr(1, 2, 3, 4), arr(5, 6)
   ours = _setitem_programs(_OurLib, Tensor)[i]

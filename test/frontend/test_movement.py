@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from unigrad import Tensor
+from unigrad.frontend.movement import place_basic
 from unigrad.dtype import dtypes
 from unigrad.uop import Ops
 
@@ -237,7 +238,6 @@ def test_pad_of_pad(device):
 def test_place_basic_is_numpy_setitem_of_a_view():
   """place_basic (the value of a setitem on a tensor of an autograd graph) for ints, negative
   and stepped slices, None, Ellipsis and an empty slice."""
-  from unigrad.frontend.movement import place_basic
   a = np.arange(60, dtype=np.float32).reshape(3, 4, 5)
   for idx in [-1, (slice(1, 3), slice(None, None, 2)), (None, 1, slice(4, 0, -1)),
               (Ellipsis, slice(None, None, -2)), (slice(None, None, 2), None, 2, slice(1, 5, 3)),

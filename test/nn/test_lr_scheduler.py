@@ -1,6 +1,7 @@
 """nn.optim.lr_scheduler: the rate sequences of torch.optim.lr_scheduler, step by step."""
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -109,10 +110,9 @@ def test_scheduler_over_optimizer_group():
 
 # ---- OneCycleLR(cycle_momentum=True), PyTorch's default: momentum / beta1 cycled too ----
 
-def _params_under_onecycle(opt_name: str, steps: int = 8, three_phase: bool = False):
+def _params_under_onecycle(opt_name: str, steps: int = 6, three_phase: bool = False):
   """Each step's parameters (ours, torch's) for an optimizer under OneCycleLR with momentum
   cycling, from the same start and gradients."""
-  import numpy as np
   rng = np.random.default_rng(7)
   w0, grads = rng.standard_normal(3).astype(np.float32), rng.standard_normal((steps, 3))
   w, tw = Tensor(w0).requires_grad_(), torch.tensor(w0, requires_grad=True)
@@ -135,14 +135,12 @@ def _params_under_onecycle(opt_name: str, steps: int = 8, three_phase: bool = Fa
 def test_onecycle_cycle_momentum_matches_pytorch_parameter_sequence(opt_name, three_phase):
   """Adam's b1 (with PyTorch's bias correction 1 - b1**t of each step's b1) or SGD's momentum
   (an SGD made without momentum gets buffers, as PyTorch's does) follow PyTorch's."""
-  import numpy as np
   ours, theirs = _params_under_onecycle(opt_name, three_phase=three_phase)
   np.testing.assert_allclose(ours, theirs, atol=1e-6, rtol=1e-6)
 
 
 def test_cycled_momentum_reaches_a_jitted_step():
   """b1 is a 0-d tensor: a TinyJit replay reads the value the schedule wrote (no recompile)."""
-  import numpy as np
   w = Tensor([1.0, -2.0]).contiguous().requires_grad_()
   tw = torch.tensor([1.0, -2.0], requires_grad=True)
   opt, topt = nn.optim.Adam([w], lr=0.01), torch.optim.Adam([tw], lr=0.01)
