@@ -5,8 +5,9 @@ An optimizer builds the whole update of a step lazily: new moments are written w
 (so their buffers are updated in place), then every parameter is assigned `p - update`, and one
 `Tensor.realize_all` runs parameters and optimizer state together, so a step compiles to a few
 fused kernels and replays from the schedule cache on the next step. Hyperparameters that change
-during training (`lr`) are 0-d tensors, so changing them (`opt.lr.assign(Tensor(0.1))`) does not
-recompile anything.
+during training (`lr`, SGD's `momentum`, Adam's `b1` and `b2`: lr_scheduler's OneCycleLR cycles
+them) are 0-d tensors, so changing them (`opt.lr.assign(Tensor(0.1))`) does not recompile
+anything, and a TinyJit replay reads the new value.
 
 Deviations from tinygrad: `Adam` takes `weight_decay` (coupled L2, as in PyTorch's Adam);
 parameters whose `.grad` is None are skipped in a step (as in PyTorch); Muon decays weights
