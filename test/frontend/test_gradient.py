@@ -307,6 +307,9 @@ def test_no_grad_context_detaches_results():
     y = x * 2
   assert not Tensor.no_grad
   assert y.uop.op is Ops.DETACH
+  y.sum().backward()  # y (requires_grad None) gets its own gradient, x none through the DETACH
+  assert x.grad is None and y.grad.tolist() == [1.0, 1.0, 1.0]
+  y.requires_grad = False
   with pytest.raises(RuntimeError, match="does not require grad"):
     y.sum().backward()
   (y * x).sum().backward()  # only the direct path to x carries a gradient
@@ -319,6 +322,7 @@ def test_ops_on_detached_values_under_no_grad_make_no_detach_of_their_own():
   with Tensor.no_grad(): y = ((x * 2 + 1) * 3 - x.sum()).exp()
   assert y.uop.op is not Ops.DETACH and y.uop.grad_free
   assert sum(u.op is Ops.DETACH for u in y.uop.toposort()) == 2, "x read twice: x*2 and x.sum()"
+  y.requires_grad = False  # (None: y would get a gradient of its own)
   with pytest.raises(RuntimeError, match="does not require grad"): y.sum().backward()
   assert not Tensor(arr(1, 2)).uop.grad_free and Tensor([1, 2]).uop.grad_free  # ints carry none
   np.testing.assert_allclose(y.numpy(), np.exp((np.array([1, 2, 3]) * 2 + 1) * 3 - 6), rtol=1e-6)
@@ -584,3 +588,96 @@ def test_override_gradient_off_the_path_to_the_targets_falls_back_to_the_rules()
   override_gradient(view.uop, other.uop, never)
   view.sum().backward()
   np.testing.assert_array_equal(x.grad.numpy(), arr(2, 2, 2))
+
+
+# ---- gradients through setitem (issue 29): PyTorch's, the written slots' to the value ----
+
+def _setitem_programs(lib, T):
+  """(name, program) pairs: each takes leaves x (4,) and v (2,) and returns a scalar loss."""
+  w = T([1.0, 2.0, 3.0, 4.0])
+
+  def write_constant(x, v):
+    y = x * 2
+    y[0] = 5.0
+    return y.sum()
+
+  def iadd_slice(x, v):
+    y = x * 2
+    y[1:3] += v * 3
+    return (y * y).sum()
+
+  def value_requires_grad(x, v):
+    y = x * 1
+    y[::2] = v * v
+    return (y * w).sum()
+
+  def overlapping_later_wins(x, v):
+    y = x * 1
+    y[0:2] = v
+    y[1:3] = v * 10
+    return (y * w).sum()
+
+  def used_before_the_write(x, v):
+    y = x * 2
+    s = (y * w).sum().exp() * 1e-3  # PyTorch saves only the outputs of these, not y
+    y[-1] = v[0]
+    return s + (y * w).sum()
+
+  def advanced_index(x, v):
+    y = x * 2
+    y[lib.index([3, 0])] = v * v
+    return (y * w).sum()
+
+  def into_a_constant(x, v):  # the target needs no grad, the value does
+    y = lib.zeros(4)
+    y[1:3] = v * 3
+    return (y * w).sum() + x.sum()
+  return [write_constant, iadd_slice, value_requires_grad, overlapping_later_wins,
+          used_before_the_write, advanced_index, into_a_constant]
+
+
+class _TorchLib:
+  index = staticmethod(lambda i: torch.tensor(i))
+  zeros = staticmethod(lambda n: torch.zeros(n))
+
+
+class _OurLib:
+  index = staticmethod(lambda i: Tensor(i))
+  zeros = staticmethod(lambda n: Tensor.zeros(n))
+
+
+@pytest.mark.parametrize("i", range(7),
+                         ids=[p.__name__ for p in _setitem_programs(_OurLib, Tensor)])
+def test_gradient_through_setitem_matches_pytorch(i):
+  xs, vs = arr(1, 2, 3, 4), arr(5, 6)
+  ours = _setitem_programs(_OurLib, Tensor)[i]
+  theirs = _setitem_programs(_TorchLib, torch.tensor)[i]
+  x, v = Tensor(xs, requires_grad=True), Tensor(vs, requires_grad=True)
+  loss = ours(x, v)
+  loss.backward()
+  tx, tv = torch.tensor(xs, requires_grad=True), torch.tensor(vs, requires_grad=True)
+  tloss = theirs(tx, tv)
+  tloss.backward()
+  np.testing.assert_allclose(loss.item(), tloss.item(), rtol=1e-6)
+  np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-6)
+  tvg = tv.grad.numpy() if tv.grad is not None else np.zeros(2, np.float32)
+  np.testing.assert_allclose(v.grad.numpy() if v.grad is not None else 0 * vs, tvg, rtol=1e-6)
+
+
+def test_use_before_setitem_keeps_the_old_values_gradient_where_pytorch_raises():
+  """PyTorch raises when y*y saved y before the write; the lazy old value here is exact."""
+  x = Tensor([1.0, 2.0, 3.0], requires_grad=True)
+  y = x * 2
+  s = (y * y).sum()
+  y[0] = 5.0
+  (s + y.sum()).backward()
+  assert x.grad.tolist() == [8.0, 18.0, 26.0]  # 8x, plus 2 where y still reads x
+
+
+def test_setitem_outside_autograd_still_writes_the_buffer():
+  """No tensor of the graph needs a gradient: the write goes into the buffer (a numpy view of
+  it sees the new values), as before."""
+  y = Tensor([1.0, 2.0, 3.0]).contiguous().realize()
+  view = y.numpy()
+  y[0] = 7.0
+  assert view.tolist() == [7.0, 2.0, 3.0]

@@ -556,3 +556,70 @@ def _run_calls(calls, jitted):
 def test_random_call_sequences_replay_like_the_eager_function(calls):
   for got, want in zip(_run_calls(calls, True), _run_calls(calls, False)):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+# ---- tinygrad's TinyJit footguns (issue 29): each is correct or a JitError naming what changed
+
+def test_captured_tensor_rebound_after_capture_raises_jit_error():
+  """`w = Tensor(...)` instead of `w.assign(...)`: the replay would read the old buffer."""
+  held = {"w": Tensor([1.0, 2.0]).realize()}
+
+  @TinyJit
+  def f(x): return x * held["w"]
+  for _ in range(3): assert f(Tensor([1.0, 1.0])).tolist() == [1.0, 2.0]
+  held["w"] = Tensor([10.0, 20.0]).realize()
+  with pytest.raises(JitError, match=r"shape \(2,\), dtypes.float.*rebound, deleted or replaced "
+                     r"since the capture.*assign"):
+    f(Tensor([1.0, 1.0]))
+  for _ in range(3): assert f(Tensor([1.0, 1.0])).tolist() == [10.0, 20.0]  # captured anew
+
+
+def test_captured_tensor_replaced_raises_jit_error():
+  w = Tensor([1.0]).realize()
+
+  @TinyJit
+  def f(): return w * 2
+  for _ in range(3): f()
+  w.replace(Tensor([5.0]).realize())
+  with pytest.raises(JitError, match="replaced since the capture"): f()
+
+
+def test_captured_tensor_assigned_stays_valid_even_if_the_write_is_pending():
+  """assign keeps the buffer: no error, and a write still pending at the call runs first."""
+  w = Tensor([0.0]).realize()
+
+  @TinyJit
+  def f(): return w * 2
+  out = []
+  for i in range(5):
+    w.assign(Tensor([float(i)]))  # not realized
+    out.append(f().item())
+  assert out == [0.0, 2.0, 4.0, 6.0, 8.0]
+
+
+def test_tensor_rebound_inside_the_function_raises_at_capture():
+  """`state = state + x` inside: every replay would read the state of the capture."""
+  box = {"h": Tensor([0.0]).realize()}
+
+  @TinyJit
+  def f(x):
+    box["h"] = (box["h"] + x).realize()
+    return box["h"]
+  f(Tensor([1.0]))
+  with pytest.raises(JitError, match="while the function was being captured"): f(Tensor([1.0]))
+
+
+def test_keyword_argument_order_does_not_matter():
+  @TinyJit
+  def f(first, second): return first - second
+  for i in range(3):
+    assert f(second=Tensor([1.0]), first=Tensor([float(i)])).tolist() == [i - 1.0]
+    assert f(first=Tensor([float(i)]), second=Tensor([1.0])).tolist() == [i - 1.0]
+
+
+def test_results_realized_inside_or_left_lazy_replay_alike():
+  @TinyJit
+  def f(a, b): return a + b, (a * b).realize()
+  for i in range(4):
+    s, p = f(Tensor([float(i)]), Tensor([2.0]))
+    assert (s.tolist(), p.tolist()) == ([i + 2.0], [i * 2.0])

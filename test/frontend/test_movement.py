@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from unigrad import Tensor
+from unigrad.frontend.movement import place_basic
 from unigrad.dtype import dtypes
 from unigrad.uop import Ops
 
@@ -232,3 +233,16 @@ def test_pad_of_pad(device):
   left a bool Invalid in the load gate, and the load ran ungated out of bounds."""
   x = Tensor(np.arange(1, 6, dtype=np.int32), device=device)
   assert x.pad(((0, 1),)).pad(((2, 0),)).tolist() == [0, 0, 1, 2, 3, 4, 5, 0]
+
+
+def test_place_basic_is_numpy_setitem_of_a_view():
+  """place_basic (the value of a setitem on a tensor of an autograd graph) for ints, negative
+  and stepped slices, None, Ellipsis and an empty slice."""
+  a = np.arange(60, dtype=np.float32).reshape(3, 4, 5)
+  for idx in [-1, (slice(1, 3), slice(None, None, 2)), (None, 1, slice(4, 0, -1)),
+              (Ellipsis, slice(None, None, -2)), (slice(None, None, 2), None, 2, slice(1, 5, 3)),
+              (slice(2, 2),)]:
+    want = a.copy()
+    w = -1 - np.arange(want[idx].size, dtype=np.float32).reshape(want[idx].shape)
+    want[idx] = w
+    np.testing.assert_array_equal(place_basic(Tensor(a), idx, Tensor(w)).numpy(), want)

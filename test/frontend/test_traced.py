@@ -78,7 +78,8 @@ def test_traced_op_under_no_grad_gives_a_detached_result():
   x = Tensor(rnd(3), requires_grad=True)
   with Tensor.no_grad(): y = x.gelu()
   assert y.uop.op is Ops.DETACH
-  with pytest.raises(RuntimeError, match="does not require grad"): y.sum().backward()
+  y.sum().backward()  # y (requires_grad None) gets a gradient of its own, x none
+  assert x.grad is None and y.grad is not None
 
 
 def test_tensors_it_cannot_trace_take_the_op_itself():

@@ -1,6 +1,7 @@
 """nn.optim.lr_scheduler: the rate sequences of torch.optim.lr_scheduler, step by step."""
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -81,12 +82,16 @@ def test_scheduled_rate_reaches_a_jitted_step():
   assert seen == pytest.approx([1.0, 0.5, 0.25, 0.125])
 
 
+class _NoMomentum(nn.optim.Optimizer):
+  def __init__(self): super().__init__([Tensor.zeros(1).contiguous().requires_grad_()], 0.1)
+
+
 def test_onecycle_bad_input():
   ug, _ = _pair()
   with pytest.raises(ValueError, match="total_steps"):
     ug_sched.OneCycleLR(ug, max_lr=0.1)
-  with pytest.raises(NotImplementedError, match="cycle_momentum"):
-    ug_sched.OneCycleLR(ug, max_lr=0.1, total_steps=10, cycle_momentum=True)
+  with pytest.raises(ValueError, match="momentum or beta1"):
+    ug_sched.OneCycleLR(_NoMomentum(), max_lr=0.1, total_steps=10)
   s = ug_sched.OneCycleLR(ug, max_lr=0.1, total_steps=2)
   s.step()
   s.step()
@@ -101,3 +106,57 @@ def test_scheduler_over_optimizer_group():
   s.step()
   assert s.get_last_lr() == pytest.approx([0.05, 0.02])
   assert math.isclose(b.lr.item(), 0.02, rel_tol=1e-6)
+
+
+# ---- OneCycleLR(cycle_momentum=True), PyTorch's default: momentum / beta1 cycled too ----
+
+def _params_under_onecycle(opt_name: str, steps: int = 6, three_phase: bool = False):
+  """Each step's parameters (ours, torch's) for an optimizer under OneCycleLR with momentum
+  cycling, from the same start and gradients."""
+  rng = np.random.default_rng(7)
+  w0, grads = rng.standard_normal(3).astype(np.float32), rng.standard_normal((steps, 3))
+  w, tw = Tensor(w0).requires_grad_(), torch.tensor(w0, requires_grad=True)
+  if opt_name == "adam":
+    opt, topt = nn.optim.Adam([w], lr=0.01), torch.optim.Adam([tw], lr=0.01)
+  else:
+    opt, topt = nn.optim.SGD([w], lr=0.01), torch.optim.SGD([tw], lr=0.01)
+  kw = dict(max_lr=0.1, total_steps=steps, pct_start=0.4, three_phase=three_phase)
+  sched, tsched = ug_sched.OneCycleLR(opt, **kw), torch.optim.lr_scheduler.OneCycleLR(topt, **kw)
+  ours, theirs = [], []
+  for g in grads.astype(np.float32):
+    w.grad, tw.grad = Tensor(g), torch.tensor(g)
+    opt.step(), topt.step()
+    sched.step(), tsched.step()
+    ours.append(w.numpy().copy()), theirs.append(tw.detach().numpy().copy())
+  return np.array(ours), np.array(theirs)
+
+
+@pytest.mark.parametrize("opt_name,three_phase", [("adam", False), ("sgd", False), ("sgd", True)])
+def test_onecycle_cycle_momentum_matches_pytorch_parameter_sequence(opt_name, three_phase):
+  """Adam's b1 (with PyTorch's bias correction 1 - b1**t of each step's b1) or SGD's momentum
+  (an SGD made without momentum gets buffers, as PyTorch's does) follow PyTorch's."""
+  ours, theirs = _params_under_onecycle(opt_name, three_phase=three_phase)
+  np.testing.assert_allclose(ours, theirs, atol=1e-6, rtol=1e-6)
+
+
+def test_cycled_momentum_reaches_a_jitted_step():
+  """b1 is a 0-d tensor: a TinyJit replay reads the value the schedule wrote (no recompile)."""
+  w = Tensor([1.0, -2.0]).contiguous().requires_grad_()
+  tw = torch.tensor([1.0, -2.0], requires_grad=True)
+  opt, topt = nn.optim.Adam([w], lr=0.01), torch.optim.Adam([tw], lr=0.01)
+  sched = ug_sched.OneCycleLR(opt, max_lr=0.1, total_steps=6)
+  tsched = torch.optim.lr_scheduler.OneCycleLR(topt, max_lr=0.1, total_steps=6)
+
+  @TinyJit
+  def step():
+    opt.zero_grad()
+    (w * w).sum().backward()
+    opt.step()
+  for _ in range(5):
+    step()
+    topt.zero_grad()
+    (tw * tw).sum().backward()
+    topt.step()
+    sched.step(), tsched.step()
+    np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), atol=1e-6, rtol=1e-6)
+  assert opt.b1.item() == pytest.approx(topt.param_groups[0]["betas"][0], rel=1e-6)

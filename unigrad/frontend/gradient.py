@@ -30,7 +30,9 @@ from typing import TYPE_CHECKING, Any
 
 from unigrad.dtype import DType, dtypes
 from unigrad import engine
+from unigrad.frontend import implicit_grads
 from unigrad.frontend.elementwise import compose_cos
+from unigrad.frontend.live import all_tensors
 from unigrad.knobs import TRAINING
 from unigrad.schedule.function import body_params, param_like
 from unigrad.uop import NodeMap, Ops, PatternMatcher, ReduceArg, UOp, UPat, shape_uop, sint
@@ -448,6 +450,14 @@ _leaves: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary(
 _leaves_lock = threading.Lock()  # other threads add leaves while backward() lists them
 
 
+def _implicit_targets(nodes: dict[UOp, None]) -> list[Tensor]:
+  """The live float tensors in `nodes` whose requires_grad is None (tinygrad's default; a
+  realized one is in `nodes` only without a history, as an input batch: the backward reaches
+  the graph that computed one with a history, and that graph's tensors)."""
+  return [t for t in all_tensors.alive() if t.uop in nodes and
+          t.__dict__.get("_requires_grad") is None and dtypes.is_float(t.uop.dtype)]
+
+
 def in_autograd_graph(u: UOp) -> bool:
   """Whether a gradient can flow from `u` to a live tensor that requires grad (in PyTorch's
   words: `u` has a grad_fn or is such a leaf): never under no_grad, for a detached or non-float
@@ -490,7 +500,7 @@ def _like_creator(name: str) -> Callable[..., Tensor]:
 class GradientMixin:
   """Autograd: requires_grad, backward, gradient, contiguous_backward, no_grad, train."""
   uop: UOp
-  grad: Tensor | None
+  grad: Tensor | None = implicit_grads.ImplicitGrad(compute_gradient)  # type: ignore[assignment]
 
   @property
   def training(self) -> bool: return bool(TRAINING.value)
@@ -569,22 +579,31 @@ class GradientMixin:
 
   def backward(self, gradient: Tensor | None = None) -> Tensor:
     """Accumulate d(self)/d(t) into `.grad` (a lazy sum, like PyTorch's accumulation) of every
-    live tensor self depends on whose `requires_grad` is True (PyTorch's rule; tinygrad's
-    default None gets none: see docs/api.md). When the only paths are through comparisons, the
-    tensors get zeros (tinygrad) where PyTorch raises. A `.grad` nobody reads is never computed.
-    Returns self. `loss.backward(); w.grad.numpy()`"""
+    live tensor self depends on whose `requires_grad` is True (PyTorch's rule), and give one to
+    every float tensor it depends on whose `requires_grad` is None (tinygrad's default), kept
+    lazily until `.grad` is read (frontend/implicit_grads.py); False gets none. When the only
+    paths are through comparisons, the tensors get zeros (tinygrad) where PyTorch raises. A
+    `.grad` nobody reads is never computed. Returns self. `loss.backward(); w.grad.numpy()`"""
     with _leaves_lock: live = list(_leaves.values())
     root = engine.with_history(self.uop, {t.uop: None for t in live})
     nodes = root.toposort()
     targets = [t for t in live if t.uop in nodes]
-    grads = compute_gradient(root, self._root_grad(gradient), [t.uop for t in targets], True)
-    if not grads:
+    implicit = [t for t in _implicit_targets(nodes) if t is not self]
+    root_grad = self._root_grad(gradient)
+    grads = compute_gradient(root, root_grad, [t.uop for t in targets], True)
+    if not grads and not implicit:
       raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn: "
-                         "no tensor with requires_grad=True is reached by a differentiable path")
+                         "no float tensor whose requires_grad is not False is reached by a "
+                         "differentiable path")
     for t in targets:
       if (g := grads.get(t.uop)) is None: continue
       if t.grad is None: t.grad = t._wrap(g)
       else: t.grad.uop = detach_if_no_grad(t.grad.uop + g)
+    for t in implicit:  # differentiated when `.grad` is read (frontend/implicit_grads.py)
+      if (own := t.__dict__.get("grad")) is None:
+        implicit_grads.keep(t, implicit_grads.Recipe(root, root_grad, t.uop))
+      elif (g := compute_gradient(root, root_grad, [t.uop]).get(t.uop)) is not None:
+        own.uop = detach_if_no_grad(own.uop + g)  # a .grad read before: accumulated now
     return self  # type: ignore[return-value]
 
   @classmethod

@@ -32,7 +32,8 @@ from unigrad.dtype import DType, dtypes
 from unigrad import engine
 from unigrad.frontend.composite import reversed_order, axis_to_last, is_nan
 from unigrad.frontend.dtypes import check_int_value
-from unigrad.frontend.movement import canonical_axis, getitem_basic
+from unigrad.frontend.gradient import in_autograd_graph
+from unigrad.frontend.movement import canonical_axis, getitem_basic, place_basic
 from unigrad.frontend.reduce import host_values as _host_values
 from unigrad.uop import Ops
 from unigrad.uop.properties import broadcast_shapes
@@ -346,9 +347,32 @@ def _flatten_advanced(y: Tensor, adv: list[tuple[int, Index]]) -> Flat:
   return Flat(x, lin.flatten(), [*axes, *rest], tuple(b_shape), axes[0] if adjacent else 0)
 
 
-def _set_masked(t: Tensor, mask: Tensor, v: Tensor) -> None:
-  """t[mask] = v in O(numel): each selected element reads the value row of its rank among the
-  selected ones (counted on the host) with the direct gather."""
+def _set_value(t: Tensor, idx: Any, v: Tensor) -> Tensor:
+  """t with t[idx] = v, as a new lazy value (nothing is written)."""
+  items = _normalize(idx, t)
+  if len(items) == 1 and _is_mask(items[0]) and items[0].ndim > 0:
+    return _masked_value(t, items[0], v)
+  plan = _plan(t, idx)
+  y = getitem_basic(t, tuple(plan.basic))
+  new = _broadcast_value(v, tuple(y.shape)) if not plan.adv else _advanced_value(y, plan, v)
+  return place_basic(t, tuple(plan.basic), new)
+
+
+def _advanced_value(y: Tensor, plan: Plan, v: Tensor) -> Tensor:
+  """y with its advanced-indexed positions (plan.adv, on y's axes) set to v: a one-hot scatter of
+  the source positions, the last write winning, read back with the direct gather."""
+  flat = _flatten_advanced(y, plan.adv)
+  n, k = flat.lin.shape[0], flat.x.shape[0]
+  src = flat.from_result(_broadcast_value(v, flat.result_shape))
+  lin = flat.lin.reshape(n, *[1] * len(flat.rest))
+  new, written = _scattered(k, 0, lin, src).last(v.reshape(()) if v.numel() == 1 else None)
+  new = written.where(new, flat.x).reshape(*[y.shape[a] for a in flat.order])
+  return new.permute(*[flat.order.index(a) for a in range(y.ndim)])
+
+
+def _masked_value(t: Tensor, mask: Tensor, v: Tensor) -> Tensor:
+  """t with t[mask] = v in O(numel): each selected element reads the value row of its rank among
+  the selected ones (counted on the host) with the direct gather."""
   _check_mask(t, mask, 0, 0)
   ranks, count = _mask_ranks(mask)
   rest = tuple(t.shape[mask.ndim:])
@@ -358,7 +382,7 @@ def _set_masked(t: Tensor, mask: Tensor, v: Tensor) -> None:
   if v.ndim <= len(rest): new = _broadcast_value(v, rest)
   else: new = take_rows(rows, ranks).reshape(*t.shape)
   selected = ranks.reshape(*mask.shape, *[1] * len(rest)) >= 0
-  t.assign(selected.where(new, t)).realize()
+  return selected.where(new, t)
 
 
 def _check_in_place(t: Tensor) -> None:
@@ -475,26 +499,25 @@ class IndexingMixin:
     buffer, now (a lazy tensor first gets a buffer of its own). Writing through a view writes the
     viewed buffer. Basic indices store into the view; a lone bool mask costs O(numel) (a direct
     read per element); other advanced indices cost O(N) direct stores of the index positions (N
-    indices) and an O(numel) pass; repeated indices: the last one wins.
-    `x[1:, [0, 2]] = 0`"""
+    indices) and an O(numel) pass; repeated indices: the last one wins. On a tensor of an
+    autograd graph (computed from a tensor that requires grad, or given such a value) nothing is
+    written: the tensor takes the new value lazily, whose gradient is PyTorch's (the written
+    positions' gradient goes to `value`, the others' to the old value; a use of the tensor made
+    before the write keeps the old value and its gradient). `x[1:, [0, 2]] = 0`"""
     _check_in_place(self)
     v = _value_for(self, value)
+    if in_autograd_graph(self.uop) or in_autograd_graph(v.uop):
+      self.uop = _set_value(self, idx, v).uop
+      return
     _own_storage(self)
     items = _normalize(idx, self)
     if len(items) == 1 and _is_mask(items[0]) and items[0].ndim > 0:
-      return _set_masked(self, items[0], v)
+      self.assign(_masked_value(self, items[0], v)).realize()
+      return
     plan = _plan(self, idx)
     y = getitem_basic(self, tuple(plan.basic))
-    if not plan.adv:
-      y.assign(_broadcast_value(v, tuple(y.shape))).realize()
-      return
-    flat = _flatten_advanced(y, plan.adv)
-    n, k = flat.lin.shape[0], flat.x.shape[0]
-    src = flat.from_result(_broadcast_value(v, flat.result_shape))
-    lin = flat.lin.reshape(n, *[1] * len(flat.rest))
-    new, written = _scattered(k, 0, lin, src).last(v.reshape(()) if v.numel() == 1 else None)
-    new = written.where(new, flat.x).reshape(*[y.shape[a] for a in flat.order])
-    y.assign(new.permute(*[flat.order.index(a) for a in range(y.ndim)])).realize()
+    new = _broadcast_value(v, tuple(y.shape)) if not plan.adv else _advanced_value(y, plan, v)
+    y.assign(new).realize()
 
   def gather(self, dim: int, index: Tensor) -> Tensor:
     """out[i][j][k] = self[i][index[i][j][k]][k] for dim=1 (PyTorch's gather): index has self's

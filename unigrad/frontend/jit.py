@@ -8,6 +8,15 @@ engine/jit.py). What a replay does and does not repeat:
   the replay swaps its buffer in for the one the capture saw. An input is a value: the function
   sees its buffer, not the graph that computed it (autograd inside does not reach through a
   gathered `X[idx]` to X).
+- Tensors from outside the function (weights, globals, closures) are bound at capture: the
+  replay reads and writes the buffers they held then. Change their values with `assign` (a
+  write still pending when the jit is called runs first); a captured tensor rebound to a new
+  Tensor (`w = Tensor(...)`), deleted, or `replace`d, after the capture or by the function
+  itself while it was captured, raises `JitError` naming its shape and dtype, instead of the
+  replay silently reading the old buffer (a capture cannot see names, only that no tensor holds
+  the buffer any more: one still held elsewhere, say by an optimizer, is not noticed). A
+  captured tensor that is still lazy (never realized) is part of the captured graph: realize
+  it before the first call.
 - Side effects on buffers (optimizer `assign`s, BatchNorm running statistics) repeat: the kernels
   that wrote them are replayed.
 - Random numbers: each replay draws fresh numbers exactly as an eager call would (the capture
@@ -22,7 +31,7 @@ engine/jit.py). What a replay does and does not repeat:
 - A new input signature (shapes, dtypes, devices, non-Tensor argument values, `Tensor.training`)
   starts over for that signature (an eager call, then a capture); the last `JIT_CAPTURES`
   signatures are kept. A different number or kind of arguments (a Tensor where the first call
-  had another type) raises `JitError`.
+  had another type) raises `JitError`; keyword arguments may come in any order.
 - Symbolic shapes: a bound `Variable` passed as an argument or in an input's shape is part of
   the program, not of the signature: a new value replays the same kernels with the value passed
   at launch (no recompile, no recapture).
@@ -32,13 +41,14 @@ engine/jit.py). What a replay does and does not repeat:
   `numpy()` shares the buffer: `.numpy().copy()`), or clones them inside it
   (`.clone().realize()`). A capture records only its own thread's launches: other threads may
   realize and read values meanwhile.
-- `jit.reset()` forgets every capture (needed if a captured tensor's storage was replaced, e.g.
-  by `Tensor.replace`). `JIT=0` runs the function eagerly on every call.
+- `jit.reset()` forgets every capture (after rebinding a captured tensor on purpose). `JIT=0`
+  runs the function eagerly on every call.
 """
 from __future__ import annotations
 
 import functools
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,12 +59,13 @@ from unigrad.engine.capture import capture, is_capturing
 from unigrad.engine.jit import CapturedProgram
 from unigrad.frontend.function import (TensorLeaf, flatten_tensors, structure_key,
                                        tensor_signature, unflatten_tensors)
+from unigrad.frontend import writes
 from unigrad.frontend.tensor import Tensor, all_tensors, realize_stale_values
 from unigrad.helpers import bounded_put
 from unigrad.knobs import JIT, JIT_CAPTURES
 from unigrad.schedule.callify import buffer_base
 from unigrad.uop import UOp
-from unigrad.uop.variable import bound_values, unbind_values, variables
+from unigrad.uop.variable import bound_values, shape_str, unbind_values, variables
 
 __all__ = ["TinyJit", "JitError"]
 
@@ -75,6 +86,34 @@ class Entry:
   out_reads_input: tuple[bool, ...] = ()  # per result: does its view read an input's buffer
   owned: frozenset = frozenset()  # the Buffers of the results a replay writes (not inputs')
   written: dict[UOp, None] = field(default_factory=dict)  # the buffers its assigns write
+  outside: list[OutsideBuffer] = field(default_factory=list)  # captured tensors' buffers
+  watch: list[tuple[weakref.ref, UOp]] = field(default_factory=list)  # one holder of each
+
+
+@dataclass
+class OutsideBuffer:
+  """A buffer the captured program uses that belonged to tensors made outside the function (a
+  weight, a global): a replay uses this very buffer, so one of `holders` (weak references, each
+  with the node it held) must still hold it. None does after `W = Tensor(...)` rebound the name,
+  `del`, or `W.replace(...)`: the replay would silently read the old value."""
+  buffer: Any
+  holders: list[tuple[weakref.ref, UOp]]
+  desc: str  # shape and dtype, for the error
+
+  def is_held(self) -> bool:
+    for ref, u in self.holders:
+      if (t := ref()) is None: continue
+      if t.uop is u: return True
+      if (b := buffer_base(t.uop)) is not None and engine.buffer_of(b).base is self.buffer:
+        return True
+    return False
+
+  def first_holder(self) -> tuple[weakref.ref, UOp]:
+    """A holder that still holds the buffer, with the node it holds now."""
+    for ref, _ in self.holders:
+      if (t := ref()) is not None and (b := buffer_base(t.uop)) is not None and \
+         engine.buffer_of(b).base is self.buffer: return ref, t.uop
+    raise AssertionError("first_holder of a buffer no tensor holds")
 
 
 class TinyJit:
@@ -113,6 +152,8 @@ class TinyJit:
     with self.lock: return self._call(args, kwargs)
 
   def _call(self, args: tuple, kwargs: dict[str, Any]) -> Any:
+    if writes.pending: Tensor.realize_all()  # an assign to a captured tensor lands before the call
+    kwargs = dict(sorted(kwargs.items()))  # keyword order is no part of the signature
     found: dict[int, Tensor] = {}
     tree = flatten_tensors((args, kwargs), found)
     self._check_skeleton(tree)
@@ -123,7 +164,9 @@ class TinyJit:
     entry = self.entries.pop(key, None) or Entry()
     bounded_put(self.entries, key, entry, max(1, int(JIT_CAPTURES)))  # most recently used last
     entry.calls += 1
-    if entry.program is not None: return _replay(entry, inputs, var_vals)
+    if entry.program is not None:
+      self._check_outside(entry, "since the capture")
+      return _replay(entry, inputs, var_vals)
     inputs = [_as_value(t) for t in inputs]  # the function sees each input as a value
     call_args, call_kwargs = unflatten_tensors(tree, inputs)
     if entry.calls == 1: return _realized(self.fxn(*call_args, **call_kwargs))
@@ -131,12 +174,17 @@ class TinyJit:
 
   def _capture(self, entry: Entry, inputs: list[Tensor], call_args: Any, call_kwargs: Any) -> Any:
     """Run the function once more, recording its launches into `entry`'s program."""
+    before = all_tensors.alive()
     with capture() as cap:
-      cap.before = {t.uop: None for t in all_tensors.alive()}
+      cap.before = {t.uop: None for t in before}
+      start, refs = _held_buffers(before), [weakref.ref(t) for t in before]
+      del before  # the function may drop them: a name rebound inside it is checked below
       result = _realized(self.fxn(*call_args, **call_kwargs))
     entry.written = cap.written
     entry.program = CapturedProgram.from_capture(cap, [engine.buffer_of(t.uop) for t in inputs])
     entry.input_nodes = tuple(buffer_base(t.uop) for t in inputs)
+    entry.outside = self._outside_buffers(entry.program, inputs, start, refs)
+    entry.watch = [ob.first_holder() for ob in entry.outside]
     outs: dict[int, Tensor] = {}
     entry.out_tree = flatten_tensors(result, outs)
     entry.out_uops = tuple((t.uop, t.device) for t in outs.values())
@@ -147,15 +195,64 @@ class TinyJit:
                             if not reads and buffer_base(t.uop) is not None)
     return result
 
+  def _outside_buffers(self, program: CapturedProgram, inputs: list[Tensor],
+                       start: dict[Any, list[tuple[weakref.ref, UOp]]],
+                       refs: list[weakref.ref]) -> list[OutsideBuffer]:
+    """The buffers `program` uses that tensors from outside the function hold (`refs`, the
+    tensors live when the capture began, and `start`, their buffers then), inputs aside (a
+    replay swaps those). A buffer of `start` whose every holder died during the capture was
+    rebound inside the function (`self.h = self.h + x`): each replay would read its old value."""
+    used = {b.base for b in program.args} - {engine.buffer_of(t.uop).base for t in inputs}
+    for buf, holders in start.items():
+      if buf in used and all(ref() is None for ref, _ in holders):
+        self._rebound(_describe_node(holders[0][1]), "while the function was being captured")
+    alive = [t for r in refs if (t := r()) is not None]
+    return [OutsideBuffer(buf, holders, _describe_node(holders[0][1]))
+            for buf, holders in _held_buffers(alive).items() if buf in used]
+
+  def _check_outside(self, entry: Entry, when: str) -> None:
+    """Every captured outside tensor's buffer is still held by a tensor that held it (see
+    OutsideBuffer), else JitError: the replay would read the buffer of a tensor that is gone."""
+    for ref, u in entry.watch:  # the fast path: the first holder of each buffer is unchanged
+      if (t := ref()) is None or t.uop is not u: break
+    else: return
+    for ob in entry.outside:
+      if not ob.is_held(): self._rebound(ob.desc, when)
+    entry.watch = [ob.first_holder() for ob in entry.outside]
+
+  def _rebound(self, desc: str, when: str) -> None:
+    self.entries.clear()  # nothing captured can be trusted to read the right buffers
+    raise JitError(f"TinyJit({self._name}): a tensor from outside the function ({desc}) that the "
+                   f"captured kernels use was rebound, deleted or replaced {when} (`w = "
+                   "Tensor(...)` instead of `w.assign(...)`); a replay would keep using its old "
+                   "buffer. Write new values with assign(), pass the tensor as an argument, or "
+                   "call reset() after rebinding it")
+
+  @property
+  def _name(self) -> str: return getattr(self.fxn, "__name__", "function")
+
   def _check_skeleton(self, tree: Any) -> None:
     """The arguments' kinds (Tensor or not, counts, keyword names) must match the first call."""
     skel = _skeleton(tree)
     if self.skeleton is None: self.skeleton = skel
     if skel == self.skeleton: return
     where = _first_difference(self.skeleton, skel, "arguments")
-    raise JitError(f"TinyJit({getattr(self.fxn, '__name__', 'function')}): {where}; a jitted "
+    raise JitError(f"TinyJit({self._name}): {where}; a jitted "
                    "function must be called with the same number and kind of arguments (call "
                    "reset() to start over)")
+
+
+def _held_buffers(tensors: list[Tensor]) -> dict[Any, list[tuple[weakref.ref, UOp]]]:
+  """The device Buffer of each realized single-device tensor of `tensors`, with (a weak
+  reference to the tensor, its node) for each tensor holding it."""
+  held: dict[Any, list[tuple[weakref.ref, UOp]]] = {}
+  for t in tensors:
+    if (b := buffer_base(t.uop)) is None or not engine.is_realized(t.uop): continue
+    held.setdefault(engine.buffer_of(b).base, []).append((weakref.ref(t), t.uop))
+  return held
+
+
+def _describe_node(u: UOp) -> str: return f"shape {shape_str(u.shape)}, {u.dtype!r}"
 
 
 def _prepare(inputs: list[Tensor]) -> list[Tensor]:

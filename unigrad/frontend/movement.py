@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from unigrad.dtype import dtypes
@@ -324,8 +325,25 @@ def _slice_window(it: slice, size: int) -> tuple[int, int, int]:
   return (start if step > 0 else start + (n - 1) * step) if n else 0, n, step
 
 
-def getitem_basic(t: Tensor, idx: Any) -> Tensor:
-  """Apply ints, slices, None and Ellipsis as shrink/flip/reshape views."""
+@dataclass(frozen=True)
+class BasicView:
+  """What getitem_basic applies, in order: a shrink to `bounds` per axis, a flip of the axes in
+  `flips`, every `steps[i]`-th element, then a reshape to `out_shape` (ints drop an axis, None
+  adds one)."""
+  bounds: tuple[tuple[sint, sint], ...]
+  flips: tuple[bool, ...]
+  steps: tuple[int, ...]
+  out_shape: tuple[sint, ...]
+
+  @property
+  def strided_shape(self) -> tuple[sint, ...]:
+    """The shape before the final reshape (each indexed axis kept, None axes absent)."""
+    return tuple(-(-(hi - lo) // k) if k > 1 else hi - lo
+                 for (lo, hi), k in zip(self.bounds, self.steps))
+
+
+def basic_view(t: Tensor, idx: Any) -> BasicView:
+  """The view ops of ints, slices, None and Ellipsis on `t` (bounds checked here)."""
   items = _expand_ellipsis(idx if isinstance(idx, tuple) else (idx,), t.ndim)
   bounds, flips, steps, out_shape, axis = [], [], [], [], 0
   for it in items:
@@ -353,10 +371,47 @@ def getitem_basic(t: Tensor, idx: Any) -> Tensor:
       bounds.append((lo, lo + (n - 1) * abs(step) + 1 if n else lo))
       flips.append(step < 0); steps.append(abs(step)); out_shape.append(n)  # noqa: E702
     axis += 1
-  x = t.shrink(tuple(bounds)) if bounds else t
-  if any(flips): x = x.flip(*[i for i, f in enumerate(flips) if f])
-  if any(s > 1 for s in steps): x = _strided(x, steps)
-  return x.reshape(*out_shape)
+  return BasicView(tuple(bounds), tuple(flips), tuple(steps), tuple(out_shape))
+
+
+def getitem_basic(t: Tensor, idx: Any) -> Tensor:
+  """Apply ints, slices, None and Ellipsis as shrink/flip/reshape views."""
+  v = basic_view(t, idx)
+  x = t.shrink(v.bounds) if v.bounds else t
+  if any(v.flips): x = x.flip(*[i for i, f in enumerate(v.flips) if f])
+  if any(s > 1 for s in v.steps): x = _strided(x, list(v.steps))
+  return x.reshape(*v.out_shape)
+
+
+def place_basic(t: Tensor, idx: Any, w: Tensor) -> Tensor:
+  """`t` with the elements getitem_basic(t, idx) views replaced by `w` (of the view's shape), as
+  a new value (the transpose of each view op puts `w` in place: pad for shrink, flip, a padded
+  reshape for steps; a mask placed the same way picks it). Differentiable in `t` and `w`."""
+  v = basic_view(t, idx)
+  mask = type(t).full(tuple(w.shape), True, dtypes.bool, t.device)
+  return _unview(mask, v, t).where(_unview(w, v, t), t)
+
+
+def _unview(w: Tensor, v: BasicView, t: Tensor) -> Tensor:
+  """The transpose of getitem_basic's ops: `w` (the view's shape) at its place in t's shape,
+  zeros (False) elsewhere."""
+  x = w.reshape(*v.strided_shape, *t.shape[len(v.bounds):])
+  for ax, ((lo, hi), k) in enumerate(zip(v.bounds, v.steps)):
+    if k > 1: x = _unstride(x, ax, k, hi - lo)
+  if any(v.flips): x = x.flip(*[i for i, f in enumerate(v.flips) if f])
+  if not v.bounds: return x
+  return x.pad([(lo, s - hi) for (lo, hi), s in zip(v.bounds, t.shape)] +
+               [(0, 0)] * (t.ndim - len(v.bounds)))
+
+
+def _unstride(x: Tensor, ax: int, k: int, size: sint) -> Tensor:
+  """Axis `ax` of x spread to every k-th of `size` positions (zeros between): _strided's
+  transpose."""
+  n = x.shape[ax]
+  x = x.unsqueeze(ax + 1)
+  x = x.pad([(0, 0)] * (ax + 1) + [(0, k - 1)] + [(0, 0)] * (x.ndim - ax - 2)).flatten(ax, ax + 1)
+  return x.shrink(tuple((0, size) if a == ax else (0, d) for a, d in enumerate(x.shape))) \
+    if n * k != size else x
 
 
 def _is_symbolic_item(it: Any, size: sint) -> bool:

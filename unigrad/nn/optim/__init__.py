@@ -5,8 +5,9 @@ An optimizer builds the whole update of a step lazily: new moments are written w
 (so their buffers are updated in place), then every parameter is assigned `p - update`, and one
 `Tensor.realize_all` runs parameters and optimizer state together, so a step compiles to a few
 fused kernels and replays from the schedule cache on the next step. Hyperparameters that change
-during training (`lr`) are 0-d tensors, so changing them (`opt.lr.assign(Tensor(0.1))`) does not
-recompile anything.
+during training (`lr`, SGD's `momentum`, Adam's `b1` and `b2`: lr_scheduler's OneCycleLR cycles
+them) are 0-d tensors, so changing them (`opt.lr.assign(Tensor(0.1))`) does not recompile
+anything, and a TinyJit replay reads the new value.
 
 Deviations from tinygrad: `Adam` takes `weight_decay` (coupled L2, as in PyTorch's Adam);
 parameters whose `.grad` is None are skipped in a step (as in PyTorch); Muon decays weights
@@ -130,13 +131,19 @@ class LARS(Optimizer):
                tcoef: float = 0.001, ns_params: tuple[float, ...] | None = None,
                ns_steps: int = 5) -> None:
     super().__init__(params, lr)
-    self.momentum, self.wd, self.nesterov, self.classic = momentum, weight_decay, nesterov, classic
+    # a 0-d tensor like lr: a new value (OneCycleLR's cycle_momentum) recompiles nothing
+    self.momentum = Tensor(float(momentum), self.device, dtypes.float32)
+    self.wd, self.nesterov, self.classic = weight_decay, nesterov, classic
     self.tcoef, self.ns_params, self.ns_steps = tcoef, ns_params, ns_steps
     if ns_params is not None and any(p.ndim == 0 for p in self.params):
       raise ValueError("Muon needs parameters with at least one dim (use AdamW for scalars)")
     if ns_params is not None and classic:
       raise ValueError("Muon with classic momentum would orthogonalize away the learning rate")
     self.b = self._new_state() if momentum else []
+
+  def use_momentum(self) -> None:
+    """Keep momentum buffers from now on (made with momentum 0, a schedule sets it later)."""
+    if not self.b: self.b = self._new_state()
 
   def _step(self, idx: list[int], grads: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
     out = []
@@ -145,7 +152,7 @@ class LARS(Optimizer):
       r: Tensor | float = self._ratio(w, g) if self.tcoef else 1.0
       if self.wd and self.ns_params is None: g = g + self.wd * w
       if self.classic: g = g * r * self.lr
-      if self.momentum:
+      if self.b:
         self.b[i].assign((self.momentum * self.b[i] + g).cast(self.b[i].dtype))
         g = g + self.momentum * self.b[i] if self.nesterov else self.b[i]
       if self.ns_params is not None: g = self._orthogonalized(g, w)
@@ -187,14 +194,18 @@ class LAMB(Optimizer):
                b2: float = 0.999, eps: float = 1e-6, weight_decay: float = 0.0, adam: bool = False,
                decoupled: bool = True) -> None:
     super().__init__(params, lr)
-    self.b1, self.b2, self.eps, self.wd, self.adam = b1, b2, eps, weight_decay, adam
-    self.decoupled = decoupled
+    # 0-d tensors like lr: a new b1 (OneCycleLR's cycle_momentum) recompiles nothing
+    self.b1, self.b2 = (Tensor(float(b), self.device, dtypes.float32) for b in (b1, b2))
+    self.eps, self.wd, self.adam, self.decoupled = eps, weight_decay, adam, decoupled
+    self.t = Tensor(0.0, self.device, dtypes.float32)  # the step count
+    # b1 ** t and b2 ** t with this step's b1 and b2, as PyTorch's bias corrections
     self.b1_t, self.b2_t = (Tensor(1.0, self.device, dtypes.float32) for _ in range(2))
     self.m, self.v = self._new_state(), self._new_state()
 
   def _step(self, idx: list[int], grads: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
-    self.b1_t.assign(self.b1_t * self.b1)
-    self.b2_t.assign(self.b2_t * self.b2)
+    self.t.assign(self.t + 1)
+    self.b1_t.assign(self.b1.pow(self.t))
+    self.b2_t.assign(self.b2.pow(self.t))
     out = []
     for i, g in zip(idx, grads):
       w, m, v = self.params[i].detach(), self.m[i], self.v[i]
@@ -204,13 +215,13 @@ class LAMB(Optimizer):
       # the new weight reads the moments as assigned: their writes come first
       out.append(_lamb_weight(w, m, v, self.b1_t, self.b2_t, self.lr, self.eps, self.wd,
                               self.adam, self.decoupled))
-    return out, [self.b1_t, self.b2_t, *self.m, *self.v]
+    return out, [self.t, self.b1_t, self.b2_t, *self.m, *self.v]
 
 
 # one parameter's step in two traced calls (about thirty ops per parameter and step)
 
 @traced
-def _adam_moments(w: Tensor, m: Tensor, v: Tensor, g: Tensor, b1: float, b2: float, wd: float,
+def _adam_moments(w: Tensor, m: Tensor, v: Tensor, g: Tensor, b1: Tensor, b2: Tensor, wd: float,
                   decoupled: bool) -> tuple[Tensor, Tensor]:
   """The new first and second moments of a parameter's gradient (L2 decay added first)."""
   if wd and not decoupled: g = g + wd * w

@@ -9,9 +9,8 @@ Python floats (`get_last_lr()`), so a step reads nothing back from the device.
   sched = nn.optim.lr_scheduler.StepLR(opt, step_size=30, gamma=0.1)
   for epoch in range(100): train(...); sched.step()
 
-Differences from PyTorch: `OneCycleLR` does not cycle momentum (`cycle_momentum=False` is the
-default and True raises): unigrad's optimizers compile their momentum into the step's kernels, so
-changing it every step would recompile them (and a TinyJit replay would not see it).
+`OneCycleLR(cycle_momentum=True)` (PyTorch's default) cycles SGD's `momentum` or Adam's `b1`
+the same way: they are 0-d tensors too.
 """
 from __future__ import annotations
 
@@ -21,7 +20,7 @@ from typing import Any
 
 from unigrad.dtype import dtypes
 from unigrad.frontend.tensor import Tensor
-from unigrad.nn.optim import Optimizer, OptimizerGroup
+from unigrad.nn.optim import LAMB, LARS, Optimizer, OptimizerGroup
 
 __all__ = ["LRScheduler", "StepLR", "LambdaLR", "CosineAnnealingLR", "OneCycleLR"]
 
@@ -141,7 +140,7 @@ class OneCycleLR(LRScheduler):
   def __init__(self, optimizer: Optimizer, max_lr: float | Sequence[float],
                total_steps: int | None = None, epochs: int | None = None,
                steps_per_epoch: int | None = None, pct_start: float = 0.3,
-               anneal_strategy: str = "cos", cycle_momentum: bool = False,
+               anneal_strategy: str = "cos", cycle_momentum: bool = True,
                base_momentum: float = 0.85, max_momentum: float = 0.95, div_factor: float = 25.0,
                final_div_factor: float = 1e4, three_phase: bool = False,
                last_epoch: int = -1) -> None:
@@ -159,11 +158,8 @@ class OneCycleLR(LRScheduler):
       raise ValueError(f"Expected float between 0 and 1 pct_start, but got {pct_start}")
     if anneal_strategy not in ("cos", "linear"):
       raise ValueError(f"anneal_strategy must be one of 'cos' or 'linear', got {anneal_strategy!r}")
-    if cycle_momentum:
-      raise NotImplementedError("OneCycleLR(cycle_momentum=True): unigrad's optimizers compile "
-                                "their momentum into the step, so it is not cycled (pass "
-                                "cycle_momentum=False)")
     self.total_steps, self.anneal_strategy = total_steps, anneal_strategy
+    points = _momentum_points(groups, cycle_momentum, base_momentum, max_momentum, three_phase)
     max_lrs = list(max_lr) if isinstance(max_lr, (list, tuple)) else [max_lr] * len(groups)
     if len(max_lrs) != len(groups):
       raise ValueError(f"expected {len(groups)} values for max_lr, got {len(max_lrs)}")
@@ -176,7 +172,28 @@ class OneCycleLR(LRScheduler):
       self.phases.append([(e, low[i], low[i + 1]) for i, e in enumerate(ends)])
       if last_epoch == -1:
         o.initial_lr, o.max_lr, o.min_lr = lo, hi, lo / final_div_factor  # type: ignore[attr-defined]
+    # per optimizer, the momentum's phases (end, start, to) when it is cycled
+    self.momenta = [[(e, m[i], m[i + 1]) for i, e in enumerate(ends)] for m in points]
     super().__init__(optimizer, last_epoch)
+
+  def step(self) -> None:
+    """Advance one step: the rate, and with cycle_momentum the momentum (SGD's `momentum`,
+    Adam's `b1`), as PyTorch's."""
+    super().step()
+    if not self.momenta: return
+    for o, phases in zip(self.groups, self.momenta):
+      m = self._at(phases, self.last_epoch)
+      target = o.b1 if isinstance(o, LAMB) else o.momentum  # type: ignore[attr-defined]
+      target.assign(Tensor(m, target.device, dtypes.float32)).realize()
+
+  def _at(self, phases: list[tuple[float, float, float]], t: int) -> float:
+    """The annealed value of `phases` ((end, start, to) each) at step t."""
+    begin = 0.0
+    for i, (end, start, to) in enumerate(phases):
+      if t <= end or i == len(phases) - 1:
+        return self._anneal(start, to, (t - begin) / (end - begin))
+      begin = end
+    raise AssertionError("no phase")
 
   def _anneal(self, start: float, end: float, pct: float) -> float:
     if self.anneal_strategy == "linear": return (end - start) * pct + start
@@ -187,12 +204,23 @@ class OneCycleLR(LRScheduler):
     if t > self.total_steps:
       raise ValueError(f"Tried to step {t} times. The specified number of total steps is "
                        f"{self.total_steps}")
-    out = []
-    for phases in self.phases:
-      begin = 0.0
-      for i, (end, start, to) in enumerate(phases):
-        if t <= end or i == len(phases) - 1:
-          out.append(self._anneal(start, to, (t - begin) / (end - begin)))
-          break
-        begin = end
-    return out
+    return [self._at(phases, t) for phases in self.phases]
+
+
+def _momentum_points(groups: list[Optimizer], cycle: bool, base: float | Sequence[float],
+                     top: float | Sequence[float], three_phase: bool) -> list[list[float]]:
+  """Per optimizer, the momentum at OneCycleLR's phase boundaries (max, base, max; three phases:
+  max, base, max, max), as PyTorch's; [] without cycle_momentum. An optimizer made without
+  momentum (SGD's momentum=0) gets its buffers, as PyTorch's SGD then uses one."""
+  if not cycle: return []
+  bases = list(base) if isinstance(base, (list, tuple)) else [base] * len(groups)
+  tops = list(top) if isinstance(top, (list, tuple)) else [top] * len(groups)
+  if len(bases) != len(groups) or len(tops) != len(groups):
+    raise ValueError(f"expected {len(groups)} values for base_momentum and max_momentum")
+  for o in groups:
+    if isinstance(o, LARS): o.use_momentum()
+    elif not isinstance(o, LAMB):
+      raise ValueError(f"optimizer must support momentum or beta1 with `cycle_momentum` option "
+                       f"enabled ({type(o).__name__} has neither; pass cycle_momentum=False)")
+  seq = (1, 0, 1, 1) if three_phase else (1, 0, 1)
+  return [[float((lo, hi)[k]) for k in seq] for lo, hi in zip(bases, tops)]
