@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from unigrad import Tensor, dtypes
+from unigrad.frontend.composite import CAT_FUSE_MAX
 
 RNG = np.random.default_rng(0)
 PY, CPU = "PYTHON", "CPU"
@@ -74,6 +75,28 @@ def test_cat_errors():
               tfn=lambda a, b: torch.cat([a, b]))
   raises_like(IndexError, lambda a, b: a.cat(b, dim=2), rnd(2, 3), rnd(2, 3),
               tfn=lambda a, b: torch.cat([a, b], 2))
+
+
+def test_a_cat_of_many_pieces_is_copied_once_not_fused_into_its_consumers():
+  """A cat of more than CAT_FUSE_MAX pieces is one copy kernel its consumer reads (fused, a
+  convolution over DenseNet's concatenated features was a reduce nest per piece, compiled again
+  in every consumer); a cat of few pieces still fuses. Values and gradients stay PyTorch's."""
+  many, few = [rnd(1, 2, 5, 5) for _ in range(CAT_FUSE_MAX + 2)], [rnd(1, 2, 5, 5)
+                                                                     for _ in range(CAT_FUSE_MAX)]
+  w = rnd(3, 2 * len(many), 3, 3)
+  assert len(Tensor.cat(*[Tensor(a, device=CPU) for a in few], dim=1).sum().schedule().src) == 1
+  assert len(Tensor.cat(*[Tensor(a, device=CPU) for a in many], dim=1).sum().schedule().src) == 2
+  nested = Tensor(many[0], device=CPU)  # ONNX's nested two-input Concats count as one cat
+  for a in many[1:]: nested = nested.cat(Tensor(a, device=CPU), dim=1)
+  assert len(nested.sum().schedule().src) == 2  # a copy at 5 pieces (then 2), then the sum
+  xs = [Tensor(a, device=CPU, requires_grad=True) for a in many]
+  out = Tensor.cat(*xs, dim=1).conv2d(Tensor(w, device=CPU))
+  tx = [torch.tensor(a, requires_grad=True) for a in many]
+  ref = F.conv2d(torch.cat(tx, 1), torch.tensor(w))
+  np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), atol=1e-4, rtol=1e-4)
+  out.square().sum().backward(), ref.square().sum().backward()
+  for x, t in zip(xs, tx):
+    np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), atol=1e-3, rtol=1e-4)
 
 
 @pytest.mark.parametrize("dim", [0, 1, 2, -1, -3])

@@ -25,6 +25,12 @@ if TYPE_CHECKING:
   from unigrad.uop import UOp
 
 PAD_MODES = ("constant", "reflect", "replicate", "circular")
+# a cat of more pieces (counting the pieces of a lazy cat it extends: ONNX exports DenseNet's
+# growing feature maps as nested two-input Concats) is made contiguous, one copy kernel: fused
+# into its consumers, each piece is a gated read of its own, and a consumer reducing over the
+# cat axis (a convolution over the concatenated features) became one reduce nest per piece, in
+# every consumer of every layer again
+CAT_FUSE_MAX = 4
 
 
 def _tensors(first: Any, others: tuple) -> list[Tensor]:
@@ -223,6 +229,10 @@ class CompositeMixin:
       piece, off = t.cast(dt).pad(pads), off + t.shape[d]
       inside = type(t).full(t.shape, True, dtypes.bool, t.device).pad(pads)
       out = piece if i == 0 else inside.where(piece, out)
+    if len(kept) == 1: return out
+    pieces = sum(t.__dict__.get("_cat_pieces", 1) for t in kept)
+    if pieces > CAT_FUSE_MAX: return out.contiguous()
+    out.__dict__["_cat_pieces"] = pieces  # (a lazy cat: a cat extending it counts them)
     return out
 
   def stack(self, *others: Tensor, dim: int = 0) -> Tensor:
