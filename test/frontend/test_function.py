@@ -1,4 +1,7 @@
 """@function: one FUNCTION node per call, traced once per signature, differentiable."""
+import gc
+import weakref
+
 import numpy as np
 import pytest
 import torch
@@ -255,3 +258,22 @@ def test_unhashable_argument_is_kept_by_its_trace():
     s = Scale(k)
     assert f(Tensor([1.0]), s).tolist() == [float(k)]
     del s
+
+
+def test_a_tensor_dying_during_the_trace_is_not_taken_for_a_written_outside_tensor():
+  """The trace holds every tensor alive when it began until it ends: one collected during the
+  trace could give its id to a tensor made in the body, which was then taken for an outside
+  tensor the body wrote (an order-dependent FunctionError in onnx's backend tests)."""
+  doomed = [Tensor([1.0, 2.0])]
+  ref = weakref.ref(doomed[0])
+  alive_inside = []
+
+  @function
+  def f(x):
+    doomed.clear()
+    gc.collect()
+    alive_inside.append(ref() is not None)
+    return x + 1
+
+  np.testing.assert_array_equal(f(Tensor([1.0, 2.0])).numpy(), [2.0, 3.0])
+  assert alive_inside == [True]

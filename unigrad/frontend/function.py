@@ -163,7 +163,10 @@ class function:  # noqa: N801 (the spec's decorator name)
     self.trace_count += 1
     params = [param_like(k, t.uop) for k, t in enumerate(inputs)]
     holders = [Tensor._from_uop(p, t.device) for p, t in zip(params, inputs)]
-    before = {id(t): t.uop for t in list(all_tensors)} if check_pure else {}
+    # every tensor alive now, held (not only its id) until the trace ends: one that died during
+    # the trace (a garbage collection) could give its id to a tensor made in it, which then
+    # looked like an outside tensor written by the body (an order-dependent FunctionError)
+    before = {id(t): (t, t.uop) for t in list(all_tensors)} if check_pure else {}
     args, kwargs = unflatten_tensors(tree, holders)
     recorder = writes.TracedWrites(before)
     if check_pure: writes.tracing.stack.append(recorder)
@@ -284,11 +287,11 @@ def flatten_results(tree: Any) -> list[Tensor]:
 
 # ---- tracing ----
 
-def _check_pure(name: str, before: dict[int, UOp], params: set[UOp]) -> None:
+def _check_pure(name: str, before: dict[int, tuple[Any, UOp]], params: set[UOp]) -> None:
   """A tensor that existed before the trace and now refers to a placeholder was written."""
   for t in list(all_tensors):
-    old = before.get(id(t))
-    if old is None or t.uop is old: continue
+    entry = before.get(id(t))
+    if entry is None or entry[0] is not t or t.uop is (old := entry[1]): continue
     if any(u in params for u in t.uop.toposort()):
       t.uop = old
       raise FunctionError(f"@function {name} wrote to a tensor from outside the function "

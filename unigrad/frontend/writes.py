@@ -59,12 +59,14 @@ class TracedWrites:
   FUNCTION that each call assigns (BatchNorm's running statistics). A tensor made inside the
   function takes the value, since nothing outside holds it."""
 
-  def __init__(self, outside: dict[int, UOp]) -> None:
-    self.outside = outside  # id -> UOp of every tensor alive when the trace began
+  def __init__(self, outside: dict[int, tuple[Any, UOp]]) -> None:
+    self.outside = outside  # id -> (tensor, UOp) of every tensor alive when the trace began
     self.written: dict[int, tuple[Any, UOp]] = {}  # id -> (tensor, its UOp before the trace)
 
   def record(self, t: Any, value: UOp) -> None:
-    if id(t) in self.outside and id(t) not in self.written: self.written[id(t)] = (t, t.uop)
+    entry = self.outside.get(id(t))
+    if entry is not None and entry[0] is t and id(t) not in self.written:
+      self.written[id(t)] = (t, t.uop)
     t.uop = value
 
 
