@@ -91,7 +91,11 @@ def test_streamed_pieces_join_to_the_text(llm):
 
 def test_no_decode_step_after_the_last_token(llm, monkeypatch):
   gen, calls = llm.generator, []
-  decode = gen.decode
-  monkeypatch.setattr(gen, "decode", lambda tok, pos: calls.append(pos) or decode(tok, pos))
+  for name in ("decode", "decode_greedy"):  # greedy generation decodes through the latter
+    step = getattr(gen, name)
+    monkeypatch.setattr(gen, name, lambda tok, pos, step=step: calls.append(pos) or step(tok, pos))
   assert len(list(gen.generate(PROMPT, SamplingParams(max_tokens=3)))) == 3
+  assert calls == [5, 6]
+  calls.clear()
+  assert len(list(gen.generate(PROMPT, SamplingParams(max_tokens=3, temperature=1, seed=0)))) == 3
   assert calls == [5, 6]

@@ -83,6 +83,16 @@ def test_greedy_ids_match_transformers(model, reference):
     assert list(gen.generate(p, SamplingParams(max_tokens=NEW, stop_ids=eos))) == want
 
 
+def test_greedy_steps_take_the_argmax_of_the_logits_on_the_device(model):
+  gen, p = Generator(model), PROMPTS[0]
+  tok = gen.prefill_greedy(p)
+  assert tok == int(np.argmax(gen.prefill(p)))
+  for pos in range(len(p), len(p) + 4):  # each position written twice, with the same token
+    want = int(np.argmax(gen.decode(tok, pos)))
+    tok = gen.decode_greedy(tok, pos)
+    assert tok == want
+
+
 def test_one_decode_program_serves_every_position(model):
   gen = Generator(model)
   gen.prefill([1, 2, 3])

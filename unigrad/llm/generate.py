@@ -2,8 +2,10 @@
 
 The decode step takes the position as a bound `Variable`, so the kernels captured on its second
 call serve every later position (no recompile, no recapture: the position is a launch
-argument). Sampling (greedy, temperature, top-k, top-p) runs on the host over the last logits,
-with a `random.Random` seeded per request: the same seed gives the same tokens.
+argument). Greedy decoding takes the argmax on the device, in the same captured step, and reads
+back one id (reading 49152 logits into a Python list and scanning it took a seventh of a
+SmolLM2 step); sampling (temperature, top-k, top-p) runs on the host over the last logits, with
+a `random.Random` seeded per request: the same seed gives the same tokens.
 """
 from __future__ import annotations
 
@@ -81,13 +83,17 @@ class Generator:
     # plain variable size whose index arithmetic folds (end = start_pos + 1 kept a division)
     self.length = Variable("end", 2, model.max_context)
     self.decode_step = TinyJit(self._decode)
+    self.greedy_step = TinyJit(self._greedy)
     self.last = Variable("last", 0, model.max_context - 1)  # a padded prompt's last token
 
   def _decode(self, token: Tensor, end: UOp) -> Tensor:
     return self.model(token, end - 1, last_only=True).realize()
 
-  def prefill(self, prompt: list[int]) -> list[float]:
-    """Run the prompt through the model (writing its keys and values); the last logits."""
+  def _greedy(self, token: Tensor, end: UOp) -> Tensor:
+    return self.model(token, end - 1, last_only=True).argmax(-1).realize()
+
+  def _prefill(self, prompt: list[int]) -> Tensor:
+    """The prompt's last logits (1, vocab), lazy; the keys and values it writes are pending."""
     if not prompt: raise ValueError("the prompt has no tokens")
     if len(prompt) >= self.model.max_context:
       raise ValueError(f"the prompt has {len(prompt)} tokens; the context holds "
@@ -96,20 +102,35 @@ class Generator:
     padded = min(prefill_bucket(n), self.model.max_context)
     tokens = Tensor([prompt + [0] * (padded - n)], dtype=dtypes.int32)
     last = self.last.bind(n - 1)
-    return self.model(tokens, 0, last_only=True, last=last).tolist()[0]
+    return self.model(tokens, 0, last_only=True, last=last)
+
+  def prefill(self, prompt: list[int]) -> list[float]:
+    """Run the prompt through the model (writing its keys and values); the last logits."""
+    return self._prefill(prompt).tolist()[0]
+
+  def prefill_greedy(self, prompt: list[int]) -> int:
+    """`prefill`, then the id of the largest logit (the first of equals), found on the device."""
+    return int(self._prefill(prompt).argmax(-1).item())
 
   def decode(self, token: int, pos: int) -> list[float]:
     """One token at position `pos` (the positions before it are in the cache): its logits."""
     tokens = Tensor([[token]], dtype=dtypes.int32)
     return self.decode_step(tokens, self.length.bind(pos + 1)).tolist()[0]
 
+  def decode_greedy(self, token: int, pos: int) -> int:
+    """`decode`, then the id of the largest logit (the first of equals), found on the device:
+    one id read back instead of the logits."""
+    tokens = Tensor([[token]], dtype=dtypes.int32)
+    return int(self.greedy_step(tokens, self.length.bind(pos + 1)).item())
+
   def generate(self, prompt: list[int], params: SamplingParams) -> Iterator[int]:
     """The generated tokens, one at a time, until a stop token, `max_tokens` or a full context."""
-    rng = random.Random(params.seed)
-    logits, pos = self.prefill(prompt), len(prompt)
+    rng, greedy, pos = random.Random(params.seed), params.temperature == 0, len(prompt)
+    tok = self.prefill_greedy(prompt) if greedy else sample(self.prefill(prompt), params, rng)
     for n in range(1, params.max_tokens + 1):
-      tok = sample(logits, params, rng)
       yield tok
       # no decode step after the last token: its logits would go unread
       if tok in params.stop_ids or n == params.max_tokens or pos >= self.model.max_context: return
-      logits, pos = self.decode(tok, pos), pos + 1
+      tok = (self.decode_greedy(tok, pos) if greedy
+             else sample(self.decode(tok, pos), params, rng))
+      pos += 1
