@@ -91,11 +91,14 @@ def test_streamed_pieces_join_to_the_text(llm):
 
 def test_no_decode_step_after_the_last_token(llm, monkeypatch):
   gen, calls = llm.generator, []
-  for name in ("decode", "decode_greedy"):  # greedy generation decodes through the latter
+  for name in ("decode", "decode_greedy", "decode_draw"):  # the greedy and device samplers' steps
     step = getattr(gen, name)
-    monkeypatch.setattr(gen, name, lambda tok, pos, step=step: calls.append(pos) or step(tok, pos))
+    monkeypatch.setattr(gen, name, lambda tok, pos, *a, step=step: calls.append(pos)
+                        or step(tok, pos, *a))
   assert len(list(gen.generate(PROMPT, SamplingParams(max_tokens=3)))) == 3
   assert calls == [5, 6]
-  calls.clear()
-  assert len(list(gen.generate(PROMPT, SamplingParams(max_tokens=3, temperature=1, seed=0)))) == 3
-  assert calls == [5, 6]
+  for params in (SamplingParams(max_tokens=3, temperature=1, seed=0),
+                 SamplingParams(max_tokens=3, temperature=1, top_k=5, seed=0)):
+    calls.clear()
+    assert len(list(gen.generate(PROMPT, params))) == 3
+    assert calls == [5, 6]

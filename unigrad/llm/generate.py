@@ -4,8 +4,10 @@ The decode step takes the position as a bound `Variable`, so the kernels capture
 call serve every later position (no recompile, no recapture: the position is a launch
 argument). Greedy decoding takes the argmax on the device, in the same captured step, and reads
 back one id (reading 49152 logits into a Python list and scanning it took a seventh of a
-SmolLM2 step); sampling (temperature, top-k, top-p) runs on the host over the last logits, with
-a `random.Random` seeded per request: the same seed gives the same tokens.
+SmolLM2 step). Sampling from every token (top-k 0, top-p 1: the OpenAI API's default) draws on
+the device too (`draw`: one uniform number from the request's generator per token); with a top-k
+or a top-p it runs on the host over the last logits (sorting them: about 15-30 ms a token).
+Either way a `random.Random` is seeded per request: the same seed gives the same tokens.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from unigrad.llm.model import Transformer
 from unigrad.uop import UOp
 from unigrad.uop.variable import Variable
 
-__all__ = ["SamplingParams", "Generator", "sample", "prefill_bucket", "PREFILL_BUCKET"]
+__all__ = ["SamplingParams", "Generator", "sample", "draw", "prefill_bucket", "PREFILL_BUCKET"]
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,32 @@ def sample(logits: list[float], params: SamplingParams, rng: random.Random) -> i
   return rng.choices(order, weights)[0]
 
 
+DRAW_BLOCK = 256  # tokens per block of `draw`'s two-level search
+
+
+def draw(logits: Tensor, inv_temperature: Tensor, u: Tensor) -> Tensor:
+  """The id (an int32 Tensor of one element) drawn from softmax(logits * inv_temperature) at the
+  uniform number `u` in [0, 1) by inverse CDF, in id order, all on the device: the weights
+  exp((logit - max) * inv_temperature) summed per block of DRAW_BLOCK ids, the block where
+  u * total falls, then the id within it (prefix sums of a few hundred values, never of the
+  whole vocabulary). `logits` holds one position's logits; both scalars are (1,) Tensors, so a
+  captured step serves every temperature."""
+  x = logits.reshape(-1)
+  vocab = x.shape[0]
+  nb = -(-vocab // DRAW_BLOCK)
+  w = ((x - x.max()) * inv_temperature).exp().pad(((0, nb * DRAW_BLOCK - vocab),))
+  w = w.reshape(nb, DRAW_BLOCK)
+  sums = w.sum(-1)
+  upto = sums.cumsum(0)  # the mass of blocks 0..b
+  r = u * upto[-1]
+  b = (upto <= r).sum(dtype=dtypes.int32).minimum(nb - 1)
+  pick = Tensor.arange(nb, device=x.device, dtype=dtypes.int32) == b
+  row = (w * pick.reshape(nb, 1)).sum(0)
+  rest = r - (pick.where(upto - sums, 0)).sum()  # u * total less the blocks before b
+  i = (row.cumsum(0) <= rest).sum(dtype=dtypes.int32).minimum(DRAW_BLOCK - 1)
+  return (b * DRAW_BLOCK + i).minimum(vocab - 1).reshape(1)
+
+
 # prompts are padded to a bucket's length, so that a few compiled prefills serve every length
 # (each new length compiled its own kernels: about 12 s cold for SmolLM2): the next power of two
 # up to PREFILL_BUCKET, then multiples of it. The padding is causal-masked away from the real
@@ -84,6 +112,7 @@ class Generator:
     self.length = Variable("end", 2, model.max_context)
     self.decode_step = TinyJit(self._decode)
     self.greedy_step = TinyJit(self._greedy)
+    self.draw_step = TinyJit(self._draw)
     self.last = Variable("last", 0, model.max_context - 1)  # a padded prompt's last token
 
   def _decode(self, token: Tensor, end: UOp) -> Tensor:
@@ -91,6 +120,9 @@ class Generator:
 
   def _greedy(self, token: Tensor, end: UOp) -> Tensor:
     return self.model(token, end - 1, last_only=True).argmax(-1).realize()
+
+  def _draw(self, token: Tensor, end: UOp, inv_t: Tensor, u: Tensor) -> Tensor:
+    return draw(self.model(token, end - 1, last_only=True), inv_t, u).realize()
 
   def _prefill(self, prompt: list[int]) -> Tensor:
     """The prompt's last logits (1, vocab), lazy; the keys and values it writes are pending."""
@@ -112,6 +144,10 @@ class Generator:
     """`prefill`, then the id of the largest logit (the first of equals), found on the device."""
     return int(self._prefill(prompt).argmax(-1).item())
 
+  def prefill_draw(self, prompt: list[int], temperature: float, u: float) -> int:
+    """`prefill`, then the id `draw` picks at `u` from the logits at `temperature` (> 0)."""
+    return int(draw(self._prefill(prompt), *self._draw_args(temperature, u)).item())
+
   def decode(self, token: int, pos: int) -> list[float]:
     """One token at position `pos` (the positions before it are in the cache): its logits."""
     tokens = Tensor([[token]], dtype=dtypes.int32)
@@ -123,14 +159,28 @@ class Generator:
     tokens = Tensor([[token]], dtype=dtypes.int32)
     return int(self.greedy_step(tokens, self.length.bind(pos + 1)).item())
 
+  def decode_draw(self, token: int, pos: int, temperature: float, u: float) -> int:
+    """`decode`, then the id `draw` picks at `u` from the logits at `temperature` (> 0)."""
+    tokens = Tensor([[token]], dtype=dtypes.int32)
+    return int(self.draw_step(tokens, self.length.bind(pos + 1),
+                              *self._draw_args(temperature, u)).item())
+
+  def _draw_args(self, temperature: float, u: float) -> tuple[Tensor, Tensor]:
+    if temperature <= 0: raise ValueError(f"drawing needs a temperature above 0, got {temperature}")
+    return Tensor([1 / temperature]), Tensor([u])
+
   def generate(self, prompt: list[int], params: SamplingParams) -> Iterator[int]:
     """The generated tokens, one at a time, until a stop token, `max_tokens` or a full context."""
-    rng, greedy, pos = random.Random(params.seed), params.temperature == 0, len(prompt)
-    tok = self.prefill_greedy(prompt) if greedy else sample(self.prefill(prompt), params, rng)
+    rng, pos, t = random.Random(params.seed), len(prompt), params.temperature
+    every = params.top_k == 0 and params.top_p == 1  # drawn from every token: on the device
+    if t == 0: tok = self.prefill_greedy(prompt)
+    elif every: tok = self.prefill_draw(prompt, t, rng.random())
+    else: tok = sample(self.prefill(prompt), params, rng)
     for n in range(1, params.max_tokens + 1):
       yield tok
       # no decode step after the last token: its logits would go unread
       if tok in params.stop_ids or n == params.max_tokens or pos >= self.model.max_context: return
-      tok = (self.decode_greedy(tok, pos) if greedy
-             else sample(self.decode(tok, pos), params, rng))
+      if t == 0: tok = self.decode_greedy(tok, pos)
+      elif every: tok = self.decode_draw(tok, pos, t, rng.random())
+      else: tok = sample(self.decode(tok, pos), params, rng)
       pos += 1
