@@ -3,6 +3,7 @@ float32) on the same file and prompt, and the first token of a fresh `python -m 
 
   python bench/llm.py [--threads 2] [--prompt-tokens 128] [--decode-tokens 32] [--repeat 3]
                       [--no-fresh] [--no-torch] [--no-float32] [--no-matvec] [--matvec-only]
+                      [--llama-cpp-venv DIR | --no-llama-cpp] [--setup-llama-cpp]
 
 unigrad runs twice: on packed weights (the default: quantized blocks read by the matmuls) and
 with the weights dequantized to float32 at load (`--no-float32` skips it). For each: the bytes
@@ -12,16 +13,23 @@ speed implies. A matrix-vector micro-benchmark per block format (a 4096x4096 pac
 times a vector under TinyJit): GB/s of packed bytes read.
 
 Steady state, each library with `--threads` threads (unigrad's THREADS knob, torch's
-set_num_threads): prefill tokens/s (one pass over a `--prompt-tokens` prompt, its last logits
-read) and decode tokens/s (greedy, one token a step after the prompt: unigrad's Generator.decode
-under TinyJit and its host-side argmax, transformers' forward with its KV cache and an argmax),
-the best of `--repeat` runs after a warm-up; ratio > 1 when unigrad is faster. unigrad's model is
-loaded with the command line's context (2048), so both share compiled kernels. transformers
-dequantizes the file to float32 (`from_pretrained(folder, gguf_file=name, dtype=torch.float32)`);
-unigrad too (at load). On a busy 2-core machine two threads a side are at the mercy of
-preemption (a parallel region waits for a descheduled thread: here torch's 576x1536 matrix-vector
-product took 0.14 ms on one thread and 8 ms on two with the machine loaded), so run
-`--threads 1` as well and read the load average printed.
+set_num_threads): prefill tokens/s (one pass over a `--prompt-tokens` prompt, its last logits read)
+and decode tokens/s (greedy, one token a step after the prompt: unigrad's Generator.decode_greedy
+under TinyJit, the argmax on the device; transformers' forward with its KV cache and torch's
+argmax; llama.cpp's eval and numpy's argmax of its logits), the best of `--repeat` runs after a
+warm-up; ratio > 1 when unigrad is faster. unigrad's model is loaded with the command line's
+context (2048), so both share compiled kernels. transformers dequantizes the file to float32
+(`from_pretrained(folder, gguf_file=name, dtype=torch.float32)`); unigrad too (at load). On a busy
+2-core machine two threads a side are at the mercy of preemption (a parallel region waits for a
+descheduled thread: here torch's 576x1536 matrix-vector product took 0.14 ms on one thread and 8 ms
+on two with the machine loaded), so run `--threads 1` as well and read the load average printed.
+
+llama.cpp, the peer every CPU user compares with, runs the same GGUF file, prompt ids and thread
+count (bench/llama_cpp_peer.py, in a subprocess) from llama-cpp-python built from source in the
+benchmark's own virtual environment, never a project dependency: `--setup-llama-cpp` creates it
+(LLAMA_CPP_VENV, 10-25 minutes of compiling on 2 cores; the build targets this CPU's extensions as
+/proc/cpuinfo lists them, AMX aside). Without that environment the llama.cpp row is skipped with a
+message saying so.
 
 Fresh process: `python -m unigrad.llm --prompt ... --json --max-tokens 1` in a subprocess, with
 CACHEDIR an empty temporary directory (cold: every kernel compiles) and then the same directory
@@ -54,6 +62,9 @@ from unigrad.llm.model import Transformer
 from unigrad.nn.quantized import QUANT_FORMATS, as_tensor, pack, packed_nbytes
 
 ROOT = Path(__file__).resolve().parents[1]
+# the benchmark's own virtual environment holding llama-cpp-python (see --setup-llama-cpp)
+LLAMA_CPP_VENV = Path.home() / ".cache" / "unigrad" / "bench-llama-cpp"
+LLAMA_CPP_VERSION = "0.3.36"
 FIRST_TOKEN_PROMPT = "The capital of France is"
 # the prompt text: cut to the first `--prompt-tokens` of its tokens (repeated if it is short)
 PROMPT_TEXT = (
@@ -74,10 +85,6 @@ def prompt_ids(tok: Tokenizer, n: int) -> list[int]:
   return ids[:n]
 
 
-def argmax(xs: list[float]) -> int:
-  return max(range(len(xs)), key=xs.__getitem__)
-
-
 def weight_bytes(model: Transformer) -> int:
   """The bytes of the model's weights (packed parts or float32 buffers): what a token reads."""
   ws = [model.tok_embeddings, model.norm.weight]
@@ -96,9 +103,9 @@ def unigrad_run(path: str, packed: bool) -> tuple[Timed, int]:
 
   def run(ids: list[int], steps: int) -> tuple[float, float]:
     t0 = time.perf_counter()
-    logits = gen.prefill(ids)
+    tok = gen.prefill_greedy(ids)
     t1 = time.perf_counter()
-    for pos in range(len(ids), len(ids) + steps): logits = gen.decode(argmax(logits), pos)
+    for pos in range(len(ids), len(ids) + steps): tok = gen.decode_greedy(tok, pos)
     return t1 - t0, (time.perf_counter() - t1) / steps
   return run, weight_bytes(model)
 
@@ -161,6 +168,63 @@ def torch_run(torch: Any, path: str) -> Timed:
   return run
 
 
+def venv_python(venv: Path) -> Path: return venv / "bin" / "python"
+
+
+# /proc/cpuinfo flag -> the ggml build option using it
+GGML_ISA_OPTIONS = {"avx": "GGML_AVX", "avx2": "GGML_AVX2", "fma": "GGML_FMA", "f16c": "GGML_F16C",
+                    "avx512f": "GGML_AVX512", "avx512_vnni": "GGML_AVX512_VNNI",
+                    "avx512_bf16": "GGML_AVX512_BF16", "avx_vnni": "GGML_AVX_VNNI"}
+
+
+def llama_cpp_cmake_args() -> str:
+  """The ggml build options for this CPU: each x86 extension /proc/cpuinfo lists, AMX left out
+  (GGML_NATIVE's -march=native compiles AMX tiles in where the CPU lists them, and a virtual
+  machine that lists them without the kernel granting them dies of SIGILL on the first matmul);
+  elsewhere GGML_NATIVE."""
+  try: text = Path("/proc/cpuinfo").read_text()
+  except OSError: return "-DGGML_NATIVE=ON"
+  flags = next((set(line.split(":", 1)[1].split()) for line in text.splitlines()
+                if line.startswith("flags")), set())
+  if "avx2" not in flags: return "-DGGML_NATIVE=ON"
+  return " ".join(["-DGGML_NATIVE=OFF",
+                   *(f"-D{opt}=ON" for flag, opt in GGML_ISA_OPTIONS.items() if flag in flags)])
+
+
+def setup_llama_cpp(venv: Path) -> None:
+  """Create `venv` and build llama-cpp-python from source into it, for this CPU."""
+  subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+  env = {**os.environ, "CMAKE_ARGS": llama_cpp_cmake_args(),
+         "CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 1)}
+  subprocess.run([str(venv_python(venv)), "-m", "pip", "install", "--no-binary",
+                  "llama-cpp-python", f"llama-cpp-python=={LLAMA_CPP_VERSION}"], env=env,
+                 check=True)
+
+
+def llama_cpp_row(venv: Path, path: str, ids: list[int], args: argparse.Namespace
+                  ) -> tuple[float, float] | None:
+  """llama.cpp's fastest (prefill seconds, seconds per decoded token) on `ids`, or None (with a
+  message) when `venv` holds no llama-cpp-python."""
+  python = venv_python(venv)
+  if not python.exists():
+    print(f"(no llama.cpp environment at {venv}: `python bench/llm.py --setup-llama-cpp` builds "
+          "one; llama.cpp is not compared)")
+    return None
+  time.sleep(SETTLE_S)
+  cmd = [str(python), str(ROOT / "bench" / "llama_cpp_peer.py"), path,
+         "--ids", ",".join(map(str, ids)), "--decode-tokens", str(args.decode_tokens),
+         "--threads", str(args.threads), "--repeat", str(args.repeat),
+         "--context", str(DEFAULT_CONTEXT)]
+  out = subprocess.run(cmd, capture_output=True, text=True)
+  if out.returncode != 0:
+    last = (out.stderr.strip().splitlines() or [""])[-1]
+    print(f"(llama.cpp failed with exit status {out.returncode}, not compared: {last})")
+    return None
+  r = json.loads(out.stdout.strip().splitlines()[-1])
+  print(f"(llama.cpp: llama-cpp-python {r['version']} built from source in {venv})")
+  return r["prefill_s"], r["decode_s"]
+
+
 def best(run: Timed, ids: list[int], steps: int, repeat: int) -> tuple[float, float]:
   """The fastest prefill and per-token decode of `repeat` runs after a warm-up run (unigrad's
   first decode steps capture the jit)."""
@@ -182,15 +246,18 @@ def report_steady(args: argparse.Namespace, path: str) -> None:
   torch = None if args.no_torch else try_torch(args.threads)
   if torch is not None: rows["transformers"] = best(torch_run(torch, path), ids,
                                                     args.decode_tokens, args.repeat)
+  if not args.no_llama_cpp and (row := llama_cpp_row(args.llama_cpp_venv, path, ids, args)):
+    rows["llama.cpp"] = row
   load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
   print(f"{len(ids)}-token prompt, {args.decode_tokens} decoded tokens, {args.threads} threads "
         f"(load average {load} on {os.cpu_count()} cores: other work inflates times)")
   for name, (prefill, decode) in rows.items():
     print(f"  {name:13s} prefill {len(ids) / prefill:8.1f} tok/s ({prefill * 1e3:7.1f} ms)  "
           f"decode {1 / decode:7.1f} tok/s ({decode * 1e3:6.1f} ms/token)")
-  if "transformers" in rows:
-    (p0, d0), (p1, d1) = ours, rows["transformers"]
-    print(f"  unigrad / transformers: prefill x{p1 / p0:.2f}, decode x{d1 / d0:.2f}")
+  for peer in ("transformers", "llama.cpp"):
+    if peer not in rows: continue
+    (p0, d0), (p1, d1) = ours, rows[peer]
+    print(f"  unigrad / {peer}: prefill x{p1 / p0:.2f}, decode x{d1 / d0:.2f}")
   bandwidth = read_bandwidth()
   print(f"read bandwidth (unigrad sum of 256 MiB float32): {bandwidth / 1e9:.2f} GB/s; "
         f"file {os.path.getsize(path) / 1e6:.1f} MB")
@@ -244,7 +311,13 @@ def main() -> None:
   p.add_argument("--no-float32", action="store_true", help="skip unigrad on float32 weights")
   p.add_argument("--no-matvec", action="store_true", help="skip the quantized matvec per format")
   p.add_argument("--matvec-only", action="store_true", help="the quantized matvecs alone")
+  p.add_argument("--llama-cpp-venv", type=Path, default=LLAMA_CPP_VENV,
+                 help=f"the virtual environment of llama-cpp-python (default {LLAMA_CPP_VENV})")
+  p.add_argument("--no-llama-cpp", action="store_true", help="skip llama.cpp")
+  p.add_argument("--setup-llama-cpp", action="store_true",
+                 help="build llama-cpp-python from source into --llama-cpp-venv first")
   args = p.parse_args()
+  if args.setup_llama_cpp: setup_llama_cpp(args.llama_cpp_venv)
   THREADS.value = args.threads
   if not args.no_matvec: report_matvec(args.repeat)
   if args.matvec_only: return
