@@ -13,6 +13,8 @@ provide.
   `nn.datasets.mnist` reading MNIST-format files the test writes from the shipped UCI digits.
 - `beautiful_cartpole.py`: PPO on gymnasium's CartPole (no download; the `gymnasium` package),
   two TinyJits (one reset every episode), `multinomial`, `Tensor(numpy_array)`.
+- `gradaccum_mnist.py` (SLOW=1): gradient accumulation over micro-batches in TinyJits that take
+  no arguments.
 - `gpt2.py`: the GPT-2 model classes and generation loop (a KV cache written by a symbolic
   slice's `assign`, `Variable`s bound per step, a token passed as a bound UOp into a TinyJit) on
   a small random model, checked token for token against GPT-2 written in PyTorch with the same
@@ -132,6 +134,23 @@ def test_tinygrad_beautiful_mnist_runs(tmp_path, monkeypatch, capsys):
 
 def test_tinygrad_beautiful_mnist_runs_narrow(tmp_path, monkeypatch, capsys):
   _run_mnist(tmp_path, monkeypatch, capsys, MNIST_NARROW)
+
+
+@pytest.mark.slow
+def test_tinygrad_gradaccum_mnist_runs(tmp_path, monkeypatch, capsys):
+  """gradaccum_mnist.py (narrowed): gradients accumulated over micro-batches by a TinyJit that
+  takes no arguments and assigns into tensors made outside it, a functional Adam on the CPU in a
+  second TinyJit, parameters split from buffers by `is_param` (about 40 s from a cold cache)."""
+  write_digits_as_mnist(tmp_path / "data" / "mnist")
+  program = ported("gradaccum_mnist", MNIST_NARROW, tmp_path)
+  monkeypatch.setattr(UNIGRAD_DATA, "value", str(tmp_path / "data"))
+  for k, v in {"STEPS": "3", "BS": "32", "ACC_STEPS": "2"}.items(): monkeypatch.setenv(k, v)
+  env = runpy.run_path(str(program), run_name="__main__")
+  out = capsys.readouterr()
+  assert "params: 14 buffers: 6" in out.out  # weights and biases; BatchNorm's statistics
+  last = out.err.rstrip("\n").split("\r")[-1]
+  assert " 3/3 [" in last and math.isfinite(float(last.split("loss:")[1].split()[0])), last
+  assert env["optimizer"].captured is not None
 
 
 # ---- beautiful_cartpole.py ----
