@@ -19,6 +19,13 @@ provide.
   slice's `assign`, `Variable`s bound per step, a token passed as a bound UOp into a TinyJit) on
   a small random model, checked token for token against GPT-2 written in PyTorch with the same
   weights (loaded by the program's `load_state_dict`, transposed as `GPT2.build` does).
+
+Tried and not here: `beautiful_mnist_multigpu.py` runs unchanged on two CPU devices (`GPUS`
+CPU:0 and CPU:1), but its first steps take over a minute (multi-device scheduling), too slow for
+the suite; `stunning_mnist.py` (the whole training as one lazy graph, realized at the end) stops
+with VariableBindError: its steps bind one Variable to different values in one schedule, and
+`sparse_categorical_crossentropy`'s eager check of the labels runs kernels where the program
+asserts that none ran.
 """
 import gzip
 import math

@@ -487,8 +487,7 @@ def _python_leaves(data: Any) -> list:
 def _dtype_of_values(data: Any, flat: list, np_dtypes: set[DType]) -> DType:
   """PyTorch's dtype for nested data: every Python number's (`dtypes.from_py`) and every numpy
   array's or scalar's own, promoted together (`torch.tensor([np.float32(1), 2])` is float32)."""
-  if not flat: return dtypes.default_float
-  if not np_dtypes: return dtypes.from_py(flat)
+  if not np_dtypes: return dtypes.from_py(flat) if flat else dtypes.default_float
   py = _python_leaves(data)
   return least_upper_dtype(*np_dtypes, *([dtypes.from_py(py)] if py else []))
 
