@@ -1,5 +1,5 @@
 """helpers.py: the bounded-cache helper the in-process caches share."""
-from unigrad.helpers import bounded_put, tqdm, trange
+from unigrad.helpers import Timing, bounded_put, tqdm, trange
 
 
 def test_bounded_put_drops_the_oldest_entry() -> None:
@@ -39,3 +39,18 @@ def test_tqdm_draws_on_stderr_when_not_a_terminal(capsys) -> None:
   assert "2it [" in capsys.readouterr().err
   for _ in tqdm([1], disable=True): pass
   assert capsys.readouterr().err == ""
+
+
+def test_timing_takes_tinygrads_on_exit_and_enabled(capsys) -> None:
+  """tinygrad's gpt2.py times each step with `Timing(prefix, on_exit=..., enabled=timing)`: it
+  prints the ms and what on_exit (given the ns) returns, and nothing when not enabled."""
+  with Timing("ran in ", on_exit=lambda ns: f", {'ns' if isinstance(ns, int) else '?'}") as t:
+    pass
+  out = capsys.readouterr().out
+  assert out.startswith("ran in ") and out.endswith(" ms, ns\n") and t.elapsed >= 0
+  with Timing("quiet ", enabled=False): pass
+
+  @Timing("decorated ")
+  def f() -> int: return 3
+  assert f() == 3
+  assert capsys.readouterr().out.startswith("decorated ")

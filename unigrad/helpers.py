@@ -1,6 +1,7 @@
 """Small pure utilities shared by every layer, and the public debugging names."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
@@ -9,8 +10,7 @@ import re
 import shutil
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
 from unigrad.knobs import CHECK_OOB, DEBUG, EMULATED_DTYPES, JIT, THREADS, Context, getenv
@@ -103,21 +103,26 @@ class GlobalCounters:
     GlobalCounters.time_sum_s = 0.0
 
 
-@dataclass
-class Timing:
-  """`with Timing("compile: "):` prints the elapsed time when DEBUG >= level."""
-  prefix: str = ""
-  level: int = 1
-  start: float = 0.0
-  elapsed: float = 0.0
+class Timing(contextlib.ContextDecorator):
+  """tinygrad's timer: `with Timing("ran model in "):` (or as a decorator) prints the elapsed
+  time in ms on exit, followed by `on_exit(elapsed_ns)` when given; `enabled=False` prints
+  nothing. `elapsed` holds the last time in seconds."""
+
+  def __init__(self, prefix: str = "", on_exit: Callable[[int], str] | None = None,
+               enabled: bool = True) -> None:
+    self.prefix, self.on_exit, self.enabled = prefix, on_exit, enabled
+    self.start, self.et, self.elapsed = 0, 0, 0.0
 
   def __enter__(self) -> Timing:
-    self.start = time.perf_counter()
+    self.start = time.perf_counter_ns()
     return self
 
   def __exit__(self, *exc: object) -> None:
-    self.elapsed = time.perf_counter() - self.start
-    if DEBUG >= self.level: print(f"{self.prefix}{self.elapsed * 1e3:.2f} ms")
+    self.et = time.perf_counter_ns() - self.start
+    self.elapsed = self.et * 1e-9
+    if not self.enabled: return
+    tail = self.on_exit(self.et) if self.on_exit else ""
+    print(f"{self.prefix}{self.et * 1e-6:6.2f} ms{tail}")
 
 
 def pairwise(xs: Sequence[T]) -> Iterator[tuple[T, T]]: return zip(xs, xs[1:])

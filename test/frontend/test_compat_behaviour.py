@@ -183,3 +183,60 @@ def test_zero_size_backward_gives_zero_size_grad():
   x = Tensor.ones(0, 3, requires_grad=True)
   (x.clone().pad(((1, 1), (0, 0))) * 2).sum().backward()
   assert x.grad.shape == (0, 3) and x.grad.numpy().shape == (0, 3)
+
+
+# ---- docs/api.md, "Deliberate differences in behaviour": unigrad's side of each row ----
+
+def test_documented_difference_integer_results_are_int64():
+  long = Tensor([1, 2]).dtype
+  assert str(long) == "dtypes.long" and Tensor.arange(3).dtype == long
+  assert Tensor.full((2,), 3).dtype == long and Tensor.randint(3, high=5).dtype == long
+  x = Tensor([1.0, 3.0, 2.0])
+  assert x.argmax().dtype == long and x.argmin().dtype == long
+  assert x.topk(2)[1].dtype == long and x.sort()[1].dtype == long and x.cummax(0)[1].dtype == long
+  assert Tensor([0, 2]).one_hot(3).dtype == long
+  i8 = Tensor([1, 2], dtype="int8")
+  assert i8.sum().dtype == long and i8.prod().dtype == long and Tensor([True]).sum().dtype == long
+
+
+def test_documented_difference_scalars_and_numpy_elements_have_pytorchs_dtypes():
+  f32 = Tensor(2.5).dtype
+  assert str(f32) == "dtypes.float"
+  i = Tensor([1, 5])
+  assert (i * 2.5).dtype == f32 and i.clamp(0, 2.5).dtype == f32
+  assert Tensor([True]).where(1, 2.5).dtype == f32
+  assert str(Tensor([np.float64(1.5)]).dtype) == "dtypes.double"
+
+
+def test_documented_difference_gelu_mean_numpy_and_empty_max():
+  assert Tensor([1.0]).gelu().item() == pytest.approx(0.841345, abs=1e-6)  # exact, PyTorch's
+  assert Tensor([1.0]).gelu(approximate="tanh").item() == pytest.approx(0.841192, abs=1e-6)
+  with pytest.raises(RuntimeError): Tensor([1, 2]).mean()
+  assert Tensor([True, False]).mean().item() == 0.5
+  t = Tensor([1.0, 2.0]).realize()
+  t.numpy()[0] = 9.0
+  assert t.tolist() == [9.0, 2.0]
+  with pytest.raises(RuntimeError): Tensor([]).max()
+
+
+def test_documented_difference_errors_grad_flag_and_max_forms():
+  with pytest.raises(RuntimeError): Tensor([1, 2]).item()
+  with pytest.raises(IndexError): Tensor([1, 2])[5]
+  with pytest.raises(ValueError): Tensor([2]) ** -1
+  with pytest.raises(ValueError): Tensor([1, 2]) + Tensor([1, 2, 3])
+  assert Tensor([1.0]).requires_grad is None
+  x = Tensor([[1.0, 2.0], [4.0, 3.0]])
+  assert isinstance(x.max(1), Tensor) and isinstance(x.max(axis=1), Tensor)
+  assert [v.tolist() for v in x.max(dim=1)] == [[2.0, 4.0], [1, 0]]
+  assert x.reshape(None, 2).shape == (2, 2)
+  assert (Tensor([1, 2]) // Tensor([0, 1])).tolist() == [0, 2]
+  assert Tensor([1, 2]).softmax(0).dtype == Tensor(0.5).dtype
+  assert type(x.shape) is tuple and x.size() == (2, 2) and x.size(1) == 2
+
+
+def test_documented_difference_layers_are_plain_objects():
+  lin = nn.Linear(2, 2)
+  assert not hasattr(lin, "parameters") and not hasattr(lin, "eval")
+  model = nn.Sequential(lin, nn.BatchNorm(2))
+  assert [type(m).__name__ for m in model.modules()] == ["Sequential"]
+  assert len(nn.state.get_parameters(lin)) == 2

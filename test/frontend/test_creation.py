@@ -2,6 +2,7 @@
 and numpy arrays of every dtype; empty, zeros, ones, full, arange, eye and the *_like forms; and
 reading data back (numpy, tolist, item)."""
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -41,6 +42,38 @@ def test_from_nested_lists(device, data, no_kernels):
   assert t.shape == tuple(want.shape) and t.dtype == FROM_TORCH[want.dtype]
   assert t.tolist() == want.tolist()
   np.testing.assert_array_equal(t.numpy(), want.numpy())
+
+
+# lists holding numpy arrays and scalars (tinygrad's beautiful_cartpole.py makes its replay buffer
+# as `Tensor(list_of_observations)`): PyTorch's dtype, every element's promoted together
+NUMPY_IN_LISTS = {  # the data, and PyTorch's dtype for it
+  "f32 rows": ([np.array([1, 2], np.float32), np.array([3, 4], np.float32)], dtypes.float32),
+  "f32 scalars": ([np.float32(1), np.float32(2)], dtypes.float32),
+  "f64 scalar, float": ([np.float64(1.5), 2.0], dtypes.float64),
+  "i32 scalars": ([np.int32(1), np.int32(2)], dtypes.int32),
+  "i32 scalar, int": ([np.int32(1), 2], dtypes.int64),
+  "f32 scalar, int": ([np.float32(1), 2], dtypes.float32),
+  "list and f32 row": ([[1.0, 2.0], np.array([1, 2], np.float32)], dtypes.float32),
+  "u8 and i8 rows": ([np.array([1, 2], np.uint8), np.array([3, 4], np.int8)], dtypes.int16),
+  "i32 and f64 rows": ([np.array([1, 2], np.int32), np.array([1.5, 2.5])], dtypes.float64),
+  "bool rows": ([np.array([True, False])] * 2, dtypes.bool),
+  "2-d blocks": ([np.ones((2, 3), np.float16)] * 2, dtypes.float16)}
+
+
+@pytest.mark.parametrize("data, dt", NUMPY_IN_LISTS.values(), ids=NUMPY_IN_LISTS.keys())
+def test_from_lists_of_numpy_arrays_and_scalars_like_pytorch(device, data, dt, no_kernels):
+  with warnings.catch_warnings():  # PyTorch: "creating a tensor from a list of ndarrays is slow"
+    warnings.simplefilter("ignore", UserWarning)
+    want = torch.tensor(data)
+  t = Tensor(data, device=device)
+  assert t.shape == tuple(want.shape) and t.dtype == dt
+  assert str(want.dtype) == f"torch.{NP_DTYPES[dt]}"
+  np.testing.assert_array_equal(t.numpy(), want.numpy())
+
+
+def test_from_a_ragged_list_of_numpy_arrays_raises():
+  with pytest.raises(ValueError, match=r"ragged.*shape \(1,\)"):
+    Tensor([np.array([1.0, 2.0]), np.array([1.0])])
 
 
 def test_from_lists_with_dtype(device, no_kernels):

@@ -111,6 +111,26 @@ def test_outputs_are_overwritten_by_the_next_replay_unless_cloned():
   assert kept.tolist() == [6.0]
 
 
+def test_numpy_of_a_result_is_not_overwritten_by_the_next_call():
+  """Regression: numpy() of a jit result shared the program's buffer, so every array handed out
+  by the capture call and the replays changed at each later call ([0, 8, 8, 8, 8]). It is a
+  copy the caller owns (tinygrad's numpy() always copies), views of a result's buffer too;
+  numpy() of other tensors still shares memory."""
+  @TinyJit
+  def f(x): return x * 2, (x + 1)[1:]
+  got = []
+  for i in range(5):
+    a, b = f(Tensor([float(i), 10.0]))
+    got.append((a.numpy(), b.numpy(), a[0].numpy(), a.T.numpy()))
+  for i, (a, b, a0, at) in enumerate(got):
+    assert a.tolist() == [2.0 * i, 20.0] and b.tolist() == [11.0] and a0 == 2.0 * i, i
+    assert at.tolist() == [2.0 * i, 20.0]
+  plain = Tensor([1.0, 2.0]).realize()
+  view = plain.numpy()
+  view[0] = 7.0
+  assert plain.tolist() == [7.0, 2.0]  # shared, PyTorch's way
+
+
 def test_non_tensor_argument_change_recaptures():
   calls = []
 
@@ -407,7 +427,7 @@ def test_jit_shared_by_two_threads_gives_each_its_own_results():
   def results(xv: np.ndarray, clone: bool) -> tuple[np.ndarray, float]:
     with f.lock:
       out, s = f(Tensor(xv))
-      if not clone: return out.numpy().copy(), s.item()  # numpy() shares the jit's buffer
+      if not clone: return out.numpy(), s.item()  # a result's numpy() is a copy
       out, s = out.clone().realize(), s.clone().realize()
     return out.numpy(), s.item()
 

@@ -63,6 +63,17 @@ def test_reshape(device, src, dst):
                                    lambda a: (np.flip(a, 0) if a.ndim else a).reshape(dst))})
 
 
+def test_reshape_none_keeps_the_size_of_that_axis():
+  """tinygrad's spelling (its gpt2.py: `qkv.reshape(None, None, 3, heads, head_dim)`)."""
+  x = Tensor(arange(2, 3, 4))
+  assert x.reshape(None, None, 2, 2).tolist() == arange(2, 3, 2, 2).tolist()
+  assert x.reshape(None, -1).shape == (2, 12) and x.reshape((None, 12)).shape == (2, 12)
+  with pytest.raises(ValueError, match="None at position 3 keeps the size of axis 3"):
+    x.reshape(None, None, None, None)
+  with pytest.raises(ValueError, match="invalid for input of size 24"):
+    x.reshape(None, 5, -1)
+
+
 def test_permute(device):
   x = arange(2, 3, 4)
   cases = {str(p): (lambda t, p=p: t.permute(p), lambda a, p=p: a.transpose(p))

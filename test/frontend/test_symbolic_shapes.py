@@ -160,3 +160,15 @@ def test_gradients_through_symbolic_shapes_match_torch(device):
     (tx[:v] @ tw).softmax(0).max(1).values.mean().backward()
     np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_index_by_a_bound_variable_like_tinygrad():
+  """tinygrad's stunning_mnist.py indexes its batches with a bound Variable (`X[vi.bind(i)]`):
+  the row at the variable's value, one graph for every value."""
+  x = Tensor(np.arange(12, dtype=np.int32).reshape(4, 3))
+  vi = Variable("i", 0, 3)
+  for i in range(4):
+    assert x[vi.bind(i)].tolist() == [3 * i, 3 * i + 1, 3 * i + 2]
+    assert x[vi.bind(i), 1:].tolist() == [3 * i + 1, 3 * i + 2]
+  with pytest.raises(IndexError, match="out of bounds"):
+    x[Variable("j", 0, 9).bind(4)]

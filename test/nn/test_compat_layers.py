@@ -79,3 +79,13 @@ def test_conv_invalid_padding_string_raises_like_pytorch():
     torch.nn.Conv2d(1, 1, 3, padding="x")
   with pytest.raises(ValueError, match="Invalid padding string 'x'"): Conv2d(1, 1, 3, padding="x")
   assert Conv2d(1, 1, 3, padding="same")(Tensor.ones(1, 1, 4, 4)).shape == (1, 1, 4, 4)
+
+
+def test_batchnorm_buffers_are_not_params_like_tinygrad():
+  """Regression: num_batches_tracked had requires_grad None, so `is_param` was True and tinygrad's
+  gradaccum_mnist.py, which splits `get_parameters(model)` by `is_param`, took it for a weight
+  (its `t.grad` was None after backward)."""
+  bn = BatchNorm(3)
+  assert [t.is_param for t in (bn.weight, bn.bias)] == [True, True]
+  assert [t.is_param for t in (bn.running_mean, bn.running_var, bn.num_batches_tracked)] == \
+    [False, False, False]

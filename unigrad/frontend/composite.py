@@ -18,7 +18,7 @@ from unigrad.frontend.dtypes import check_int_value, result_type
 from unigrad.frontend.gradient import override_gradient
 from unigrad.frontend.movement import normalize_pads, shape_arg, canonical_axis
 from unigrad.frontend.nnops import is_nan, pool, take
-from unigrad.frontend.reduce import Axis, RowNodes, Rows, canonical_axes
+from unigrad.frontend.reduce import Axis, RowNodes, Rows, canonical_axes, takes_dim
 
 if TYPE_CHECKING:
   from unigrad.frontend.tensor import Tensor
@@ -437,6 +437,7 @@ class CompositeMixin:
   def _out_float(self, dtype: Any) -> DType:
     return self.cast(dtype).dtype if dtype is not None else least_upper_float(self.dtype)
 
+  @takes_dim
   def softmax(self, axis: int = -1, dtype: Any = None) -> Tensor:
     """exp(x) / sum(exp(x)) along `axis`, max-shifted. `Tensor([0., 0.]).softmax()` is
     `[.5, .5]`."""
@@ -447,10 +448,12 @@ class CompositeMixin:
       if (r := RowNodes.of(self.uop, axes)) is not None: return self._wrap(softmax_of(r, axes).uop)
     return softmax_of(self._softmax_input(dtype), axis)._cast(self._out_float(dtype))
 
+  @takes_dim
   def softmin(self, axis: int = -1, dtype: Any = None) -> Tensor:
     """softmax(-x) along `axis` (PyTorch's F.softmin)."""
     return (-self).softmax(axis, dtype)
 
+  @takes_dim
   def log_softmax(self, axis: int = -1, dtype: Any = None) -> Tensor:
     """x - logsumexp(x) along `axis`."""
     if self.ndim and self.shape[canonical_axis(axis, self.ndim)] == 0:
@@ -458,6 +461,7 @@ class CompositeMixin:
     m = shifted(self._softmax_input(dtype), axis)
     return (m - m.exp().sum(axis, keepdim=True).log())._cast(self._out_float(dtype))
 
+  @takes_dim
   def logsumexp(self, axis: Axis = None, keepdim: bool = False) -> Tensor:
     """log(sum(exp(x))) over `axis`, shifted by the max (infinite maxima shift by 0)."""
     x = self._float()
@@ -478,25 +482,30 @@ class CompositeMixin:
     x = x.pad([(0, 0)] * (x.ndim - 1) + [(n - 1, 0)], value=fill)
     return reduce_last(pool(x, (n,), (1,), (1,))).permute(back)
 
+  @takes_dim
   def cumsum(self, axis: int = 0, dtype: Any = None) -> Tensor:
     """Prefix sums along `axis` (bool/ints accumulate in int64). `Tensor([1, 2, 3]).cumsum()` is
     `[1, 3, 6]`."""
     return self._scan(axis, lambda w: w.sum(-1, dtype=dtype), 0)
 
+  @takes_dim
   def cumprod(self, axis: int = 0, dtype: Any = None) -> Tensor:
     """Prefix products along `axis`."""
     return self._scan(axis, lambda w: w.prod(-1, dtype=dtype), 1)
 
+  @takes_dim
   def cummax(self, axis: int = 0) -> tuple[Tensor, Tensor]:
     """(values, indices) of the running maximum; an index is the last position of the value."""
     values = self._scan(axis, lambda w: w.max(-1), self.dtype.min)
     return values, _scan_index(self, values, axis)
 
+  @takes_dim
   def cummin(self, axis: int = 0) -> tuple[Tensor, Tensor]:
     """(values, indices) of the running minimum."""
     values, indices = reversed_order(self).cummax(axis)
     return reversed_order(values), indices
 
+  @takes_dim
   def logcumsumexp(self, axis: int = 0) -> Tensor:
     """log(cumsum(exp(x))) along `axis`, each prefix shifted by its running max."""
     def lse(w: Tensor) -> Tensor:
@@ -505,6 +514,7 @@ class CompositeMixin:
     return self._float()._scan(axis, lse, -math.inf)
 
   # ---- statistics ----
+  @takes_dim
   def var(self, axis: Axis = None, keepdim: bool = False, correction: float = 1) -> Tensor:
     """Variance over `axis` with `correction` (1: unbiased), dividing by max(0, N - correction)."""
     if not dtypes.is_float(self.dtype):
@@ -514,18 +524,22 @@ class CompositeMixin:
     squares = (self - self.mean(axis, keepdim=True)).square()
     return squares.sum(axis, keepdim).div(max(0, n - correction))
 
+  @takes_dim
   def std(self, axis: Axis = None, keepdim: bool = False, correction: float = 1) -> Tensor:
     """Standard deviation: sqrt(var)."""
     return self.var(axis, keepdim, correction).sqrt()
 
+  @takes_dim
   def var_mean(self, axis: Axis = None, keepdim: bool = False,
                correction: float = 1) -> tuple[Tensor, Tensor]:
     return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
 
+  @takes_dim
   def std_mean(self, axis: Axis = None, keepdim: bool = False,
                correction: float = 1) -> tuple[Tensor, Tensor]:
     return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
 
+  @takes_dim
   def argmax(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
     """Index (int64) of the first maximum along `axis` (of the flattened tensor when None); NaN
     counts as the maximum. `Tensor([1, 3, 3]).argmax()` is 1."""
@@ -544,11 +558,13 @@ class CompositeMixin:
     rev = type(self).arange(n, 0, -1, device=self.device).reshape(n, *[1] * (self.ndim - d - 1))
     return hit.where(rev, 0).max(d, keepdim).sub(n, reverse=True)
 
+  @takes_dim
   def argmin(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
     """Index (int64) of the first minimum along `axis`."""
     return reversed_order(self).argmax(axis, keepdim)
 
   # ---- logic ----
+  @takes_dim
   def any(self, axis: Axis = None, keepdim: bool = False) -> Tensor:
     """Whether any element along `axis` is nonzero (False over no elements)."""
     b = self if self.dtype == dtypes.bool else self.ne(0)
@@ -556,6 +572,7 @@ class CompositeMixin:
       return b.sum(axis, keepdim).ne(0)
     return b.max(axis, keepdim)
 
+  @takes_dim
   def all(self, axis: Axis = None, keepdim: bool = False) -> Tensor:
     """Whether every element along `axis` is nonzero (True over no elements)."""
     return self.logical_not().any(axis, keepdim).logical_not()

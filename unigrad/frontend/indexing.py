@@ -35,7 +35,7 @@ from unigrad.frontend.dtypes import check_int_value
 from unigrad.frontend.gradient import in_autograd_graph
 from unigrad.frontend.movement import canonical_axis, getitem_basic, place_basic
 from unigrad.frontend.reduce import host_values as _host_values
-from unigrad.uop import Ops
+from unigrad.uop import Ops, UOp
 from unigrad.uop.properties import broadcast_shapes
 
 if TYPE_CHECKING:
@@ -205,17 +205,18 @@ def _index_tensor(it: Any, t: Tensor) -> Tensor:
 
 
 def _normalize(idx: Any, t: Tensor) -> list:
-  """The index as a list of ints, slices, None, Ellipsis, bools and Tensors."""
+  """The index as a list of ints, symbolic ints (index UOps: a bound Variable), slices, None,
+  Ellipsis, bools and Tensors."""
   items = list(idx) if isinstance(idx, tuple) else [idx]
   out = []
   for it in items:
-    if it is None or it is Ellipsis or isinstance(it, (slice, bool)): out.append(it)
+    if it is None or it is Ellipsis or isinstance(it, (slice, bool, UOp)): out.append(it)
     elif isinstance(it, (list, tuple)) or hasattr(it, "uop") or hasattr(it, "__array_interface__"):
       out.append(_index_tensor(it, t))
     elif hasattr(it, "__index__"): out.append(operator.index(it))
     else:
-      raise IndexError("only integers, slices, None, Ellipsis, lists and int or bool tensors are "
-                       f"valid indices, got {type(it).__name__}")
+      raise IndexError("only integers (or bound Variables), slices, None, Ellipsis, lists and int "
+                       f"or bool tensors are valid indices, got {type(it).__name__}")
   return out
 
 

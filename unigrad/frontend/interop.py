@@ -8,10 +8,13 @@ Writes through either side show in the other. The buffer stays alive while a num
 DLPack consumer holds it; an imported array's producer is told to free it (its deleter) when the
 last unigrad tensor reading it goes. A view no strided array describes (padding, a flip) is
 shared only after realizing a copy; DLPack's `copy=False` refuses that with BufferError.
+The exception: a buffer TinyJit writes its results into at every replay (`replay_results`) is
+copied by numpy(), so an array handed out before a replay keeps its values.
 """
 from __future__ import annotations
 
 import math
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from unigrad.dtype import FP8S, dtypes, to_numpy_name
@@ -53,9 +56,16 @@ def _buffer_view(t: Tensor, realize: bool) -> tuple[Buffer, tuple[int, ...], tup
   return engine.buffer_of(sv.buffer), shape, torch_strides(shape, sv.strides), sv.offset
 
 
+# The buffers a captured program writes its results into at every replay (TinyJit's outputs,
+# frontend/jit.py adds them at the capture): numpy() gives a copy of one, an array its caller
+# owns as tinygrad's numpy() always does, which the next replay cannot overwrite. Weak: a buffer
+# leaves the set with its last user.
+replay_results: weakref.WeakSet[Buffer] = weakref.WeakSet()
+
+
 def shared_numpy(t: Tensor) -> Any | None:
-  """`t`'s values as a numpy array over its buffer's memory, or None where that cannot be (see
-  Tensor.numpy): the caller copies then."""
+  """`t`'s values as a numpy array over its buffer's memory (a copy of a TinyJit result's, see
+  `replay_results`), or None where that cannot be (see Tensor.numpy): the caller copies then."""
   if engine.capturing or isinstance(t.device, tuple) or not is_host_device(t.device): return None
   if t.dtype == dtypes.bfloat16 or t.dtype in FP8S: return None  # numpy has no such dtype
   if not all(isinstance(s, int) for s in t.shape): return None
@@ -63,6 +73,7 @@ def shared_numpy(t: Tensor) -> Any | None:
   found = _buffer_view(t, realize=True)
   if found is None: return None
   import numpy as np  # noqa: PLC0415 (numpy is optional: only needed here)
+  if found[0].base in replay_results: return np.array(_HostArray(*found))  # a copy
   return np.asarray(_HostArray(*found))
 
 

@@ -22,8 +22,11 @@ engine/jit.py). What a replay does and does not repeat:
 - Random numbers: each replay draws fresh numbers exactly as an eager call would (the capture
   records which buffers hold a random stream's (key, counter) and refills them).
 - Outputs: the returned Tensors are views of buffers the program owns; the next call overwrites
-  them (copy one with `.clone()` to keep it). Passed back as the next call's inputs (a
-  recurrence's state) they are copied first. Non-Tensor results are returned as captured.
+  them (copy one with `.clone()` to keep it). Their values read out are the caller's: `item`,
+  `tolist` and `numpy()` copy (numpy() shares other tensors' memory, PyTorch's way, but a
+  result's array would change under its holder at the next call: tinygrad's numpy() always
+  copies). Passed back as the next call's inputs (a recurrence's state) they are copied first.
+  Non-Tensor results are returned as captured.
 - Python code is not replayed: reading tensor values (`item`, `tolist`, `numpy`) inside the
   function while it is captured raises `CaptureError`; a Python branch on a non-Tensor argument
   is safe (each distinct non-Tensor argument value gets its own capture: a numpy array by its
@@ -37,8 +40,8 @@ engine/jit.py). What a replay does and does not repeat:
   at launch (no recompile, no recapture).
 - Threads: a jit runs one call at a time (its reentrant `jit.lock`). Its results are its own
   buffers, overwritten by the next call from any thread: a thread sharing a jit holds `jit.lock`
-  across a call and the reads of its results (`with step.lock: loss = step(x).item()`;
-  `numpy()` shares the buffer: `.numpy().copy()`), or clones them inside it
+  across a call and the reads of its results (`with step.lock: loss = step(x).item()`), or
+  clones them inside it
   (`.clone().realize()`). A capture records only its own thread's launches: other threads may
   realize and read values meanwhile.
 - `jit.reset()` forgets every capture (after rebinding a captured tensor on purpose). `JIT=0`
@@ -60,6 +63,7 @@ from unigrad.engine.jit import CapturedProgram
 from unigrad.frontend.function import (TensorLeaf, flatten_tensors, structure_key,
                                        tensor_signature, unflatten_tensors)
 from unigrad.frontend import writes
+from unigrad.frontend.interop import replay_results
 from unigrad.frontend.tensor import Tensor, all_tensors, realize_stale_values
 from unigrad.helpers import bounded_put
 from unigrad.knobs import JIT, JIT_CAPTURES
@@ -193,6 +197,7 @@ class TinyJit:
     entry.owned = frozenset(engine.buffer_of(t.uop).base for t, reads in
                             zip(outs.values(), entry.out_reads_input)
                             if not reads and buffer_base(t.uop) is not None)
+    replay_results.update(entry.owned)  # numpy() of a result is a copy (frontend/interop.py)
     return result
 
   def _outside_buffers(self, program: CapturedProgram, inputs: list[Tensor],

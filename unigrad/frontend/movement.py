@@ -63,12 +63,14 @@ class MovementMixin:
   def ndim(self) -> int: return len(self.shape)
 
   def reshape(self, *shape: Any) -> Tensor:
-    """A view with a new shape of the same size; one dim may be -1. `x.reshape(2, -1)`"""
+    """A view with a new shape of the same size; one dim may be -1, and None keeps the size of
+    the same axis (tinygrad's spelling). `x.reshape(2, -1)`, `x.reshape(None, 3, 4)`"""
     new = list(shape_arg(shape))
     if set(map(type, new)) <= _INT and set(map(type, self.shape)) <= _INT:
       if -1 not in new and min(new, default=0) >= 0 and math.prod(new) == math.prod(self.shape):
         return self._reshape_to(new)  # the usual case: static sizes, nothing to infer or report
     else: new = [simplify_size(s) if isinstance(s, UOp) else s for s in new]
+    if any(s is None for s in new): new = self._kept_sizes(new)
     if sum(1 for s in new if _is_minus_one(s)) > 1:
       raise ValueError(f"only one dimension can be inferred, got {tuple(new)}")
     if any(isinstance(s, UOp) for s in (*new, *self.shape)): return self._reshape_symbolic(new)
@@ -81,6 +83,16 @@ class MovementMixin:
       raise ValueError(f"invalid shape {tuple(new)}: sizes must be ints >= 0 (or one -1)")
     if math.prod(new) != numel: raise self._bad_size(new, numel)
     return self._reshape_to(new)
+
+  def _kept_sizes(self, new: list) -> list:
+    """`new` with each None replaced by this tensor's size on that axis."""
+    for i, s in enumerate(new):
+      if s is not None: continue
+      if i >= self.ndim:
+        raise ValueError(f"reshape: None at position {i} keeps the size of axis {i}, but the "
+                         f"tensor has {self.ndim} axes (shape {shape_str(self.shape)})")
+      new[i] = self.shape[i]
+    return new
 
   def _bad_size(self, new: list, numel: int) -> ValueError:
     return ValueError(f"shape '{tuple(new)}' is invalid for input of size {numel} {self.shape}")

@@ -1,9 +1,10 @@
 """Reductions of Tensor (sum, prod, max, min, mean) and matmul as the spec's gemm composition."""
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from unigrad.dtype import LOW_FLOATS, DType, dtypes, sum_acc_dtype, to_dtype, to_numpy_name
 from unigrad import engine
@@ -22,6 +23,28 @@ PLAIN_FLOATS = frozenset((dtypes.float32, dtypes.float64))  # floats that accumu
 # the chunk sums, again in chunks): one accumulator over 2**31 float32 ones stops at 2**24.
 LONG_FLOAT_SUM = 2 ** 22
 FLOAT_SUM_CHUNK = 2 ** 14
+
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def takes_dim(method: _Method) -> _Method:
+  """`method` (whose first argument is tinygrad's `axis`) taking PyTorch's `dim=` keyword for
+  it too: `x.sum(dim=1)` is `x.sum(axis=1)` (`x.sum(1)` is both)."""
+  @functools.wraps(method)
+  def with_dim(self: Any, *args: Any, **kwargs: Any) -> Any:
+    if "dim" in kwargs:
+      if args or "axis" in kwargs:
+        raise TypeError(f"{method.__name__}() got the reduced axis twice (as 'dim' and 'axis')")
+      kwargs["axis"] = kwargs.pop("dim")
+    return method(self, *args, **kwargs)
+  return with_dim  # type: ignore[return-value]
+
+
+class ValuesIndices(NamedTuple):
+  """PyTorch's result of `max(dim=...)`, `min(dim=...)` (torch.return_types.max)."""
+  values: Tensor
+  indices: Tensor
 
 
 def canonical_axes(axis: Axis, ndim: int) -> tuple[int, ...]:
@@ -204,11 +227,13 @@ class ReduceMixin:
     y = y._reduce(Ops.ADD, -1, False)
     return y.reshape(*[1 if i in axes else d for i, d in enumerate(shape)]) if keepdim else y
 
+  @takes_dim
   def sum(self, axis: Axis = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
     """Sum over `axis` (all by default); bool and integers accumulate in int64 like PyTorch.
     `Tensor([[1, 2], [3, 4]]).sum(0)` is `[4, 6]`."""
     return self._accumulate(Ops.ADD, dtype, axis, keepdim)
 
+  @takes_dim
   def prod(self, axis: Axis = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
     """Product over `axis`; bool and integers accumulate in int64 like PyTorch."""
     return self._accumulate(Ops.MUL, dtype, axis, keepdim)
@@ -224,17 +249,29 @@ class ReduceMixin:
     raise IndexError(f"{name}(): expected reduction dim {empty[0]} to have non-zero size, got a "
                      f"tensor of shape {self.shape} (there is no identity)")
 
-  def max(self, axis: Axis = None, keepdim: bool = False) -> Tensor:
-    """Maximum over `axis` (NaN propagates). `Tensor([1, 3, 2]).max()` is 3."""
+  def max(self, axis: Axis = None, keepdim: bool = False, *, dim: int | None = None) -> Any:
+    """Maximum over `axis` (NaN propagates). `Tensor([1, 3, 2]).max()` is 3. With PyTorch's
+    `dim=` keyword it is PyTorch's `(values, indices)` pair (`x.max(1)` is tinygrad's: the
+    values)."""
+    if dim is not None: return self._with_indices("max", axis, dim, keepdim)
     self._check_nonempty("max", axis)
     return self._reduce(Ops.MAX, axis, keepdim)
 
-  def min(self, axis: Axis = None, keepdim: bool = False) -> Tensor:
-    """Minimum over `axis`: -max(-x) for floats, ~max(~x) for integers and bools."""
+  def min(self, axis: Axis = None, keepdim: bool = False, *, dim: int | None = None) -> Any:
+    """Minimum over `axis`: -max(-x) for floats, ~max(~x) for integers and bools. `dim=` gives
+    PyTorch's `(values, indices)` pair, as for max."""
+    if dim is not None: return self._with_indices("min", axis, dim, keepdim)
     self._check_nonempty("min", axis)
     if dtypes.is_float(self.dtype): return self.neg().max(axis, keepdim).neg()
     return self.bitwise_not().max(axis, keepdim).bitwise_not()
 
+  def _with_indices(self, name: str, axis: Axis, dim: int, keepdim: bool) -> ValuesIndices:
+    if axis is not None: raise TypeError(f"{name}() got the reduced axis twice (as 'dim' and "
+                                         "'axis')")
+    values = getattr(self, name)(dim, keepdim)
+    return ValuesIndices(values, getattr(self, f"arg{name}")(dim, keepdim))
+
+  @takes_dim
   def mean(self, axis: Axis = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
     """Arithmetic mean over `axis` (needs a float tensor or dtype, like PyTorch; a bool tensor
     gives the fraction of True in the default float dtype, as in tinygrad: `(pred == y).mean()`);

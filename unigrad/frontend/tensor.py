@@ -11,8 +11,8 @@ import math
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from unigrad.dtype import (FP8S, DType, dtypes, from_bytes, from_numpy_name, to_bytes, to_dtype,
-                           to_numpy_name)
+from unigrad.dtype import (FP8S, DType, dtypes, from_bytes, from_numpy_name, least_upper_dtype,
+                           to_bytes, to_dtype, to_numpy_name)
 from unigrad import engine
 from unigrad.engine.interrupts import deferred_interrupts
 from unigrad.engine.capture import outside_capture
@@ -442,6 +442,9 @@ def _nest(flat: list, shape: Sequence[int]) -> Any:
   return [_nest(flat[i * step:(i + 1) * step], shape[1:]) for i in range(shape[0])]
 
 
+def _is_numpy(x: Any) -> bool: return type(x).__module__ == "numpy"  # an array or a scalar
+
+
 def _infer_shape(data: Any) -> tuple[int, ...]:
   shape: list[int] = []
   x = data
@@ -449,10 +452,21 @@ def _infer_shape(data: Any) -> tuple[int, ...]:
     shape.append(len(x))
     if not x: break
     x = x[0]
+  if _is_numpy(x) and data is not x: shape.extend(getattr(x, "shape", ()))  # rows of arrays
   return tuple(shape)
 
 
-def _flatten(data: Any, shape: tuple[int, ...], depth: int = 0) -> list:
+def _flatten(data: Any, shape: tuple[int, ...], depth: int = 0,
+             np_dtypes: set[DType] | None = None) -> list:
+  """The values of nested lists and tuples, row-major; numpy arrays and scalars among them (a
+  list of rows from numpy, as an RL replay buffer is) give their values, and their dtypes to
+  `np_dtypes`."""
+  if np_dtypes is not None and _is_numpy(data):
+    if tuple(getattr(data, "shape", ())) != shape[depth:]:
+      raise ValueError(f"ragged nested sequence: expected shape {shape[depth:]} at depth {depth}"
+                       f", got a numpy array of shape {data.shape}")
+    np_dtypes.add(from_numpy_name(data.dtype))
+    return data.ravel().tolist() if depth < len(shape) else [data.item()]
   if depth == len(shape):
     if isinstance(data, (list, tuple)):
       raise ValueError("ragged nested sequence: every row must have the same length")
@@ -461,7 +475,21 @@ def _flatten(data: Any, shape: tuple[int, ...], depth: int = 0) -> list:
     return [data]
   if not isinstance(data, (list, tuple)) or len(data) != shape[depth]:
     raise ValueError(f"ragged nested sequence: expected length {shape[depth]} at depth {depth}")
-  return [v for d in data for v in _flatten(d, shape, depth + 1)]
+  return [v for d in data for v in _flatten(d, shape, depth + 1, np_dtypes)]
+
+
+def _python_leaves(data: Any) -> list:
+  """The Python numbers of nested lists, numpy arrays and scalars left out."""
+  if isinstance(data, (list, tuple)): return [v for d in data for v in _python_leaves(d)]
+  return [] if _is_numpy(data) else [data]
+
+
+def _dtype_of_values(data: Any, flat: list, np_dtypes: set[DType]) -> DType:
+  """PyTorch's dtype for nested data: every Python number's (`dtypes.from_py`) and every numpy
+  array's or scalar's own, promoted together (`torch.tensor([np.float32(1), 2])` is float32)."""
+  if not np_dtypes: return dtypes.from_py(flat) if flat else dtypes.default_float
+  py = _python_leaves(data)
+  return least_upper_dtype(*np_dtypes, *([dtypes.from_py(py)] if py else []))
 
 
 def _uop_from_data(data: Any, device: str, dtype: DType | None) -> UOp:
@@ -473,8 +501,8 @@ def _uop_from_data(data: Any, device: str, dtype: DType | None) -> UOp:
   if hasattr(data, "__array_interface__") or type(data).__module__ == "numpy":
     return _uop_from_numpy(data, device, dtype)
   shape = _infer_shape(data)
-  flat = _flatten(data, shape)
-  dt = dtype or (dtypes.from_py(flat) if flat else dtypes.default_float)
+  flat = _flatten(data, shape, np_dtypes=(np_dtypes := set()))
+  dt = dtype or _dtype_of_values(data, flat, np_dtypes)
   if dtypes.is_int(dt): _check_int_values(flat, dt)
   return engine.buffer_with_data(device, dt, to_bytes(dt, flat), shape)
 

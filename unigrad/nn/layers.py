@@ -125,7 +125,8 @@ class BatchNorm:
     self.running_mean = Tensor.zeros(sz).contiguous().requires_grad_(False)
     self.running_var = Tensor.ones(sz).contiguous().requires_grad_(False)
     # 0-d like PyTorch's, so its checkpoints load (a shape (1,) counter loads too: load_state_dict)
-    self.num_batches_tracked = Tensor.zeros((), dtype=dtypes.int64).contiguous()
+    self.num_batches_tracked = Tensor.zeros((), dtype=dtypes.int64).contiguous() \
+      .requires_grad_(False)
 
   def __call__(self, x: Tensor) -> Tensor:
     axes = tuple(i for i in range(x.ndim) if i != 1)
