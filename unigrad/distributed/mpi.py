@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import hashlib
 import importlib
 import os
 import sys
@@ -39,6 +40,7 @@ __all__ = ["init", "shutdown", "is_initialized", "rank", "world_size", "local_si
            "group", "DistributedError", "CollectiveError", "CollectiveProgram"]
 
 HEADER = 6  # kind, count, dtype, reduce, peer, nranks
+REPLAY = 64  # the kind in the header of a TinyJit replay's collectives (Group.replay_programs)
 
 SHIM_SRC = r"""#include <stdint.h>
 #include <string.h>
@@ -55,6 +57,7 @@ enum { ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, BROADCAST, SEND, RECV };
 typedef struct {
   void* fn; void* allreduce; void* sendrecv;
   H comm, dtype, op, i64, max;
+  int64_t* gate;
   int64_t kind, count, nbytes, peer, tag, rank, check;
   int64_t header[NH];
   int64_t seen[2 * NH];
@@ -87,6 +90,7 @@ void unigrad_collective(void* desc, uint64_t* args, int core_id) {
   const void* src = (const void*)args[1];
   int n = (int)d->count;
   (void)core_id;
+  if (d->gate && *d->gate) return;  /* the replay's header check failed: no rank transfers */
   if (d->check && !(d->kind >= SEND ? agree_pair(d) : agree(d))) return;
   switch (d->kind) {
   case ALL_REDUCE: ((allreduce_t)d->fn)(src, dst, n, d->dtype, d->op, d->comm); break;
@@ -175,12 +179,36 @@ class Group:
         prog = self.programs[(kernel, device)] = CollectiveProgram(self, kernel, device)
       return prog
 
+  def replay_programs(self, progs: Sequence[Any]) -> list[Any]:
+    """The backend's method (runtime/collective.py): the programs a TinyJit replay runs in place
+    of its collectives' own, in launch order. Every rank replays the same captured program
+    (each checked its collectives one by one at the capture), so one header check at the first
+    collective covers the whole replay: its header names the replay (how many collectives, a
+    hash of their headers), which no eager collective's header and no other capture's equals,
+    and the others run unchecked, skipped where that check failed (no rank starts a transfer
+    the others do not). A replay with a send or recv keeps its per-collective checks (the
+    ranks' programs differ there)."""
+    progs = list(progs)
+    if not progs or any(not isinstance(p, CollectiveProgram) or p.kind in ("send", "recv")
+                        for p in progs):
+      return progs
+    digest = hashlib.blake2b(repr([list(p.desc.header) for p in progs]).encode(),
+                             digest_size=15).digest()
+    parts = [int.from_bytes(digest[i:i + 5], "little") for i in (0, 5, 10)]
+    first = CollectiveProgram(self, progs[0].kernel, progs[0].device)
+    for i, v in enumerate((REPLAY, len(progs), *parts, self.size)): first.desc.header[i] = v
+    gate = first.address + type(first.desc).error.offset
+    rest = [CollectiveProgram(self, p.kernel, p.device) for p in progs[1:]]
+    for p in rest: p.desc.check, p.desc.gate = 0, gate
+    return [first, *rest]
+
 
 def _descriptor_type(handle: Any) -> type[ctypes.Structure]:
   """The ctypes mirror of SHIM_SRC's coll_t for a handle type (8-byte pointers or int32)."""
   i64 = ctypes.c_int64
   fields = [("fn", ctypes.c_void_p), ("allreduce", ctypes.c_void_p), ("sendrecv", ctypes.c_void_p),
             *((n, handle) for n in ("comm", "dtype", "op", "i64", "max")),
+            ("gate", ctypes.c_void_p),
             *((n, i64) for n in ("kind", "count", "nbytes", "peer", "tag", "rank", "check")),
             ("header", i64 * HEADER), ("seen", i64 * (2 * HEADER)), ("error", i64),
             ("status", ctypes.c_char * 64)]
@@ -221,6 +249,7 @@ class CollectiveProgram(CPUProgram):
                             "(CUDA buffers would use NCCL, see unigrad.distributed)")
     a, (dst, src) = kernel.arg, kernel.src
     self.name, self.group, self.kind = a.kind, group, a.kind
+    self.kernel, self.device = kernel, device
     dtype, op, scale = _mpi_type(group, kernel.dtype, a.reduce, a.kind)
     count = (_element_count(dst) if a.kind == "reduce_scatter" else _element_count(src)) * scale
     if count > INT_MAX:
@@ -266,6 +295,13 @@ class CollectiveProgram(CPUProgram):
                             f"posted {_describe(other)}; a send and its recv need the same count "
                             "and dtype")
     hi, lo = list(d.seen[:HEADER]), [-v for v in d.seen[HEADER:]]
+    if REPLAY in (mine[0], lo[0], hi[0]):
+      what = (f"replays a TinyJit capture of {mine[1]} collectives" if mine[0] == REPLAY
+              else f"ran {_describe(mine)}")
+      raise CollectiveError(f"rank {self.group.rank}: the ranks disagree about a collective: this "
+                            f"rank {what}, but not every rank replays the same capture (some run "
+                            "collectives eagerly, or replay another capture: inputs of other "
+                            "shapes); every rank must make the same calls with the same shapes")
     raise CollectiveError(f"rank {self.group.rank}: the ranks disagree about a collective: this "
                           f"rank ran {_describe(mine)}; across the group "
                           f"{_differences(lo, hi)}; every rank must pass the same shape and dtype")
