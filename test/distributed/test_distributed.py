@@ -91,14 +91,38 @@ def _collective(x: Tensor, kind: str = "all_reduce", reduce: str | None = "sum")
   return UOp(Ops.COLLECTIVE, x.dtype, (x.uop,), CollectiveArg(kind, 2, 0, reduce))
 
 
-def test_a_collective_is_a_call_of_its_own_in_the_command_buffer():
+def test_a_collective_is_a_start_and_a_wait_in_the_command_buffer():
   x = Tensor.ones(8).contiguous().realize()
   y = Tensor._from_uop(_collective(x * 2), x.device) + 1
   calls = schedule([y.uop], [y.device]).src
-  assert [c.src[0].op for c in calls] == [Ops.SINK, Ops.COLLECTIVE, Ops.SINK]
-  coll = calls[1]
-  assert coll.src[0].arg == CollectiveArg("all_reduce", 2, 0, "sum")
-  assert coll.src[1:] == coll.src[0].src  # CALL(COLLECTIVE(dst, src), dst, src)
+  assert [c.src[0].op for c in calls] == [Ops.SINK, Ops.COLLECTIVE, Ops.COLLECTIVE, Ops.SINK]
+  start, wait = calls[1:3]
+  assert start.src[0].arg == CollectiveArg("all_reduce", 2, 0, "sum", phase="start")
+  assert wait.src[0].arg == CollectiveArg("all_reduce", 2, 0, "sum", phase="wait")
+  for c in (start, wait): assert c.src[1:] == c.src[0].src  # CALL(COLLECTIVE(dst, src), dst, src)
+  assert start.src[1:] == wait.src[1:]
+
+
+def test_a_bucket_all_reduce_starts_before_the_earlier_layers_gradients():
+  """Data parallel: the all-reduce of the last layer's gradient starts as soon as it exists,
+  the backward kernels of the earlier layers run while it transfers, and it is waited for only
+  before the update that reads it."""
+  Tensor.manual_seed(0)
+  w1, w2 = Tensor.rand(6, 5, requires_grad=True), Tensor.rand(5, 4, requires_grad=True)
+  x = Tensor.rand(3, 6)
+  ((x @ w1).relu() @ w2).sum().backward()
+  g2 = Tensor._from_uop(_collective(w2.grad.reshape(-1)), "CPU").reshape(5, 4)
+  new_w1, new_w2 = w1.detach() - w1.grad, w2.detach() - g2
+  calls = schedule([new_w1.uop, new_w2.uop], ["CPU", "CPU"]).src
+  phases = [c.src[0].arg.phase if c.src[0].op is Ops.COLLECTIVE else "kernel" for c in calls]
+  start, wait = phases.index("start"), phases.index("wait")
+  reads = [{s.arg.slot for s in c.src[1:]} for c in calls]  # every buffer the call touches
+  between = [i for i in range(start + 1, wait) if phases[i] == "kernel"]
+  assert between, phases  # backward kernels of the first layer run during the transfer
+  # the wait precedes every kernel that reads the all-reduced gradient
+  dst = calls[start].src[1].arg.slot
+  assert all(dst not in reads[i] for i in range(start + 1, wait)), phases
+  assert any(dst in reads[i] for i in range(wait + 1, len(calls))), phases
 
 
 def test_all_gather_and_reduce_scatter_shapes():

@@ -9,6 +9,7 @@ import numpy as np
 
 from unigrad import Tensor, TinyJit, nn
 from unigrad.nn.state import get_parameters
+from unigrad.uop import Ops
 import unigrad.distributed as dist
 from unigrad.distributed.data_parallel import DistributedOptimizer, broadcast_parameters
 
@@ -60,6 +61,12 @@ def train(rank: int, world: int, distributed: bool) -> list[np.ndarray]:
     assert [s.batch is not None for s in segments] == [True], segments
     assert sum(r is not None and r.name == "all_reduce"
                for r in program.executor.runners) >= 2, "expected several gradient buckets"
+    # the first bucket's all-reduce starts before the backward kernels of the earlier layers,
+    # which run before it is waited for
+    phases = [e.ast.arg.phase if e.ast.op is Ops.COLLECTIVE else "kernel"
+              for e in program.executor.cb.entries]
+    start, wait = phases.index("start"), phases.index("wait")
+    assert phases[start + 1:wait].count("kernel") >= 10, phases
   return [p.numpy().copy() for p in params]
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import dataclasses
 import hashlib
 import importlib
 import os
@@ -52,13 +53,22 @@ typedef int (*bcast_t)(void*, int, H, int, H);
 typedef int (*send_t)(const void*, int, H, int, int, H);
 typedef int (*recv_t)(void*, int, H, int, int, H, void*);
 typedef int (*sendrecv_t)(const void*, int, H, int, int, void*, int, H, int, int, H, void*);
+typedef int (*iallreduce_t)(const void*, void*, int, H, H, H, void*);
+typedef int (*iallgather_t)(const void*, int, H, void*, int, H, H, void*);
+typedef int (*irscatter_t)(const void*, void*, int, H, H, H, void*);
+typedef int (*ibcast_t)(void*, int, H, int, H, void*);
+typedef int (*wait_t)(void*, void*);
 enum { ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, BROADCAST, SEND, RECV };
 #define NH 6
 typedef struct {
   void* fn; void* allreduce; void* sendrecv;
   H comm, dtype, op, i64, max;
   int64_t* gate;
-  int64_t kind, count, nbytes, peer, tag, rank, check;
+  void* wait;       /* MPI_Wait */
+  void* pending;    /* a wait: its start's request; a start: its own (req) */
+  H request_null;
+  H req;            /* a start's MPI_Request */
+  int64_t kind, count, nbytes, peer, tag, rank, check, phase;
   int64_t header[NH];
   int64_t seen[2 * NH];
   int64_t error;
@@ -83,15 +93,36 @@ static int agree_pair(coll_t* d) {
   return 1;
 }
 
-/* the trampoline ABI of the CPU device: desc in place of the kernel, args = (dst, src) */
+/* a start: the non-blocking form of the group collective, its request kept for its wait */
+static void start(coll_t* d, void* dst, const void* src, int n) {
+  void* r = &d->req;
+  switch (d->kind) {
+  case ALL_REDUCE: ((iallreduce_t)d->fn)(src, dst, n, d->dtype, d->op, d->comm, r); break;
+  case ALL_GATHER: ((iallgather_t)d->fn)(src, n, d->dtype, dst, n, d->dtype, d->comm, r); break;
+  case REDUCE_SCATTER: ((irscatter_t)d->fn)(src, dst, n, d->dtype, d->op, d->comm, r); break;
+  case BROADCAST:
+    if (d->rank == d->peer && dst != src) memcpy(dst, src, (size_t)d->nbytes);
+    ((ibcast_t)d->fn)(dst, n, d->dtype, (int)d->peer, d->comm, r);
+    break;
+  }
+}
+
+/* the trampoline ABI of the CPU device: desc in place of the kernel, args = (dst, src);
+   core_id -1 (a call from Python): a start also waits, leaving nothing pending */
 void unigrad_collective(void* desc, uint64_t* args, int core_id) {
   coll_t* d = desc;
   void* dst = (void*)args[0];
   const void* src = (const void*)args[1];
   int n = (int)d->count;
-  (void)core_id;
+  if (d->phase == 2) { ((wait_t)d->wait)(d->pending, d->status); return; }
+  if (d->phase == 1) d->req = d->request_null;  /* a skipped start leaves its wait nothing */
   if (d->gate && *d->gate) return;  /* the replay's header check failed: no rank transfers */
   if (d->check && !(d->kind >= SEND ? agree_pair(d) : agree(d))) return;
+  if (d->phase == 1) {
+    start(d, dst, src, n);
+    if (core_id < 0) ((wait_t)d->wait)(&d->req, d->status);
+    return;
+  }
   switch (d->kind) {
   case ALL_REDUCE: ((allreduce_t)d->fn)(src, dst, n, d->dtype, d->op, d->comm); break;
   case ALL_GATHER: ((allgather_t)d->fn)(src, n, d->dtype, dst, n, d->dtype, d->comm); break;
@@ -112,6 +143,9 @@ void unigrad_collective(void* desc, uint64_t* args, int core_id) {
 _MPI_FUNCTIONS = {"all_reduce": "MPI_Allreduce", "all_gather": "MPI_Allgather",
                   "reduce_scatter": "MPI_Reduce_scatter_block", "broadcast": "MPI_Bcast",
                   "send": "MPI_Send", "recv": "MPI_Recv"}
+_MPI_STARTS = {"all_reduce": "MPI_Iallreduce", "all_gather": "MPI_Iallgather",
+               "reduce_scatter": "MPI_Ireduce_scatter_block", "broadcast": "MPI_Ibcast"}
+_PHASES = {"": 0, "start": 1, "wait": 2}
 _MPI_TYPES = {dtypes.float32: "FLOAT", dtypes.float64: "DOUBLE", dtypes.int8: "INT8_T",
               dtypes.uint8: "UINT8_T", dtypes.int16: "INT16_T", dtypes.uint16: "UINT16_T",
               dtypes.int32: "INT32_T", dtypes.uint32: "UINT32_T", dtypes.int64: "INT64_T",
@@ -164,7 +198,7 @@ class Group:
     self.call = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int)(self.tramp)
     self.descriptor = _descriptor_type(handle)
     self.programs: dict[tuple[UOp, str], CollectiveProgram] = {}
-    self.lock = threading.Lock()
+    self.lock = threading.RLock()
 
   def function(self, name: str) -> int:
     return ctypes.cast(getattr(self.lib, name), ctypes.c_void_p).value or 0
@@ -173,10 +207,12 @@ class Group:
     return int(getattr(self.MPI, name).handle)
 
   def program(self, kernel: UOp, device: str) -> CollectiveProgram:
-    """The backend's method (runtime/collective.py): the program of one COLLECTIVE call."""
+    """The backend's method (runtime/collective.py): the program of one COLLECTIVE call (a
+    wait's waits on the request of its start's program)."""
     with self.lock:
       if (prog := self.programs.get((kernel, device))) is None:
-        prog = self.programs[(kernel, device)] = CollectiveProgram(self, kernel, device)
+        start = self.program(_start_of(kernel), device) if kernel.arg.phase == "wait" else None
+        prog = self.programs[(kernel, device)] = CollectiveProgram(self, kernel, device, start)
       return prog
 
   def replay_programs(self, progs: Sequence[Any]) -> list[Any]:
@@ -195,12 +231,24 @@ class Group:
     digest = hashlib.blake2b(repr([list(p.desc.header) for p in progs]).encode(),
                              digest_size=15).digest()
     parts = [int.from_bytes(digest[i:i + 5], "little") for i in (0, 5, 10)]
-    first = CollectiveProgram(self, progs[0].kernel, progs[0].device)
-    for i, v in enumerate((REPLAY, len(progs), *parts, self.size)): first.desc.header[i] = v
+    fresh: list[CollectiveProgram] = []
+    starts: dict[UOp, CollectiveProgram] = {}  # each wait waits on its own start's request
+    for p in progs:
+      prog = CollectiveProgram(self, p.kernel, p.device, starts.get(_start_of(p.kernel)))
+      if p.phase == "start": starts[p.kernel] = prog
+      fresh.append(prog)
+    first = fresh[0]
+    count = sum(p.phase != "wait" for p in progs)
+    for i, v in enumerate((REPLAY, count, *parts, self.size)): first.desc.header[i] = v
     gate = first.address + type(first.desc).error.offset
-    rest = [CollectiveProgram(self, p.kernel, p.device) for p in progs[1:]]
-    for p in rest: p.desc.check, p.desc.gate = 0, gate
-    return [first, *rest]
+    for p in fresh[1:]: p.desc.check, p.desc.gate = 0, gate
+    return fresh
+
+
+def _start_of(kernel: UOp) -> UOp:
+  """The start of the collective whose wait is `kernel` (itself if it is no wait)."""
+  if kernel.arg.phase != "wait": return kernel
+  return kernel.replace(arg=dataclasses.replace(kernel.arg, phase="start"))
 
 
 def _descriptor_type(handle: Any) -> type[ctypes.Structure]:
@@ -208,8 +256,10 @@ def _descriptor_type(handle: Any) -> type[ctypes.Structure]:
   i64 = ctypes.c_int64
   fields = [("fn", ctypes.c_void_p), ("allreduce", ctypes.c_void_p), ("sendrecv", ctypes.c_void_p),
             *((n, handle) for n in ("comm", "dtype", "op", "i64", "max")),
-            ("gate", ctypes.c_void_p),
-            *((n, i64) for n in ("kind", "count", "nbytes", "peer", "tag", "rank", "check")),
+            *((n, ctypes.c_void_p) for n in ("gate", "wait", "pending")),
+            ("request_null", handle), ("req", handle),
+            *((n, i64) for n in ("kind", "count", "nbytes", "peer", "tag", "rank", "check",
+                                 "phase")),
             ("header", i64 * HEADER), ("seen", i64 * (2 * HEADER)), ("error", i64),
             ("status", ctypes.c_char * 64)]
   return type("Descriptor", (ctypes.Structure,), {"_fields_": fields})
@@ -243,13 +293,15 @@ class CollectiveProgram(CPUProgram):
   A failed header check sets the descriptor's error word, which the batch reads as it reads a
   kernel's CHECK_OOB state (`oob`), and raises `CollectiveError` naming the disagreement."""
 
-  def __init__(self, group: Group, kernel: UOp, device: str) -> None:  # no CPUProgram.__init__
+  def __init__(self, group: Group, kernel: UOp, device: str,
+               start: CollectiveProgram | None = None) -> None:  # no CPUProgram.__init__
     if not isinstance(Device[device], CPUDevice):
       raise CollectiveError(f"{kernel.arg.kind} on {device}: MPI collectives run on CPU tensors "
                             "(CUDA buffers would use NCCL, see unigrad.distributed)")
     a, (dst, src) = kernel.arg, kernel.src
-    self.name, self.group, self.kind = a.kind, group, a.kind
-    self.kernel, self.device = kernel, device
+    self.name = a.kind if a.phase != "wait" else f"{a.kind} wait"
+    self.group, self.kind, self.phase, self.kernel, self.device = group, a.kind, a.phase, kernel, \
+      device
     dtype, op, scale = _mpi_type(group, kernel.dtype, a.reduce, a.kind)
     count = (_element_count(dst) if a.kind == "reduce_scatter" else _element_count(src)) * scale
     if count > INT_MAX:
@@ -266,6 +318,12 @@ class CollectiveProgram(CPUProgram):
     header = (d.kind, _element_count(src), _dtype_code(kernel.dtype), reduce_code, a.peer,
               a.nranks)
     for i, v in enumerate(header): d.header[i] = v
+    d.phase, d.wait, d.request_null = _PHASES[a.phase], group.function("MPI_Wait"), \
+      group.mpi_handle("REQUEST_NULL")
+    if a.phase == "start": d.fn = group.function(_MPI_STARTS[a.kind])
+    if a.phase == "wait":  # waits on its start's request; checks nothing
+      if start is None: raise CollectiveError(f"the wait of a {a.kind} needs its start")
+      d.check, d.pending = 0, ctypes.addressof(start.desc) + type(start.desc).req.offset
     self.nbytes = d.nbytes
     self.address = ctypes.addressof(d)
     self.oob: Any = (ctypes.c_int64 * 1).from_address(self.address + type(d).error.offset)
@@ -280,7 +338,7 @@ class CollectiveProgram(CPUProgram):
                wait: bool = False) -> float | None:
     st = time.perf_counter()
     self.args[0], self.args[1] = (b.address() if isinstance(b, Buffer) else int(b) for b in bufs)
-    self.group.call(self.address, ctypes.addressof(self.args), 0)
+    self.group.call(self.address, ctypes.addressof(self.args), -1)  # a start also waits
     if self.oob[0]: self._raise_oob()
     return time.perf_counter() - st if wait else None
 
