@@ -45,20 +45,37 @@ def assert_ranks_ok(res: subprocess.CompletedProcess, n: int = 2) -> None:
   for r in range(n): assert f"rank {r} ok" in res.stdout, res.stdout + res.stderr
 
 
-def test_collectives_on_two_ranks():
+CASES = ("collectives", "tensor_parallel", "data_parallel")
+
+
+@pytest.fixture(scope="module")
+def cases_run() -> subprocess.CompletedProcess:
+  """The worker_CASE.py scripts of CASES in one mpiexec job (worker_cases.py)."""
+  return run_ranks("worker_cases.py", *CASES, timeout=300)
+
+
+def assert_case_ok(res: subprocess.CompletedProcess, case: str, n: int = 2) -> None:
+  for r in range(n): assert f"case {case} rank {r} ok" in res.stdout, res.stdout + res.stderr
+
+
+def test_collectives_on_two_ranks(cases_run):
   """Every collective against numpy, a TinyJit replay with its all-reduce inside the CPU
-  command buffer, and clear errors on every rank when shapes or dtypes differ."""
-  assert_ranks_ok(run_ranks("worker_collectives.py"))
+  command buffer and its headers checked once, and clear errors on every rank when shapes or
+  dtypes differ."""
+  assert_case_ok(cases_run, "collectives")
 
 
-def test_data_parallel_matches_one_process():
-  """20 Adam steps of the digits CNN: 2 ranks on half batches == 1 process on whole batches."""
-  assert_ranks_ok(run_ranks("worker_data_parallel.py"))
-
-
-def test_tensor_parallel_matches_one_rank():
+def test_tensor_parallel_matches_one_rank(cases_run):
   """Column/row-parallel MLP training step and head-sharded attention == the whole layers."""
-  assert_ranks_ok(run_ranks("worker_tensor_parallel.py"))
+  assert_case_ok(cases_run, "tensor_parallel")
+
+
+def test_data_parallel_matches_one_process(cases_run):
+  """20 Adam steps of the digits CNN: 2 ranks on half batches == 1 process on whole batches;
+  the replay is one native command buffer whose first gradient bucket starts its all-reduce
+  before the earlier layers' backward kernels."""
+  assert_case_ok(cases_run, "data_parallel")
+  assert cases_run.returncode == 0, cases_run.stdout + cases_run.stderr
 
 
 @pytest.mark.slow  # 5 minutes with a cold cache; the tensor-parallel layers are tested above

@@ -111,7 +111,7 @@ def check_mismatch(rank: int) -> None:
   assert dist.all_reduce(Tensor.ones(2)).tolist() == [2.0, 2.0]  # the group still works
 
 
-if __name__ == "__main__":
+def main() -> None:
   dist.init()
   r, n = dist.rank(), dist.world_size()
   assert n == 2, n
@@ -122,4 +122,8 @@ if __name__ == "__main__":
   check_mismatch(r)
   dist.barrier()
   print(f"rank {r} ok")
+
+
+if __name__ == "__main__":
+  main()
   dist.shutdown()
