@@ -10,7 +10,11 @@ the MPI functions are called through pointers looked up in the libmpi that mpi4p
 buffers' own memory (no copies). A collective with a header check (the default) first agrees on
 its header (kind, count, dtype, op, root, group size) with one small all-reduce of 12 int64s, or
 for a send/recv a header exchange with the peer: ranks that disagree all skip the transfer and
-raise `CollectiveError` after it, instead of hanging or reading garbage.
+raise `CollectiveError` after it, instead of hanging or reading garbage. A TinyJit replay checks
+once, at its first collective (`Group.replay_programs`). A group collective comes from the
+schedule as a start (checked, then MPI_Iallreduce & co.) and a wait (MPI_Wait on the start's
+request): the kernels between them run while it transfers; called from Python, a start also
+waits, so nothing is left pending.
 """
 from __future__ import annotations
 
@@ -191,6 +195,8 @@ class Group:
     self.local_size = self.comm.Split_type(MPI.COMM_TYPE_SHARED).Get_size()
     self.lib = ctypes.CDLL(_libmpi_path())
     handle = {8: ctypes.c_uint64, 4: ctypes.c_int32}[MPI._sizeof(MPI.Comm)]
+    if MPI._sizeof(MPI.Request) != MPI._sizeof(MPI.Comm):  # the shim keeps both as one type
+      raise DistributedError("this MPI's request and communicator handles differ in size")
     self.handle_type: Any = handle
     src = SHIM_SRC.replace("HANDLE_T", "uint64_t" if handle is ctypes.c_uint64 else "int32_t")
     self.shim = CPUProgram("unigrad_collective", ClangCompiler().compile_cached(src))

@@ -80,7 +80,8 @@ def order_kernels(kernels: list[Kernel], split: frozenset[int] = frozenset()) ->
   # made ready last (then the lowest index): values are consumed soon after they are made, which
   # keeps lifetimes short for the memory plan
   def key(i: int) -> tuple[int, int, bool, int, int]:
-    return (0 if i in split else 2 if i >= n else 1, feeds.get(i, n), bool(users[i]), -len(order), i)
+    kind = 0 if i in split else 2 if i >= n else 1
+    return (kind, feeds.get(i, n), bool(users[i]), -len(order), i)
   order: list[int] = []
   ready = [key(i) for i, d in indeg.items() if d == 0]
   heapq.heapify(ready)
