@@ -36,6 +36,8 @@ def check_values(rank: int, n: int) -> None:
   into = Tensor.zeros(8).contiguous().realize()  # a collective stored into a slice
   into[4:8].assign(dist.all_reduce(Tensor.ones(4)))
   assert into.tolist() == [0.0] * 4 + [float(n)] * 4
+  big = dist.all_reduce(Tensor.full((1 << 16,), rank + 1.0))  # 256 KB: a non-blocking start
+  assert dist.mpi.ASYNC_BYTES <= big.nbytes() and big.min().item() == big.max().item() == 3.0
   scalar = dist.all_reduce(Tensor(float(rank)))
   assert scalar.shape == () and scalar.item() == sum(range(n))
 
@@ -78,21 +80,23 @@ def check_replay_checks_once(rank: int) -> None:
   @TinyJit
   def step(x: Tensor) -> Tensor:
     return (dist.all_reduce(x) + dist.all_reduce(x * 2, "max")).realize()
-  for n in (4, 4, 4, 6, 6, 6):  # two captures: of 4 and of 6 elements
-    assert step(Tensor.full((n,), float(rank))).tolist() == [1.0 + 2.0] * n
+  n4, n6 = 1 << 16, (1 << 16) + 2  # 256 KB: the starts are non-blocking (MPI_Iallreduce)
+  for n in (n4, n4, n4, n6, n6, n6):  # two captures
+    assert (step(Tensor.full((n,), float(rank))).numpy() == 1.0 + 2.0).all()
   program = step.entries[next(iter(step.entries))].program
   progs = [r.program for r in program.executor.runners if r is not None and r.name == "all_reduce"]
   assert [p.desc.check for p in progs] == [1, 0], [p.desc.check for p in progs]
   assert progs[0].desc.header[0] == dist.mpi.REPLAY and progs[0].desc.header[1] == 2
   assert all(p.desc.gate == progs[0].address + type(progs[0].desc).error.offset for p in progs[1:])
-  for other in (lambda: dist.all_reduce(Tensor.ones(4)).realize(), lambda: step(Tensor.ones(6))):
+  assert [p.desc.phase for p in progs] == [1, 1]  # non-blocking starts
+  for other in (lambda: dist.all_reduce(Tensor.ones(n4)).realize(), lambda: step(Tensor.ones(n6))):
     try:
-      if rank == 0: step(Tensor.ones(4))  # a replay
+      if rank == 0: step(Tensor.ones(n4))  # a replay
       else: other()  # an eager all-reduce / a replay of the other capture
     except dist.CollectiveError as e:
       assert "disagree" in str(e) and "replay" in str(e), e
     else: raise AssertionError("no error for a replay on one rank only")
-  assert step(Tensor.full((4,), float(rank))).tolist() == [3.0] * 4  # the replay still works
+  assert (step(Tensor.full((n4,), float(rank))).numpy() == 3.0).all()  # the replay still works
 
 
 def check_mismatch(rank: int) -> None:
