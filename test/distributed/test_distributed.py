@@ -108,16 +108,15 @@ def _collective(x: Tensor, kind: str = "all_reduce", reduce: str | None = "sum")
   return UOp(Ops.COLLECTIVE, x.dtype, (x.uop,), CollectiveArg(kind, 2, 0, reduce))
 
 
-def test_a_collective_is_a_start_and_a_wait_in_the_command_buffer():
+def test_a_collective_is_a_call_of_its_own_in_the_command_buffer():
+  """With no kernel to run while it transfers, it is one whole call (no start and wait)."""
   x = Tensor.ones(8).contiguous().realize()
   y = Tensor._from_uop(_collective(x * 2), x.device) + 1
   calls = schedule([y.uop], [y.device]).src
-  assert [c.src[0].op for c in calls] == [Ops.SINK, Ops.COLLECTIVE, Ops.COLLECTIVE, Ops.SINK]
-  start, wait = calls[1:3]
-  assert start.src[0].arg == CollectiveArg("all_reduce", 2, 0, "sum", phase="start")
-  assert wait.src[0].arg == CollectiveArg("all_reduce", 2, 0, "sum", phase="wait")
-  for c in (start, wait): assert c.src[1:] == c.src[0].src  # CALL(COLLECTIVE(dst, src), dst, src)
-  assert start.src[1:] == wait.src[1:]
+  assert [c.src[0].op for c in calls] == [Ops.SINK, Ops.COLLECTIVE, Ops.SINK]
+  coll = calls[1]
+  assert coll.src[0].arg == CollectiveArg("all_reduce", 2, 0, "sum")
+  assert coll.src[1:] == coll.src[0].src  # CALL(COLLECTIVE(dst, src), dst, src)
 
 
 def test_a_bucket_all_reduce_starts_before_the_earlier_layers_gradients():
@@ -133,6 +132,7 @@ def test_a_bucket_all_reduce_starts_before_the_earlier_layers_gradients():
   calls = schedule([new_w1.uop, new_w2.uop], ["CPU", "CPU"]).src
   phases = [c.src[0].arg.phase if c.src[0].op is Ops.COLLECTIVE else "kernel" for c in calls]
   start, wait = phases.index("start"), phases.index("wait")
+  assert calls[start].src[1:] == calls[wait].src[1:]  # both CALL(COLLECTIVE(dst, src), dst, src)
   reads = [{s.arg.slot for s in c.src[1:]} for c in calls]  # every buffer the call touches
   between = [i for i in range(start + 1, wait) if phases[i] == "kernel"]
   assert between, phases  # backward kernels of the first layer run during the transfer

@@ -9,7 +9,8 @@ CALL's sources are the body's PARAMs (slots >= nargs are intermediates, allocate
 a kernel runs after the kernels whose results it reads (read-after-write) and before any kernel
 that overwrites a buffer state it reads (write-after-read). A collective between processes (not a
 send or recv) is two CALLs, its start and its wait: the start as soon as its source is made, the
-wait as late as its readers allow, the kernels between running while it transfers.
+wait as late as its readers allow, the kernels between running while it transfers (one CALL
+where no kernel falls between).
 """
 from __future__ import annotations
 
@@ -174,8 +175,13 @@ def create_schedule(body: UOp, nargs: int, device: str) -> UOp:
   ctx = rangeify(body, nargs, device)
   calls, n = [], len(ctx.kernels)
   split = _splits(ctx.kernels)
-  for i in order_kernels(ctx.kernels, split):
-    if _writes_nothing(ctx.kernels[i % n]): continue
+  order = [i for i in order_kernels(ctx.kernels, split) if not _writes_nothing(ctx.kernels[i % n])]
+  # a collective with no kernel between its start and its wait overlaps nothing: one whole call
+  place = {i: p for p, i in enumerate(order)}
+  split = frozenset(c for c in split if c in place and any(
+    j < n and j not in split for j in order[place[c] + 1:place[n + c]]))
+  for i in order:
+    if i >= n and i - n not in split: continue
     if i >= n or i in split:  # CALL(COLLECTIVE(dst, src), dst, src) as its start or its wait
       ast = ctx.kernels[i % n].ast
       ast = ast.replace(arg=replace(ast.arg, phase="wait" if i >= n else "start"))
