@@ -114,6 +114,13 @@ def check_mismatch(rank: int) -> None:
     else: dist.recv(Tensor.ones(4), src=0)
   except dist.CollectiveError as e: assert "same count and dtype" in str(e), e
   else: raise AssertionError("no error for a send and recv that disagree")
+  # 256 KB: non-blocking where kernels run while it transfers (rank 0), blocking where none do
+  big, other = Tensor.ones(1 << 16), Tensor.ones(8).contiguous().realize()
+  try:
+    if rank == 0: Tensor.realize_all(dist.all_reduce(big), other * 2)
+    else: dist.all_reduce(big).realize()
+  except dist.CollectiveError as e: assert "non-blocking" in str(e), e
+  else: raise AssertionError("no error for a blocking and a non-blocking all-reduce")
   assert dist.all_reduce(Tensor.ones(2)).tolist() == [2.0, 2.0]  # the group still works
 
 

@@ -47,6 +47,7 @@ __all__ = ["init", "shutdown", "is_initialized", "rank", "world_size", "local_si
 
 HEADER = 6  # kind, count, dtype, reduce, peer, nranks
 REPLAY = 64  # the kind in the header of a TinyJit replay's collectives (Group.replay_programs)
+NONBLOCKING = 16  # added to the kind in the header of a non-blocking start
 # a start below this many bytes runs the whole blocking collective (its wait has nothing to do):
 # MPI's non-blocking forms cost 5-15 us more per call on small messages (2 ranks, this machine),
 # more than overlapping them saves. Every rank decides alike: the size is in the checked header.
@@ -332,7 +333,11 @@ class CollectiveProgram(CPUProgram):
     d.phase, d.wait, d.request_null = _PHASES[a.phase], group.function("MPI_Wait"), \
       group.mpi_handle("REQUEST_NULL")
     d.req = d.request_null  # what a wait whose start ran whole (or never started) waits on
-    if a.phase == "start" and d.nbytes >= ASYNC_BYTES: d.fn = group.function(_MPI_STARTS[a.kind])
+    if a.phase == "start" and d.nbytes >= ASYNC_BYTES:
+      d.fn = group.function(_MPI_STARTS[a.kind])
+      # MPI matches no blocking collective with a non-blocking one: where the ranks' schedules
+      # differ there (one has a kernel to overlap, the other none), the check tells them
+      d.header[0] += NONBLOCKING
     elif a.phase == "start": d.phase = 0  # small: the whole (blocking) collective, faster
     if a.phase == "wait":  # waits on its start's request; checks nothing
       if start is None: raise CollectiveError(f"the wait of a {a.kind} needs its start")
@@ -366,6 +371,12 @@ class CollectiveProgram(CPUProgram):
                             f"posted {_describe(other)}; a send and its recv need the same count "
                             "and dtype")
     hi, lo = list(d.seen[:HEADER]), [-v for v in d.seen[HEADER:]]
+    if hi[0] - lo[0] == NONBLOCKING and lo[1:] == hi[1:]:
+      raise CollectiveError(f"rank {self.group.rank}: the ranks disagree about a collective: "
+                            f"this rank ran {_describe(mine)}, but on some ranks kernels run "
+                            "while it transfers (non-blocking) and on others none do (blocking), "
+                            "and MPI cannot match the two: realize the same tensors together on "
+                            "every rank")
     if REPLAY in (mine[0], lo[0], hi[0]):
       what = (f"replays a TinyJit capture of {mine[1]} collectives" if mine[0] == REPLAY
               else f"ran {_describe(mine)}")
@@ -390,7 +401,8 @@ def _dtype_name(code: int) -> str:
 
 
 def _describe(h: list[int]) -> str:
-  kind = COLLECTIVE_KINDS[h[0]] if 0 <= h[0] < len(COLLECTIVE_KINDS) else f"kind #{h[0]}"
+  k, how = (h[0] - NONBLOCKING, " (non-blocking)") if h[0] >= NONBLOCKING else (h[0], "")
+  kind = (COLLECTIVE_KINDS[k] if 0 <= k < len(COLLECTIVE_KINDS) else f"kind #{h[0]}") + how
   red = f"({COLLECTIVE_REDUCES[h[3]]})" if 0 <= h[3] < len(COLLECTIVE_REDUCES) else ""
   return f"{kind}{red} of {h[1]} {_dtype_name(h[2])} elements"
 
