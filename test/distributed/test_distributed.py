@@ -45,20 +45,37 @@ def assert_ranks_ok(res: subprocess.CompletedProcess, n: int = 2) -> None:
   for r in range(n): assert f"rank {r} ok" in res.stdout, res.stdout + res.stderr
 
 
-def test_collectives_on_two_ranks():
+CASES = ("collectives", "tensor_parallel", "data_parallel")
+
+
+@pytest.fixture(scope="module")
+def cases_run() -> subprocess.CompletedProcess:
+  """The worker_CASE.py scripts of CASES in one mpiexec job (worker_cases.py)."""
+  return run_ranks("worker_cases.py", *CASES, timeout=300)
+
+
+def assert_case_ok(res: subprocess.CompletedProcess, case: str, n: int = 2) -> None:
+  for r in range(n): assert f"case {case} rank {r} ok" in res.stdout, res.stdout + res.stderr
+
+
+def test_collectives_on_two_ranks(cases_run):
   """Every collective against numpy, a TinyJit replay with its all-reduce inside the CPU
-  command buffer, and clear errors on every rank when shapes or dtypes differ."""
-  assert_ranks_ok(run_ranks("worker_collectives.py"))
+  command buffer and its headers checked once, and clear errors on every rank when shapes or
+  dtypes differ."""
+  assert_case_ok(cases_run, "collectives")
 
 
-def test_data_parallel_matches_one_process():
-  """20 Adam steps of the digits CNN: 2 ranks on half batches == 1 process on whole batches."""
-  assert_ranks_ok(run_ranks("worker_data_parallel.py"))
-
-
-def test_tensor_parallel_matches_one_rank():
+def test_tensor_parallel_matches_one_rank(cases_run):
   """Column/row-parallel MLP training step and head-sharded attention == the whole layers."""
-  assert_ranks_ok(run_ranks("worker_tensor_parallel.py"))
+  assert_case_ok(cases_run, "tensor_parallel")
+
+
+def test_data_parallel_matches_one_process(cases_run):
+  """20 Adam steps of the digits CNN: 2 ranks on half batches == 1 process on whole batches;
+  the replay is one native command buffer whose first gradient bucket starts its all-reduce
+  before the earlier layers' backward kernels."""
+  assert_case_ok(cases_run, "data_parallel")
+  assert cases_run.returncode == 0, cases_run.stdout + cases_run.stderr
 
 
 @pytest.mark.slow  # 5 minutes with a cold cache; the tensor-parallel layers are tested above
@@ -92,6 +109,7 @@ def _collective(x: Tensor, kind: str = "all_reduce", reduce: str | None = "sum")
 
 
 def test_a_collective_is_a_call_of_its_own_in_the_command_buffer():
+  """With no kernel to run while it transfers, it is one whole call (no start and wait)."""
   x = Tensor.ones(8).contiguous().realize()
   y = Tensor._from_uop(_collective(x * 2), x.device) + 1
   calls = schedule([y.uop], [y.device]).src
@@ -99,6 +117,29 @@ def test_a_collective_is_a_call_of_its_own_in_the_command_buffer():
   coll = calls[1]
   assert coll.src[0].arg == CollectiveArg("all_reduce", 2, 0, "sum")
   assert coll.src[1:] == coll.src[0].src  # CALL(COLLECTIVE(dst, src), dst, src)
+
+
+def test_a_bucket_all_reduce_starts_before_the_earlier_layers_gradients():
+  """Data parallel: the all-reduce of the last layer's gradient starts as soon as it exists,
+  the backward kernels of the earlier layers run while it transfers, and it is waited for only
+  before the update that reads it."""
+  Tensor.manual_seed(0)
+  w1, w2 = Tensor.rand(6, 5, requires_grad=True), Tensor.rand(5, 4, requires_grad=True)
+  x = Tensor.rand(3, 6)
+  ((x @ w1).relu() @ w2).sum().backward()
+  g2 = Tensor._from_uop(_collective(w2.grad.reshape(-1)), "CPU").reshape(5, 4)
+  new_w1, new_w2 = w1.detach() - w1.grad, w2.detach() - g2
+  calls = schedule([new_w1.uop, new_w2.uop], ["CPU", "CPU"]).src
+  phases = [c.src[0].arg.phase if c.src[0].op is Ops.COLLECTIVE else "kernel" for c in calls]
+  start, wait = phases.index("start"), phases.index("wait")
+  assert calls[start].src[1:] == calls[wait].src[1:]  # both CALL(COLLECTIVE(dst, src), dst, src)
+  reads = [{s.arg.slot for s in c.src[1:]} for c in calls]  # every buffer the call touches
+  between = [i for i in range(start + 1, wait) if phases[i] == "kernel"]
+  assert between, phases  # backward kernels of the first layer run during the transfer
+  # the wait precedes every kernel that reads the all-reduced gradient
+  dst = calls[start].src[1].arg.slot
+  assert all(dst not in reads[i] for i in range(start + 1, wait)), phases
+  assert any(dst in reads[i] for i in range(wait + 1, len(calls))), phases
 
 
 def test_all_gather_and_reduce_scatter_shapes():

@@ -36,6 +36,8 @@ def check_values(rank: int, n: int) -> None:
   into = Tensor.zeros(8).contiguous().realize()  # a collective stored into a slice
   into[4:8].assign(dist.all_reduce(Tensor.ones(4)))
   assert into.tolist() == [0.0] * 4 + [float(n)] * 4
+  big = dist.all_reduce(Tensor.full((1 << 16,), rank + 1.0))  # 256 KB: a non-blocking start
+  assert dist.mpi.ASYNC_BYTES <= big.nbytes() and big.min().item() == big.max().item() == 3.0
   scalar = dist.all_reduce(Tensor(float(rank)))
   assert scalar.shape == () and scalar.item() == sum(range(n))
 
@@ -70,6 +72,35 @@ def check_jit(rank: int) -> None:
   assert any(r is not None and r.name == "all_reduce" for r in program.executor.runners)
 
 
+def check_replay_checks_once(rank: int) -> None:
+  """A replay checks its collectives' headers once, at the first: the others run unchecked
+  (every rank replays the same capture, checked collective by collective when captured). A rank
+  replaying while the other runs its collectives eagerly, or replays another capture, raises
+  on every rank, and the replay's later collectives are skipped (no rank left in a transfer)."""
+  @TinyJit
+  def step(x: Tensor) -> Tensor:
+    return (dist.all_reduce(x) + dist.all_reduce(x * 2, "max")).realize()
+  n4, n6 = 1 << 16, (1 << 16) + 2  # 256 KB: a start is non-blocking (MPI_Iallreduce)
+  for n in (n4, n4, n4, n6, n6, n6):  # two captures
+    assert (step(Tensor.full((n,), float(rank))).numpy() == 1.0 + 2.0).all()
+  program = step.entries[next(iter(step.entries))].program
+  progs = [r.program for r in program.executor.runners if r is not None and r.name == "all_reduce"]
+  assert [p.desc.check for p in progs] == [1, 0], [p.desc.check for p in progs]
+  assert progs[0].desc.header[0] == dist.mpi.REPLAY and progs[0].desc.header[1] == 2
+  assert all(p.desc.gate == progs[0].address + type(progs[0].desc).error.offset for p in progs[1:])
+  # the first is a non-blocking start (x * 2 is computed while it transfers), the second one
+  # whole call (nothing to overlap)
+  assert [p.desc.phase for p in progs] == [1, 0], [p.desc.phase for p in progs]
+  for other in (lambda: dist.all_reduce(Tensor.ones(n4)).realize(), lambda: step(Tensor.ones(n6))):
+    try:
+      if rank == 0: step(Tensor.ones(n4))  # a replay
+      else: other()  # an eager all-reduce / a replay of the other capture
+    except dist.CollectiveError as e:
+      assert "disagree" in str(e) and "replay" in str(e), e
+    else: raise AssertionError("no error for a replay on one rank only")
+  assert (step(Tensor.full((n4,), float(rank))).numpy() == 3.0).all()  # the replay still works
+
+
 def check_mismatch(rank: int) -> None:
   other = dtypes.float32 if rank else dtypes.float64
   for bad in (Tensor.ones(4 + rank), Tensor.ones(4, dtype=other)):
@@ -83,17 +114,29 @@ def check_mismatch(rank: int) -> None:
     else: dist.recv(Tensor.ones(4), src=0)
   except dist.CollectiveError as e: assert "same count and dtype" in str(e), e
   else: raise AssertionError("no error for a send and recv that disagree")
+  # 256 KB: non-blocking where kernels run while it transfers (rank 0), blocking where none do
+  big, other = Tensor.ones(1 << 16), Tensor.ones(8).contiguous().realize()
+  try:
+    if rank == 0: Tensor.realize_all(dist.all_reduce(big), other * 2)
+    else: dist.all_reduce(big).realize()
+  except dist.CollectiveError as e: assert "non-blocking" in str(e), e
+  else: raise AssertionError("no error for a blocking and a non-blocking all-reduce")
   assert dist.all_reduce(Tensor.ones(2)).tolist() == [2.0, 2.0]  # the group still works
 
 
-if __name__ == "__main__":
+def main() -> None:
   dist.init()
   r, n = dist.rank(), dist.world_size()
   assert n == 2, n
   check_values(r, n)
   check_gradients(r, n)
   check_jit(r)
+  check_replay_checks_once(r)
   check_mismatch(r)
   dist.barrier()
   print(f"rank {r} ok")
+
+
+if __name__ == "__main__":
+  main()
   dist.shutdown()

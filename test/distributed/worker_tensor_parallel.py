@@ -53,8 +53,12 @@ def attention() -> None:
   close(xp.grad.numpy(), x.grad.numpy(), "parallel attention input gradient")
 
 
-if __name__ == "__main__":
+def main() -> None:
   dist.init()
   mlp_step()
   attention()
   print(f"rank {dist.rank()} ok")
+
+
+if __name__ == "__main__":
+  main()

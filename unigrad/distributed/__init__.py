@@ -13,9 +13,15 @@ MPI (distributed/mpi.py): a descriptor (MPI function, communicator, datatype and
 count) run by a small C shim with the CPU device's trampoline ABI, which calls MPI through
 function pointers on the buffers' own memory, without copies. So a TinyJit replay of a training
 step runs its gradient all-reduces inside the one native command buffer of the step: no Python
-and no graph work per collective. Every collective first checks that all ranks agree on it (a
+and no graph work per collective. A collective of the group (not a send or recv) is two calls,
+its start (MPI_Iallreduce, ...) and its wait (MPI_Wait): the scheduler starts it as soon as its
+source exists, runs first the kernels that feed a collective, and waits as late as the
+collective's readers allow, so a data-parallel step's buckets transfer while the earlier
+layers' gradients are computed. Every collective first checks that all ranks agree on it (a
 12-int64 all-reduce of the headers; a header exchange between a send and its recv): ranks that
-disagree all raise `CollectiveError` instead of hanging. An uncaught exception on any rank
+disagree all raise `CollectiveError` instead of hanging. A TinyJit replay checks once, at its
+first collective, that every rank replays the same capture (whose collectives were checked one
+by one when captured): its other collectives are bare MPI calls. An uncaught exception on any rank
 aborts the job (MPI_Abort), so the others never wait forever.
 
 NCCL. CUDA buffers would get a second backend of the same registry: `init()` creates the NCCL
@@ -23,8 +29,10 @@ communicator from a `ncclUniqueId` that rank 0 makes and MPI broadcasts (`comm.b
 backend's programs call `ncclAllReduce`/`ncclAllGather`/`ncclReduceScatter`/`ncclBroadcast`/
 `ncclSend`/`ncclRecv` on the device pointers, on the stream the CUDA device launches its
 kernels on (so they are ordered with them and captured with them, as a CUDA graph would
-capture them). The graph, the scheduler and the engine need no change: only the program the
-backend returns for a CUDA device.
+capture them). A start would launch its NCCL call on a communication stream after an event of
+the compute stream, and its wait make the compute stream wait for the communication stream's
+event: the compute kernels between them overlap the transfer. The graph, the scheduler and the
+engine need no change: only the program the backend returns for a CUDA device.
 
 Semantics. A tensor sharded over ranks is the multi-process form of one sharded over devices
 (`Tensor.shard`): chunk r of the split axis on rank r (`tensor_parallel.shard`). A value equal

@@ -54,7 +54,9 @@ def allreduce_gradients(params: Iterable[Tensor], op: str = "mean",
   if bucket_bytes < 1: raise ValueError(f"bucket_bytes must be positive, got {bucket_bytes}")
   with Tensor.no_grad():
     for bucket in _buckets(list(params), bucket_bytes):
-      grads = [p.grad.detach().reshape(-1) for p in bucket if p.grad is not None]
+      # each gradient its own kernel: fused into the concatenation, every element of a bucket
+      # recomputed its reductions (58 ms instead of 2 for the digits CNN's one-bucket step)
+      grads = [p.grad.detach().contiguous().reshape(-1) for p in bucket if p.grad is not None]
       flat = grads[0].cat(*grads[1:]) if len(grads) > 1 else grads[0]
       reduced = all_reduce(flat, op)
       start = 0

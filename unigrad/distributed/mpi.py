@@ -10,12 +10,19 @@ the MPI functions are called through pointers looked up in the libmpi that mpi4p
 buffers' own memory (no copies). A collective with a header check (the default) first agrees on
 its header (kind, count, dtype, op, root, group size) with one small all-reduce of 12 int64s, or
 for a send/recv a header exchange with the peer: ranks that disagree all skip the transfer and
-raise `CollectiveError` after it, instead of hanging or reading garbage.
+raise `CollectiveError` after it, instead of hanging or reading garbage. A TinyJit replay checks
+once, at its first collective (`Group.replay_programs`). A group collective comes from the
+schedule as a start (checked, then MPI_Iallreduce & co.) and a wait (MPI_Wait on the start's
+request): the kernels between them run while it transfers; called from Python, a start also
+waits, so nothing is left pending. A start of fewer than `ASYNC_BYTES` runs the blocking
+collective (MPI's non-blocking forms cost more than they hide on small messages).
 """
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import dataclasses
+import hashlib
 import importlib
 import os
 import sys
@@ -39,6 +46,12 @@ __all__ = ["init", "shutdown", "is_initialized", "rank", "world_size", "local_si
            "group", "DistributedError", "CollectiveError", "CollectiveProgram"]
 
 HEADER = 6  # kind, count, dtype, reduce, peer, nranks
+REPLAY = 64  # the kind in the header of a TinyJit replay's collectives (Group.replay_programs)
+NONBLOCKING = 16  # added to the kind in the header of a non-blocking start
+# a start below this many bytes runs the whole blocking collective (its wait has nothing to do):
+# MPI's non-blocking forms cost 5-15 us more per call on small messages (2 ranks, this machine),
+# more than overlapping them saves. Every rank decides alike: the size is in the checked header.
+ASYNC_BYTES = 256 << 10
 
 SHIM_SRC = r"""#include <stdint.h>
 #include <string.h>
@@ -50,12 +63,22 @@ typedef int (*bcast_t)(void*, int, H, int, H);
 typedef int (*send_t)(const void*, int, H, int, int, H);
 typedef int (*recv_t)(void*, int, H, int, int, H, void*);
 typedef int (*sendrecv_t)(const void*, int, H, int, int, void*, int, H, int, int, H, void*);
+typedef int (*iallreduce_t)(const void*, void*, int, H, H, H, void*);
+typedef int (*iallgather_t)(const void*, int, H, void*, int, H, H, void*);
+typedef int (*irscatter_t)(const void*, void*, int, H, H, H, void*);
+typedef int (*ibcast_t)(void*, int, H, int, H, void*);
+typedef int (*wait_t)(void*, void*);
 enum { ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, BROADCAST, SEND, RECV };
 #define NH 6
 typedef struct {
   void* fn; void* allreduce; void* sendrecv;
   H comm, dtype, op, i64, max;
-  int64_t kind, count, nbytes, peer, tag, rank, check;
+  int64_t* gate;
+  void* wait;       /* MPI_Wait */
+  void* pending;    /* a wait: its start's request; a start: its own (req) */
+  H request_null;
+  H req;            /* a start's MPI_Request */
+  int64_t kind, count, nbytes, peer, tag, rank, check, phase;
   int64_t header[NH];
   int64_t seen[2 * NH];
   int64_t error;
@@ -80,14 +103,36 @@ static int agree_pair(coll_t* d) {
   return 1;
 }
 
-/* the trampoline ABI of the CPU device: desc in place of the kernel, args = (dst, src) */
+/* a start: the non-blocking form of the group collective, its request kept for its wait */
+static void start(coll_t* d, void* dst, const void* src, int n) {
+  void* r = &d->req;
+  switch (d->kind) {
+  case ALL_REDUCE: ((iallreduce_t)d->fn)(src, dst, n, d->dtype, d->op, d->comm, r); break;
+  case ALL_GATHER: ((iallgather_t)d->fn)(src, n, d->dtype, dst, n, d->dtype, d->comm, r); break;
+  case REDUCE_SCATTER: ((irscatter_t)d->fn)(src, dst, n, d->dtype, d->op, d->comm, r); break;
+  case BROADCAST:
+    if (d->rank == d->peer && dst != src) memcpy(dst, src, (size_t)d->nbytes);
+    ((ibcast_t)d->fn)(dst, n, d->dtype, (int)d->peer, d->comm, r);
+    break;
+  }
+}
+
+/* the trampoline ABI of the CPU device: desc in place of the kernel, args = (dst, src);
+   core_id -1 (a call from Python): a start also waits, leaving nothing pending */
 void unigrad_collective(void* desc, uint64_t* args, int core_id) {
   coll_t* d = desc;
   void* dst = (void*)args[0];
   const void* src = (const void*)args[1];
   int n = (int)d->count;
-  (void)core_id;
+  if (d->phase == 2) { ((wait_t)d->wait)(d->pending, d->status); return; }
+  if (d->phase == 1) d->req = d->request_null;  /* a skipped start leaves its wait nothing */
+  if (d->gate && *d->gate) return;  /* the replay's header check failed: no rank transfers */
   if (d->check && !(d->kind >= SEND ? agree_pair(d) : agree(d))) return;
+  if (d->phase == 1) {
+    start(d, dst, src, n);
+    if (core_id < 0) ((wait_t)d->wait)(&d->req, d->status);
+    return;
+  }
   switch (d->kind) {
   case ALL_REDUCE: ((allreduce_t)d->fn)(src, dst, n, d->dtype, d->op, d->comm); break;
   case ALL_GATHER: ((allgather_t)d->fn)(src, n, d->dtype, dst, n, d->dtype, d->comm); break;
@@ -108,6 +153,9 @@ void unigrad_collective(void* desc, uint64_t* args, int core_id) {
 _MPI_FUNCTIONS = {"all_reduce": "MPI_Allreduce", "all_gather": "MPI_Allgather",
                   "reduce_scatter": "MPI_Reduce_scatter_block", "broadcast": "MPI_Bcast",
                   "send": "MPI_Send", "recv": "MPI_Recv"}
+_MPI_STARTS = {"all_reduce": "MPI_Iallreduce", "all_gather": "MPI_Iallgather",
+               "reduce_scatter": "MPI_Ireduce_scatter_block", "broadcast": "MPI_Ibcast"}
+_PHASES = {"": 0, "start": 1, "wait": 2}
 _MPI_TYPES = {dtypes.float32: "FLOAT", dtypes.float64: "DOUBLE", dtypes.int8: "INT8_T",
               dtypes.uint8: "UINT8_T", dtypes.int16: "INT16_T", dtypes.uint16: "UINT16_T",
               dtypes.int32: "INT32_T", dtypes.uint32: "UINT32_T", dtypes.int64: "INT64_T",
@@ -153,6 +201,8 @@ class Group:
     self.local_size = self.comm.Split_type(MPI.COMM_TYPE_SHARED).Get_size()
     self.lib = ctypes.CDLL(_libmpi_path())
     handle = {8: ctypes.c_uint64, 4: ctypes.c_int32}[MPI._sizeof(MPI.Comm)]
+    if MPI._sizeof(MPI.Request) != MPI._sizeof(MPI.Comm):  # the shim keeps both as one type
+      raise DistributedError("this MPI's request and communicator handles differ in size")
     self.handle_type: Any = handle
     src = SHIM_SRC.replace("HANDLE_T", "uint64_t" if handle is ctypes.c_uint64 else "int32_t")
     self.shim = CPUProgram("unigrad_collective", ClangCompiler().compile_cached(src))
@@ -160,7 +210,7 @@ class Group:
     self.call = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int)(self.tramp)
     self.descriptor = _descriptor_type(handle)
     self.programs: dict[tuple[UOp, str], CollectiveProgram] = {}
-    self.lock = threading.Lock()
+    self.lock = threading.RLock()
 
   def function(self, name: str) -> int:
     return ctypes.cast(getattr(self.lib, name), ctypes.c_void_p).value or 0
@@ -169,11 +219,48 @@ class Group:
     return int(getattr(self.MPI, name).handle)
 
   def program(self, kernel: UOp, device: str) -> CollectiveProgram:
-    """The backend's method (runtime/collective.py): the program of one COLLECTIVE call."""
+    """The backend's method (runtime/collective.py): the program of one COLLECTIVE call (a
+    wait's waits on the request of its start's program)."""
     with self.lock:
       if (prog := self.programs.get((kernel, device))) is None:
-        prog = self.programs[(kernel, device)] = CollectiveProgram(self, kernel, device)
+        start = self.program(_start_of(kernel), device) if kernel.arg.phase == "wait" else None
+        prog = self.programs[(kernel, device)] = CollectiveProgram(self, kernel, device, start)
       return prog
+
+  def replay_programs(self, progs: Sequence[Any]) -> list[Any]:
+    """The backend's method (runtime/collective.py): the programs a TinyJit replay runs in place
+    of its collectives' own, in launch order. Every rank replays the same captured program
+    (each checked its collectives one by one at the capture), so one header check at the first
+    collective covers the whole replay: its header names the replay (how many collectives, a
+    hash of their headers), which no eager collective's header and no other capture's equals,
+    and the others run unchecked, skipped where that check failed (no rank starts a transfer
+    the others do not). A replay with a send or recv keeps its per-collective checks (the
+    ranks' programs differ there)."""
+    progs = list(progs)
+    if not progs or any(not isinstance(p, CollectiveProgram) or p.kind in ("send", "recv")
+                        for p in progs):
+      return progs
+    digest = hashlib.blake2b(repr([list(p.desc.header) for p in progs]).encode(),
+                             digest_size=15).digest()
+    parts = [int.from_bytes(digest[i:i + 5], "little") for i in (0, 5, 10)]
+    fresh: list[CollectiveProgram] = []
+    starts: dict[UOp, CollectiveProgram] = {}  # each wait waits on its own start's request
+    for p in progs:
+      prog = CollectiveProgram(self, p.kernel, p.device, starts.get(_start_of(p.kernel)))
+      if p.phase == "start": starts[p.kernel] = prog
+      fresh.append(prog)
+    first = fresh[0]
+    count = sum(p.phase != "wait" for p in progs)
+    for i, v in enumerate((REPLAY, count, *parts, self.size)): first.desc.header[i] = v
+    gate = first.address + type(first.desc).error.offset
+    for p in fresh[1:]: p.desc.check, p.desc.gate = 0, gate
+    return fresh
+
+
+def _start_of(kernel: UOp) -> UOp:
+  """The start of the collective whose wait is `kernel` (itself if it is no wait)."""
+  if kernel.arg.phase != "wait": return kernel
+  return kernel.replace(arg=dataclasses.replace(kernel.arg, phase="start"))
 
 
 def _descriptor_type(handle: Any) -> type[ctypes.Structure]:
@@ -181,7 +268,10 @@ def _descriptor_type(handle: Any) -> type[ctypes.Structure]:
   i64 = ctypes.c_int64
   fields = [("fn", ctypes.c_void_p), ("allreduce", ctypes.c_void_p), ("sendrecv", ctypes.c_void_p),
             *((n, handle) for n in ("comm", "dtype", "op", "i64", "max")),
-            *((n, i64) for n in ("kind", "count", "nbytes", "peer", "tag", "rank", "check")),
+            *((n, ctypes.c_void_p) for n in ("gate", "wait", "pending")),
+            ("request_null", handle), ("req", handle),
+            *((n, i64) for n in ("kind", "count", "nbytes", "peer", "tag", "rank", "check",
+                                 "phase")),
             ("header", i64 * HEADER), ("seen", i64 * (2 * HEADER)), ("error", i64),
             ("status", ctypes.c_char * 64)]
   return type("Descriptor", (ctypes.Structure,), {"_fields_": fields})
@@ -215,12 +305,15 @@ class CollectiveProgram(CPUProgram):
   A failed header check sets the descriptor's error word, which the batch reads as it reads a
   kernel's CHECK_OOB state (`oob`), and raises `CollectiveError` naming the disagreement."""
 
-  def __init__(self, group: Group, kernel: UOp, device: str) -> None:  # no CPUProgram.__init__
+  def __init__(self, group: Group, kernel: UOp, device: str,
+               start: CollectiveProgram | None = None) -> None:  # no CPUProgram.__init__
     if not isinstance(Device[device], CPUDevice):
       raise CollectiveError(f"{kernel.arg.kind} on {device}: MPI collectives run on CPU tensors "
                             "(CUDA buffers would use NCCL, see unigrad.distributed)")
     a, (dst, src) = kernel.arg, kernel.src
-    self.name, self.group, self.kind = a.kind, group, a.kind
+    self.name = a.kind if a.phase != "wait" else f"{a.kind} wait"
+    self.group, self.kind, self.phase, self.kernel, self.device = group, a.kind, a.phase, kernel, \
+      device
     dtype, op, scale = _mpi_type(group, kernel.dtype, a.reduce, a.kind)
     count = (_element_count(dst) if a.kind == "reduce_scatter" else _element_count(src)) * scale
     if count > INT_MAX:
@@ -237,6 +330,18 @@ class CollectiveProgram(CPUProgram):
     header = (d.kind, _element_count(src), _dtype_code(kernel.dtype), reduce_code, a.peer,
               a.nranks)
     for i, v in enumerate(header): d.header[i] = v
+    d.phase, d.wait, d.request_null = _PHASES[a.phase], group.function("MPI_Wait"), \
+      group.mpi_handle("REQUEST_NULL")
+    d.req = d.request_null  # what a wait whose start ran whole (or never started) waits on
+    if a.phase == "start" and d.nbytes >= ASYNC_BYTES:
+      d.fn = group.function(_MPI_STARTS[a.kind])
+      # MPI matches no blocking collective with a non-blocking one: where the ranks' schedules
+      # differ there (one has a kernel to overlap, the other none), the check tells them
+      d.header[0] += NONBLOCKING
+    elif a.phase == "start": d.phase = 0  # small: the whole (blocking) collective, faster
+    if a.phase == "wait":  # waits on its start's request; checks nothing
+      if start is None: raise CollectiveError(f"the wait of a {a.kind} needs its start")
+      d.check, d.pending = 0, ctypes.addressof(start.desc) + type(start.desc).req.offset
     self.nbytes = d.nbytes
     self.address = ctypes.addressof(d)
     self.oob: Any = (ctypes.c_int64 * 1).from_address(self.address + type(d).error.offset)
@@ -251,7 +356,7 @@ class CollectiveProgram(CPUProgram):
                wait: bool = False) -> float | None:
     st = time.perf_counter()
     self.args[0], self.args[1] = (b.address() if isinstance(b, Buffer) else int(b) for b in bufs)
-    self.group.call(self.address, ctypes.addressof(self.args), 0)
+    self.group.call(self.address, ctypes.addressof(self.args), -1)  # a start also waits
     if self.oob[0]: self._raise_oob()
     return time.perf_counter() - st if wait else None
 
@@ -266,6 +371,19 @@ class CollectiveProgram(CPUProgram):
                             f"posted {_describe(other)}; a send and its recv need the same count "
                             "and dtype")
     hi, lo = list(d.seen[:HEADER]), [-v for v in d.seen[HEADER:]]
+    if hi[0] - lo[0] == NONBLOCKING and lo[1:] == hi[1:]:
+      raise CollectiveError(f"rank {self.group.rank}: the ranks disagree about a collective: "
+                            f"this rank ran {_describe(mine)}, but on some ranks kernels run "
+                            "while it transfers (non-blocking) and on others none do (blocking), "
+                            "and MPI cannot match the two: realize the same tensors together on "
+                            "every rank")
+    if REPLAY in (mine[0], lo[0], hi[0]):
+      what = (f"replays a TinyJit capture of {mine[1]} collectives" if mine[0] == REPLAY
+              else f"ran {_describe(mine)}")
+      raise CollectiveError(f"rank {self.group.rank}: the ranks disagree about a collective: this "
+                            f"rank {what}, but not every rank replays the same capture (some run "
+                            "collectives eagerly, or replay another capture: inputs of other "
+                            "shapes); every rank must make the same calls with the same shapes")
     raise CollectiveError(f"rank {self.group.rank}: the ranks disagree about a collective: this "
                           f"rank ran {_describe(mine)}; across the group "
                           f"{_differences(lo, hi)}; every rank must pass the same shape and dtype")
@@ -283,7 +401,8 @@ def _dtype_name(code: int) -> str:
 
 
 def _describe(h: list[int]) -> str:
-  kind = COLLECTIVE_KINDS[h[0]] if 0 <= h[0] < len(COLLECTIVE_KINDS) else f"kind #{h[0]}"
+  k, how = (h[0] - NONBLOCKING, " (non-blocking)") if h[0] >= NONBLOCKING else (h[0], "")
+  kind = (COLLECTIVE_KINDS[k] if 0 <= k < len(COLLECTIVE_KINDS) else f"kind #{h[0]}") + how
   red = f"({COLLECTIVE_REDUCES[h[3]]})" if 0 <= h[3] < len(COLLECTIVE_REDUCES) else ""
   return f"{kind}{red} of {h[1]} {_dtype_name(h[2])} elements"
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from unigrad.dtype import dtypes
 from unigrad.engine import profile
@@ -27,7 +27,9 @@ from unigrad.engine.programs import (Runner, compile_ahead, compile_progress, ge
                                      programs)
 from unigrad.helpers import GlobalCounters, bounded_put
 from unigrad.knobs import DEBUG, PROFILE
+from unigrad.runtime.collective import replay_programs
 from unigrad.runtime.device import Batch, Buffer, Device
+from unigrad.uop import Ops
 
 __all__ = ["Executor", "executor", "run_commands", "forget_programs", "count_launch",
            "record_launch", "record_copy"]
@@ -44,7 +46,8 @@ class Segment:
 class Executor:
   """See the module docstring."""
 
-  def __init__(self, cb: CommandBuffer, fallback: str) -> None:
+  def __init__(self, cb: CommandBuffer, fallback: str, replay: bool = False) -> None:
+    """`replay`: a TinyJit capture's executor (its collectives run their replay programs)."""
     self.cb, self.fallback = cb, fallback
     self.devices = [e.device or fallback for e in cb.entries]
     self.runners: list[Runner | None] = []
@@ -55,6 +58,7 @@ class Executor:
         for k in kernels: get_runner(k, dev)
     self.runners = [None if e.is_copy else get_runner(e.ast, d)
                     for e, d in zip(cb.entries, self.devices)]
+    if replay: self._replay_collectives()
     self.segments: list[Segment] | None = None  # made at the first untimed run
     self.uses: dict[int, list[tuple[Batch, int, int]]] = {}  # slot -> (batch, launch, argument)
     self.addresses: dict[int, int] = {}  # slot -> the address its batches point at
@@ -66,6 +70,14 @@ class Executor:
     # what the batches point at: the Buffers of the last run's arguments and its arenas
     self.last_args: list[Buffer] = []
     self.last_arenas: dict[str | None, Buffer] | None = None
+
+  def _replay_collectives(self) -> None:
+    """The collectives' runners get the programs a replay runs (runtime/collective.py)."""
+    at = [i for i, e in enumerate(self.cb.entries) if e.ast.op is Ops.COLLECTIVE]
+    runners = [r for i in at if (r := self.runners[i]) is not None]
+    if not runners: return
+    for i, r, prog in zip(at, runners, replay_programs([r.program for r in runners])):
+      self.runners[i] = replace(r, program=prog)
 
   def arenas(self) -> dict[str | None, Buffer]:
     """Fresh memory for the intermediates: one arena per device."""

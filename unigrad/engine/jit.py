@@ -43,7 +43,7 @@ class CapturedProgram:
   def from_capture(cls, cap: Capture, inputs: list[Buffer]) -> CapturedProgram:
     cb, args = join_runs([(r.commands, r.bufs) for r in cap.runs], cap.intermediates)
     fallback = Device.canonicalize(args[0].device if args else Device.DEFAULT)
-    ex = Executor(cb, fallback)
+    ex = Executor(cb, fallback, replay=True)
     slot = {b: i for i, b in enumerate(args)}
     prog = cls(cb, ex, args, list(inputs), [slot.get(b, -1) for b in inputs], list(cap.refills),
                ex.arenas(), dict(cap.var_vals))

@@ -181,7 +181,7 @@ def get_runner(kernel: UOp, device: str) -> Runner:
   if (r := programs.runners.get(key)) is not None: return r
   if kernel.op is Ops.COLLECTIVE:  # an MPI call, launched like a kernel (runtime/collective.py)
     prog = collective_program(kernel, device)
-    r = programs.runners[key] = Runner(ProgramInfo(kernel.arg.kind, device,
+    r = programs.runners[key] = Runner(ProgramInfo(getattr(prog, "name", kernel.arg.kind), device,
                                                    Estimates(0, prog.nbytes)), prog)
     return r
   t0 = time.perf_counter()

@@ -7,7 +7,10 @@ kernel has a zero-trip loop): each kernel's AST has its own PARAMs numbered from
 order and RANGE ids renumbered, so identical kernels on other buffers have identical ASTs; the
 CALL's sources are the body's PARAMs (slots >= nargs are intermediates, allocated per run). Order:
 a kernel runs after the kernels whose results it reads (read-after-write) and before any kernel
-that overwrites a buffer state it reads (write-after-read).
+that overwrites a buffer state it reads (write-after-read). A collective between processes (not a
+send or recv) is two CALLs, its start and its wait: the start as soon as its source is made, the
+wait as late as its readers allow, the kernels between running while it transfers (one CALL
+where no kernel falls between).
 """
 from __future__ import annotations
 
@@ -42,37 +45,66 @@ def _ancestors(kernels: list[Kernel]) -> list[set[int]]:
   return [out[i] for i in range(len(kernels))]
 
 
-def order_kernels(kernels: list[Kernel]) -> list[int]:
-  """Kernel indices in an order that respects RAW and WAR dependencies, depth first."""
-  anc = _ancestors(kernels)
+def order_kernels(kernels: list[Kernel], split: frozenset[int] = frozenset()) -> list[int]:
+  """Kernel indices in an order that respects RAW and WAR dependencies, depth first. A kernel in
+  `split` (a collective between processes) has a second node, its wait, `len(kernels) + i`:
+  the kernels that read its result or overwrite what it reads follow the wait, the kernel
+  itself (its start) runs as soon as it is ready, and the wait as late as the others allow, so
+  the kernels that need neither run while it transfers."""
+  n, anc = len(kernels), _ancestors(kernels)
+
+  def after(i: int) -> int: return n + i if i in split else i  # what i's readers follow
+
   # i runs after edges[i]
-  edges: dict[int, set[int]] = {i: set(k.deps) for i, k in enumerate(kernels)}
+  edges: dict[int, set[int]] = {i: {after(d) for d in k.deps} for i, k in enumerate(kernels)}
+  edges.update({n + i: {i} for i in split})
   writers: dict[UOp, list[int]] = {}
   for i, k in enumerate(kernels): writers.setdefault(k.writes, []).append(i)
   for i, k in enumerate(kernels):
     for p in k.reads:
       for w in writers.get(p, []):
-        if w != i and w not in anc[i]: edges[w].add(i)  # the reader goes before the later write
+        if w != i and w not in anc[i]: edges[w].add(after(i))  # the reader goes before the write
   indeg = {i: len(e) for i, e in edges.items()}
   users: dict[int, list[int]] = {i: [] for i in edges}
   for i, e in edges.items():
     for d in e: users[d].append(i)
-  # among the kernels ready to run, those no kernel reads from (results) go first, then the one
+
+  # a kernel feeding split collectives goes before one feeding none, and before one feeding
+  # only those with more work before them (the all-reduce of the last layer's gradients starts
+  # before the earlier layers' gradients are computed)
+  feeds = dict.fromkeys(range(n), n)
+  for c in sorted(split, key=lambda c: len(anc[c])):
+    for a in anc[c]: feeds[a] = min(feeds[a], len(anc[c]))
+
+  # among the kernels ready to run, a split collective's start goes first and a wait last; then
+  # those feeding a collective (see above), those no kernel reads from (results), then the one
   # made ready last (then the lowest index): values are consumed soon after they are made, which
   # keeps lifetimes short for the memory plan
-  ready = [(bool(users[i]), 0, i) for i, n in indeg.items() if n == 0]
-  heapq.heapify(ready)
+  def key(i: int) -> tuple[int, int, bool, int, int]:
+    kind = 0 if i in split else 2 if i >= n else 1
+    return (kind, feeds.get(i, n), bool(users[i]), -len(order), i)
   order: list[int] = []
+  ready = [key(i) for i, d in indeg.items() if d == 0]
+  heapq.heapify(ready)
   while ready:
-    i = heapq.heappop(ready)[2]
+    i = heapq.heappop(ready)[4]
     order.append(i)
     for u in users[i]:
       indeg[u] -= 1
-      if indeg[u] == 0: heapq.heappush(ready, (bool(users[u]), -len(order), u))
-  if len(order) != len(kernels):
+      if indeg[u] == 0: heapq.heappush(ready, key(u))
+  if len(order) != len(edges):
     raise ScheduleError("cycle detected in the assign graph: "
                         "a buffer is both read and written out of order")
   return order
+
+
+def _splits(kernels: list[Kernel]) -> frozenset[int]:
+  """The collectives run as a start and a wait: every group collective (a send or recv runs
+  whole) whose result buffer no other kernel writes."""
+  writes: dict[UOp, int] = {}
+  for k in kernels: writes[k.writes] = writes.get(k.writes, 0) + 1
+  return frozenset(i for i, k in enumerate(kernels) if k.ast.op is Ops.COLLECTIVE
+                   and k.ast.arg.kind not in ("send", "recv") and writes[k.writes] == 1)
 
 
 def finalize_kernel(ast: UOp) -> tuple[UOp, tuple[UOp, ...]]:
@@ -141,9 +173,20 @@ def create_schedule(body: UOp, nargs: int, device: str) -> UOp:
   """The LINEAR of kernel CALLs computing `body` (see the module docstring)."""
   if SPEC >= 1: spec_tensor.verify(body)
   ctx = rangeify(body, nargs, device)
-  calls = []
-  for i in order_kernels(ctx.kernels):
-    if _writes_nothing(ctx.kernels[i]): continue
+  calls, n = [], len(ctx.kernels)
+  split = _splits(ctx.kernels)
+  order = [i for i in order_kernels(ctx.kernels, split) if not _writes_nothing(ctx.kernels[i % n])]
+  # a collective with no kernel between its start and its wait overlaps nothing: one whole call
+  place = {i: p for p, i in enumerate(order)}
+  split = frozenset(c for c in split if c in place and any(
+    j < n and j not in split for j in order[place[c] + 1:place[n + c]]))
+  for i in order:
+    if i >= n and i - n not in split: continue
+    if i >= n or i in split:  # CALL(COLLECTIVE(dst, src), dst, src) as its start or its wait
+      ast = ctx.kernels[i % n].ast
+      ast = ast.replace(arg=replace(ast.arg, phase="wait" if i >= n else "start"))
+      calls.append(UOp(Ops.CALL, dtypes.void, (ast, *ast.src)))
+      continue
     if ctx.kernels[i].ast.op is Ops.COPY:  # CALL(COPY, dst, src): a buffer copy between devices
       ast = ctx.kernels[i].ast
       calls.append(UOp(Ops.CALL, dtypes.void, (ast.replace(src=()), *ast.src)))

@@ -181,6 +181,7 @@ class ReduceArg:
 
 COLLECTIVE_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send", "recv")
 COLLECTIVE_REDUCES = ("sum", "max", "min")
+COLLECTIVE_PHASES = ("", "start", "wait")
 
 
 @dataclass(frozen=True)
@@ -192,6 +193,9 @@ class CollectiveArg:
   fix the result's shape: all_gather joins `nranks` tensors along axis 0, reduce_scatter keeps
   this rank's 1/nranks of axis 0); `peer` the root of a broadcast, the destination of a send or
   the source of a recv (-1 for the others); `tag` tells apart messages between the same pair.
+  `phase`: "" for the collective; the schedule splits a group collective (not a send or recv)
+  into its "start" (the transfer begins) and its "wait" (it has ended: the result may be read,
+  the source overwritten), so the kernels in between run while it transfers.
   """
   kind: str
   nranks: int
@@ -199,6 +203,7 @@ class CollectiveArg:
   reduce: str | None = None
   peer: int = -1
   tag: int = 0
+  phase: str = ""
 
 
 @dataclass(frozen=True)

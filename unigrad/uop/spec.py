@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from unigrad.dtype import DType, dtypes, truncate
-from unigrad.uop.ops import (ARITY, COLLECTIVE_KINDS, COLLECTIVE_REDUCES, CollectiveArg, GroupOp,
-                              InvalidType, Ops, ParamArg, ReduceArg)
+from unigrad.uop.ops import (ARITY, COLLECTIVE_KINDS, COLLECTIVE_PHASES, COLLECTIVE_REDUCES,
+                             CollectiveArg, GroupOp, InvalidType, Ops, ParamArg, ReduceArg)
 from unigrad.uop.properties import derive_dtype
 
 if TYPE_CHECKING:
@@ -313,6 +313,8 @@ def _collective_rule(u: UOp) -> str | None:
   if a.reduce is not None and a.reduce not in COLLECTIVE_REDUCES:
     return f"reduce must be one of {COLLECTIVE_REDUCES}"
   if not 0 <= a.rank < a.nranks: return "rank must lie in [0, nranks)"
+  if a.phase not in COLLECTIVE_PHASES: return f"phase must be one of {COLLECTIVE_PHASES}"
+  if a.phase and a.kind in ("send", "recv"): return "a send or recv has no start and wait phases"
   if len(u.src[0].shape) == 0: return "the source must have an axis 0"
   if a.kind == "reduce_scatter" and u.src[0].shape[0] % a.nranks:
     return "reduce_scatter needs axis 0 divisible by nranks"
