@@ -643,3 +643,64 @@ def test_results_realized_inside_or_left_lazy_replay_alike():
   for i in range(4):
     s, p = f(Tensor([float(i)]), Tensor([2.0]))
     assert (s.tolist(), p.tolist()) == ([i + 2.0], [i * 2.0])
+
+
+def _program(jit: TinyJit):
+  (entry,) = jit.entries.values()
+  return entry.program
+
+
+def test_a_capture_keeps_only_the_buffers_read_after_it_and_frees_the_rest():
+  """Buffers realized inside the function that nothing holds afterwards (a layer-by-layer
+  forward's activations) become the program's own intermediates, placed in one arena by lifetime,
+  and their memory goes back during the capture; a constant uploaded inside the function and a
+  result someone holds stay arguments with their contents. Replays give the eager values. (Under
+  no_grad: with gradients on, the held layer's autograd history would hold the layers before it
+  too.)"""
+  rng = np.random.default_rng(0)
+  w = Tensor(rng.standard_normal((64, 64), dtype=np.float32) / 8).realize()
+  kept: list[Tensor] = []
+
+  @Tensor.no_grad()
+  def f(x):
+    bias = Tensor(np.arange(64, dtype=np.float32) / 64)  # uploaded here, read by every layer
+    for i in range(8):
+      x = (x @ w + bias).relu().realize()
+      if i == 3: kept[:] = [x]  # held outside: its buffer is written by each call
+    return x
+
+  def want(x):
+    for i in range(8):
+      x = np.maximum(x @ w.numpy() + np.arange(64, dtype=np.float32) / 64, 0)
+      if i == 3: mid = x
+    return x, mid
+
+  step = TinyJit(f)
+  for _ in range(2): step(Tensor(rng.standard_normal((16, 64), dtype=np.float32)))
+  prog = _program(step)
+  assert len(prog.args) == 5  # x, w, bias, the held 4th layer, the result: 6 layers in the arena
+  assert prog.arena_bytes >= 16 * 64 * 4 and len(prog.launches) == 8
+  for _ in range(2):
+    x = rng.standard_normal((16, 64), dtype=np.float32)
+    got, (out, mid) = step(Tensor(x)).numpy(), want(x)
+    np.testing.assert_allclose(got, out, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(kept[0].numpy(), mid, rtol=1e-5, atol=1e-5)
+
+
+def test_a_capture_does_not_hold_every_intermediate_at_once():
+  """A buffer no later kernel can read (its node is gone) and each run's arena give their memory
+  back during the capture, not at its end (a 1000-token prefill held 2 GB at once)."""
+  w, seen = Tensor.ones(256, 256).contiguous().realize(), []
+
+  @Tensor.no_grad()
+  def f(x):
+    for _ in range(16): x = (x @ w * (1 / 256)).realize()  # 256 KB a layer, 4 MB in all
+    seen.append(GlobalCounters.mem_used)  # the capture still holds every run's Buffers here
+    return x
+
+  step, x = TinyJit(f), Tensor.ones(256, 256).contiguous().realize()
+  step(x)
+  before = GlobalCounters.mem_used
+  step(x)  # the capture
+  assert seen[-1] - before < 4 * 256 * 256 * 4
+  np.testing.assert_allclose(step(x).numpy(), np.ones((256, 256)), rtol=1e-6)

@@ -12,6 +12,7 @@ import time
 
 from unigrad.dtype import DType
 from unigrad.engine import profile
+from unigrad.engine.capture import capturing
 from unigrad.knobs import PROFILE
 from unigrad.runtime.device import Buffer
 from unigrad.schedule import sharding
@@ -34,6 +35,7 @@ def buffer_of(u: UOp) -> Buffer:
   if buf is None:
     size = base.src[0].arg[0] if base.src[0].op is Ops.VCONST else base.shape[0]  # shape is slower
     buf = buffers[base] = Buffer(base.arg.device, size, base.dtype)
+    if capturing: capturing[-1].fresh[buf] = None
   return buf
 
 
@@ -57,7 +59,8 @@ def buffer_with_data(device: str, dtype: DType, data: bytes, shape: tuple[int, .
   with realize_lock:
     u = new_buffer(device, dtype, shape)
     st = time.perf_counter()
-    buffer_of(u).copyin(data)
+    buf = buffer_of(u).copyin(data)
+    if capturing: capturing[-1].uploaded[buf] = None
     if PROFILE: profile.record("copyin", "copy", device, st, mem_bytes=len(data))
   return u
 

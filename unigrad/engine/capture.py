@@ -10,7 +10,9 @@ the end of one TinyJit capture call; each thread has its own stack (`capturing`)
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -40,11 +42,41 @@ class Capture:
     self.var_vals: dict[str, int] = {}
     self.written: dict[UOp, None] = {}  # the buffers the captured assigns write (frontend/writes)
     self.before: dict[UOp, None] = {}  # the lazy values that were live when the capture began
+    self.fresh: dict[Buffer, None] = {}  # the Buffers made during the capture (engine/buffers.py)
+    self.uploaded: dict[Buffer, None] = {}  # ... given contents from the host, not by a run
+    self.uses: Counter[Buffer] = Counter()  # each Buffer's slots in the runs
+    self.released: dict[Buffer, None] = {}  # fresh Buffers found dead, their memory given back
 
   def record(self, commands: CommandBuffer, bufs: list[Buffer], var_vals: dict[str, int]) -> None:
     self.runs.append(CapturedRun(commands, bufs))
     self.intermediates.update(dict.fromkeys(bufs[s] for s in commands.inter))
     self.var_vals.update(var_vals)
+    self.uses.update(bufs)
+    # the memory of what no later run can read goes back now (the capture keeps the Buffers, to
+    # know their sizes, to the end: a 1000-token prefill's per-layer buffers, 2 GB, were all
+    # resident at once); the run's own arena goes back in Executor.run
+    for buf in self._dead(skip=self.released):
+      buf.deallocate()
+      self.released[buf] = None
+
+  def _dead(self, skip: dict[Buffer, None] | set[Buffer]) -> list[Buffer]:
+    """The fresh Buffers not in `skip` and not uploaded that only the capture references."""
+    dead = []
+    for b in self.fresh:
+      if b in skip or b in self.uploaded: continue
+      # the references counted: each run's slot list, `uses`, `fresh`, `released` once released,
+      # `b` and getrefcount's own argument
+      if sys.getrefcount(b) == self.uses[b] + 4 + (b in self.released): dead.append(b)
+    return dead
+
+  def dead_buffers(self, keep: set[Buffer]) -> dict[Buffer, None]:
+    """The Buffers made during the capture and written by its runs (not uploaded), not in `keep`,
+    that nothing but the capture references any more: no graph node maps them, so no tensor can
+    read them after the call. They are the captured program's own intermediates (a prefill's
+    per-layer activations, realized one layer at a time), placed in its arena by lifetime instead
+    of each kept for good. Told by reference counts: anything else holding a Buffer (a node, a
+    cache) keeps it out, so an error can only keep a buffer, never free one still in use."""
+    return dict.fromkeys([*self.released, *self._dead(skip={*keep, *self.released})])
 
 
 class CaptureStack(threading.local):

@@ -112,6 +112,10 @@ class Realizer:
     self.held: tuple[UOp, ...] = ()
     self.held_nodes: tuple[UOp, ...] = ()
 
+  def release(self) -> None:
+    """Hold nothing (the next realize starts without a template to match)."""
+    self.held, self.held_nodes = (), ()
+
   def prepare(self, uops: list[UOp], devices: list[str]) -> Prepared:
     """The callify result for `uops` (see `Prepared`), by the fastest path that applies."""
     if len(uops) == 1 and (res := recallify(uops[0], devices[0])) is not None:  # the same graph

@@ -16,8 +16,9 @@ capture each run is recorded with its buffers (engine/capture.py).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from unigrad.dtype import dtypes
 from unigrad.engine import profile
@@ -60,6 +61,7 @@ class Executor:
                     for e, d in zip(cb.entries, self.devices)]
     if replay: self._replay_collectives()
     self.segments: list[Segment] | None = None  # made at the first untimed run
+    self.value_args: list[tuple[Callable[[int, int, Any], None], int, int, str]] = []
     self.uses: dict[int, list[tuple[Batch, int, int]]] = {}  # slot -> (batch, launch, argument)
     self.addresses: dict[int, int] = {}  # slot -> the address its batches point at
     self.valued = [(i, e) for i, e in enumerate(cb.entries) if e.variables]
@@ -98,13 +100,19 @@ class Executor:
     """Run every entry with `args` as the argument slots and the intermediates in `arenas`
     (fresh ones if None). Returns every slot's Buffer when the run made them (a capture records
     them), else None."""
+    own = arenas is None
     if arenas is None: arenas = self.arenas()
     if DEBUG >= 2 or PROFILE or capturing or self.views_needed:
       self.last_args, self.last_arenas = [], None  # this run may point the batches elsewhere
       bufs = self.slot_buffers(args, arenas)
       if DEBUG >= 2 or PROFILE: self._run_timed(bufs, var_vals)
       else: self._run(bufs, var_vals)
-      if capturing: capturing[-1].record(self.cb, bufs, var_vals)
+      if capturing:
+        capturing[-1].record(self.cb, bufs, var_vals)
+        # the capture keeps the arena's views (their sizes) to the end; nothing reads them after
+        # this run, so an arena made for it gives its memory back now
+        if own:
+          for arena in arenas.values(): arena.deallocate()
       return bufs
     last, addresses = self.last_args, self.addresses
     for slot, buf in enumerate(args):  # most arguments are the same Buffers as last run
@@ -131,11 +139,12 @@ class Executor:
   def _run_segments(self, bufs: Sequence[Buffer], var_vals: dict[str, int]) -> None:
     assert self.segments is not None
     entries, runners = self.cb.entries, self.runners
-    for i, e in self.valued:  # the variables' values of this run
-      seg = self._segment_of(i)
-      if seg.batch is not None:
-        values = launch_values(e.variables, var_vals, runners[i].name)  # type: ignore[union-attr]
-        for k, v in enumerate(values): seg.batch.set_arg(i - seg.start, len(e.slots) + k, v)
+    try:  # the variables' values of this run, into the batches' argument words
+      for set_arg, launch, arg, name in self.value_args: set_arg(launch, arg, var_vals[name])
+    except KeyError:  # the error naming the kernel and the variable
+      for i, e in self.valued:
+        launch_values(e.variables, var_vals, runners[i].name)  # type: ignore[union-attr]
+      raise
     for seg in self.segments:
       if seg.batch is not None:
         seg.batch()
@@ -180,6 +189,10 @@ class Executor:
       i = j
     self.segments = segs
     self.views_needed = not segs or any(s.batch is None for s in segs)
+    # each variable argument of a batched launch: (its batch's set_arg, launch, argument, name)
+    self.value_args = [(seg.batch.set_arg, i - seg.start, len(e.slots) + k, name)
+                       for i, e in self.valued if (seg := self._segment_of(i)).batch is not None
+                       for k, name in enumerate(e.variables)]
 
   def _point(self, slot: int, address: int) -> None:
     """Slot `slot` is at `address` for the next run."""

@@ -31,6 +31,10 @@ class History:
     """`view` holds the value `graph` computes, as of now."""
     self.graphs[view] = (graph, self.epoch)
 
+  def forget(self, view: UOp) -> None:
+    """`view` keeps no history (the graph, and the buffers it reads, may go)."""
+    self.graphs.pop(view)
+
   def mark_written(self, bases: dict[UOp, None] | list[UOp]) -> None:
     """The buffers `bases` were just overwritten: histories computed before now are stale."""
     self.epoch += 1

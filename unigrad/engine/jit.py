@@ -4,7 +4,8 @@ A capture (engine/capture.py) records every command buffer the captured function
 Buffer of each slot, and the buffers whose contents must be refilled before each replay (the
 random number streams' (key, counter) pairs). `CapturedProgram.from_capture` joins the runs into
 one command buffer (engine/commands.py `join_runs`): every distinct buffer is a slot, the runs'
-intermediates are placed again as one arena per device over the whole capture, and the result
+intermediates, and the buffers a run wrote that no node references after the call (Capture
+.dead_buffers), are placed again as one arena per device over the whole capture, and the result
 runs on the same executor as an eager run (engine/execute.py: consecutive kernels on a device with
 native command buffers run as one native call). A replay puts the new input buffers in their
 slots and runs it: no graph building, no scheduling, no compiling, no Python code of the captured
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from unigrad.engine.capture import (Capture, capture, is_capturing,  # noqa: F401 (re-exported)
                                     outside_capture)
 from unigrad.engine.commands import CommandBuffer, Entry, join_runs
+from unigrad.engine.entry import realizer
 from unigrad.engine.execute import Executor
 from unigrad.runtime.device import Buffer, Device
 
@@ -41,7 +43,10 @@ class CapturedProgram:
 
   @classmethod
   def from_capture(cls, cap: Capture, inputs: list[Buffer]) -> CapturedProgram:
-    cb, args = join_runs([(r.commands, r.bufs) for r in cap.runs], cap.intermediates)
+    realizer.release()  # the last realize's graph, pinned for an eager loop, may read them
+    keep = {*inputs, *(b for b, _ in cap.refills)}
+    cb, args = join_runs([(r.commands, r.bufs) for r in cap.runs],
+                         {**cap.intermediates, **cap.dead_buffers(keep)})
     fallback = Device.canonicalize(args[0].device if args else Device.DEFAULT)
     ex = Executor(cb, fallback, replay=True)
     slot = {b: i for i, b in enumerate(args)}

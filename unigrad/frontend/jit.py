@@ -185,12 +185,15 @@ class TinyJit:
       del before  # the function may drop them: a name rebound inside it is checked below
       result = _realized(self.fxn(*call_args, **call_kwargs))
     entry.written = cap.written
+    outs: dict[int, Tensor] = {}
+    entry.out_tree = flatten_tensors(result, outs)
+    # a replay's results have no autograd history: neither have the capture's, whose history
+    # would keep every buffer realized on the way alive, in the program for good
+    for t in outs.values(): engine.history.forget(t.uop)
     entry.program = CapturedProgram.from_capture(cap, [engine.buffer_of(t.uop) for t in inputs])
     entry.input_nodes = tuple(buffer_base(t.uop) for t in inputs)
     entry.outside = self._outside_buffers(entry.program, inputs, start, refs)
     entry.watch = [ob.first_holder() for ob in entry.outside]
-    outs: dict[int, Tensor] = {}
-    entry.out_tree = flatten_tensors(result, outs)
     entry.out_uops = tuple((t.uop, t.device) for t in outs.values())
     ins = set(entry.input_nodes)  # the results that read an input (returned as it is, a view)
     entry.out_reads_input = tuple(any(n in ins for n in t.uop.toposort()) for t in outs.values())

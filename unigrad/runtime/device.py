@@ -449,16 +449,20 @@ class Buffer:
     """The elements as Python values (scalar dtypes with a struct format only)."""
     return from_bytes(self.dtype, self.as_memoryview())
 
-  def __del__(self) -> None:
+  def deallocate(self) -> None:
+    """Give the memory back to the allocator (a view or wrapped memory: nothing to give); a
+    later use allocates afresh, with undefined contents."""
     handle = self._handle
     if handle is None or self._base is not None: return
     if self._wrapped: return  # someone else's memory (see `wrap`)
-    self._handle = None
+    self._handle, self._address = None, None
     try:
       GlobalCounters.mem_used -= (nbytes := self.nbytes)
       self.allocator.free(handle, nbytes)
     except Exception:  # noqa: BLE001 (interpreter shutdown: modules may be gone)
       pass
+
+  def __del__(self) -> None: self.deallocate()
 
   def __repr__(self) -> str:
     view = f" view@{self.offset}" if self._base is not None else ""

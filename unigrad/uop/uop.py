@@ -598,6 +598,7 @@ class NodeMap(Generic[T]):
   def get(self, u: UOp, default: Any = None) -> Any: return u.__dict__.get(self.attr, default)
   def __contains__(self, u: UOp) -> bool: return self.attr in u.__dict__
   def __setitem__(self, u: UOp, value: T) -> None: u.__dict__[self.attr] = value
+  def pop(self, u: UOp, default: Any = None) -> Any: return u.__dict__.pop(self.attr, default)
 
   def __getitem__(self, u: UOp) -> T:
     try: return u.__dict__[self.attr]
