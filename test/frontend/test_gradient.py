@@ -681,3 +681,16 @@ def test_setitem_outside_autograd_still_writes_the_buffer():
   view = y.numpy()
   y[0] = 7.0
   assert view.tolist() == [7.0, 2.0, 3.0]
+
+
+def test_a_value_realized_under_no_grad_keeps_no_history_holding_its_inputs():
+  """A realized value's autograd history reads the buffers its graph read, so a layer-by-layer
+  forward kept every layer's output alive as long as the last; under no_grad no gradient can
+  flow through it, so it records none."""
+  from unigrad import engine  # noqa: PLC0415
+  w = Tensor.rand(8, 8).realize()
+  h = (Tensor.rand(8, 8) @ w).realize()
+  assert (h @ w).realize().uop in engine.history
+  with Tensor.no_grad():
+    h = (Tensor.rand(8, 8) @ w).realize()
+    assert (h @ w).realize().uop not in engine.history

@@ -393,7 +393,8 @@ def _check_bound(u: UOp) -> None:
 
 def _apply_map(mapping: dict[UOp, UOp]) -> None:
   """Point every live tensor that uses a realized node at the buffer now holding it, and remember
-  what computed each buffer (not for writes, and never behind a requires_grad leaf). A realized
+  what computed each buffer (not for writes, never behind a requires_grad leaf, not for a value
+  no gradient can flow through). A realized
   `contiguous()` or `clone()` is a value like any other: its history is the copy of its graph, so
   a backward through it reaches that graph (a CONTIGUOUS target always gets a new buffer: its
   history never reads the buffer it explains). The graphs are substituted in one walk each for
@@ -413,7 +414,10 @@ def _apply_map(mapping: dict[UOp, UOp]) -> None:
       t.uop = new
       if new.op in _VIEWS: writes.views.note(t)
     if t.__dict__.get("_requires_grad"): leaves.add(t.uop)
-  kept = [old for old, new in mapping.items() if old.op is not _AFTER and new not in leaves]
+  # no history where no gradient can flow (a value computed under no_grad: detached): it would
+  # keep every buffer its graph reads alive (an inference forward's every layer's output)
+  kept = [old for old, new in mapping.items()
+          if old.op is not _AFTER and new not in leaves and not old.grad_free]
   # a target's history: its graph with every other target in it read from that one's buffer
   if len(mapping) == 1:  # no other target: the graph as it is
     for old in kept: engine.history.record(mapping[old], old)
