@@ -114,6 +114,23 @@ def test_prompts_of_one_bucket_share_their_prefill_kernels(model):
   assert GlobalCounters.programs_compiled == compiled, "a prompt length recompiled the prefill"
 
 
+def test_a_replayed_prefill_writes_the_cache_and_gives_the_prompts_logits(model):
+  """The third prompt of a bucket replays the prefill captured on the second: its logits and the
+  keys and values it writes (read by the next decode step) are the prompt's own, not those of
+  the prompts before it."""
+  p = PROMPTS[0]
+  first = int(np.argmax(model(Tensor([p]), 0, last_only=True).numpy()[0]))
+  after = int(np.argmax(model(Tensor([p + [first]]), 0, last_only=True).numpy()[0]))
+  gen = Generator(model)
+  for other in (p[::-1], [t + 1 for t in p]):  # eager, then captured: other keys and values
+    gen.prefill(other)
+  captures = len(gen.prefill_step.entries)
+  assert captures == 1 and all(e.program is not None for e in gen.prefill_step.entries.values())
+  assert gen.prefill_greedy(p) == first
+  assert len(gen.prefill_step.entries) == captures  # a replay, not a new capture
+  assert gen.decode_greedy(first, len(p)) == after
+
+
 def test_sampling_with_a_seed_repeats(model):
   gen = Generator(model)
   params = SamplingParams(max_tokens=8, temperature=0.8, top_k=40, top_p=0.9, seed=7)
