@@ -9,6 +9,7 @@ import time
 from unigrad import Tensor
 from unigrad.llm import Generator, SamplingParams, Transformer, default_model_path
 from unigrad.llm.model import Attention, Block
+from unigrad.nn.quantized import as_tensor
 import unigrad.distributed as dist
 from unigrad.distributed import shard
 
@@ -37,8 +38,8 @@ class ParallelBlock(Block):
 def split_heads(att: Attention, batch: int, max_context: int) -> None:
   cfg, n = att.cfg, dist.world_size()
   att.cfg = dataclasses.replace(cfg, n_heads=cfg.n_heads // n, n_kv_heads=cfg.n_kv_heads // n)
-  att.wq, att.wk, att.wv = (shard(w, 0).contiguous() for w in (att.wq, att.wk, att.wv))
-  att.wo = shard(att.wo, 1).contiguous()
+  att.wq, att.wk, att.wv = (shard(as_tensor(w), 0).contiguous() for w in (att.wq, att.wk, att.wv))
+  att.wo = shard(as_tensor(att.wo), 1).contiguous()
   shape = (batch, max_context, att.cfg.n_kv_heads, cfg.head_dim)
   att.cache_k, att.cache_v = Tensor.zeros(*shape).contiguous(), Tensor.zeros(*shape).contiguous()
 
@@ -46,15 +47,17 @@ def split_heads(att: Attention, batch: int, max_context: int) -> None:
 def parallelize(model: Transformer) -> None:
   cfg, n = model.cfg, dist.world_size()
   heads = cfg.n_heads % n == 0 and cfg.n_kv_heads % n == 0
-  for blk in model.layers:
-    blk.w_gate, blk.w_up = shard(blk.w_gate, 0).contiguous(), shard(blk.w_up, 0).contiguous()
-    blk.w_down = shard(blk.w_down, 1).contiguous()
+  for blk in model.layers:  # the packed weights' float32 shards (each rank dequantizes its own)
+    blk.w_gate = shard(as_tensor(blk.w_gate), 0).contiguous()
+    blk.w_up = shard(as_tensor(blk.w_up), 0).contiguous()
+    blk.w_down = shard(as_tensor(blk.w_down), 1).contiguous()
     if heads: split_heads(blk.attention, blk.attention.cache_k.shape[0], model.max_context)
     blk.__class__ = ParallelBlock
     blk.heads_split = heads
   Tensor.realize_all(*(t for blk in model.layers for t in (
     blk.w_gate, blk.w_up, blk.w_down, blk.attention.wq, blk.attention.wk, blk.attention.wv,
-    blk.attention.wo, blk.attention.cache_k, blk.attention.cache_v)))
+    blk.attention.wo, blk.attention.cache_k, blk.attention.cache_v)
+    if isinstance(t, Tensor)))  # unsplit attention weights stay packed
 
 
 if __name__ == "__main__":
