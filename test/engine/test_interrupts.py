@@ -192,3 +192,26 @@ def test_sigint_from_a_timer_thread_never_doubles_a_step(jit):
     now = _steps_applied(_state(params, opt), trajectory)
     assert now in (applied, applied + 1)
     applied = now
+
+
+def test_an_interrupt_as_a_block_starts_leaves_the_deferral_as_it_was(monkeypatch):
+  """A KeyboardInterrupt raised while a block is being entered (the signal arriving just then)
+  leaves no block counted: a count raised first stayed raised, and no later block deferred."""
+  import unigrad.engine.interrupts as interrupts  # noqa: PLC0415
+  deferral = interrupts.deferred_interrupts()
+  real = interrupts._signal.getsignal
+
+  def interrupted(signum):
+    monkeypatch.setattr(interrupts._signal, "getsignal", real)
+    raise KeyboardInterrupt
+
+  monkeypatch.setattr(interrupts._signal, "getsignal", interrupted)
+  with pytest.raises(KeyboardInterrupt):
+    with deferral: pass
+  assert deferral.depth == 0 and deferral.previous is None
+  with pytest.raises(KeyboardInterrupt):  # the next block defers again, then delivers
+    with deferral:
+      _interrupt()
+      time.sleep(0.01)
+      assert deferral.pending
+  assert not deferral.pending and deferral.depth == 0

@@ -38,24 +38,29 @@ class InterruptDeferral:
   def record(self, signum: int, frame: FrameType | None) -> None: self.pending = True
 
   def __enter__(self) -> None:
+    # the count goes up only once `record` handles SIGINT: a KeyboardInterrupt raised before
+    # (the signal arriving as the block starts) leaves nothing changed, where a count raised
+    # first stayed raised with no block to lower it, and no later block deferred anything
     if threading.get_ident() != self.main: return
+    if self.depth == 0:
+      if _signal.getsignal(_SIGINT) is None:  # installed outside Python: it cannot be restored
+        self.depth += 1
+        return
+      self.previous = _signal.signal(_SIGINT, self.record)  # swapped in one call
     self.depth += 1
-    if self.depth > 1: return
-    previous = _signal.getsignal(_SIGINT)
-    if previous is None: return  # a handler installed outside Python: it cannot be restored
-    self.previous = previous
-    _signal.signal(_SIGINT, self.record)
 
   def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                tb: TracebackType | None) -> None:
     if threading.get_ident() != self.main: return
     self.depth -= 1
     if self.depth or self.previous is None: return
-    _signal.signal(_SIGINT, self.previous)
-    self.previous = None
-    if self.pending:
-      self.pending = False
-      signal.raise_signal(signal.SIGINT)  # the restored handler runs now
+    # the state is cleared even if a new SIGINT raises as soon as the handler is back: a pending
+    # flag left set raised a KeyboardInterrupt at some later, unrelated block's end
+    try: _signal.signal(_SIGINT, self.previous)
+    finally:
+      self.previous = None
+      pending, self.pending = self.pending, False
+    if pending: signal.raise_signal(signal.SIGINT)  # the restored handler runs now
 
 
 _SIGINT = int(signal.SIGINT)
