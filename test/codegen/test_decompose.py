@@ -191,3 +191,20 @@ def test_exp_is_lowered_as_a_whole_on_every_target() -> None:
   out = graph_rewrite(g, pm_decompose(GroupOp.All))
   assert [u.op for u in out.toposort()].count(Ops.EXP2) == 1
   assert Ops.MULACC in ops_of(out)
+
+
+# ---- DOT4 ----
+
+def test_dot4_decomposes_into_its_byte_products() -> None:
+  """DOT4(a, b, c) on a target without it: c + sum over bytes k of unsigned byte k of a times
+  signed byte k of b, for any int32 words (bytes above 127 in a included)."""
+  a, b, c = (var(n, dtypes.int32) for n in "abc")
+  g = graph_rewrite(UOp(Ops.DOT4, dtypes.int32, (a, b, c)), pm_decompose(C_TARGET))
+  assert Ops.DOT4 not in ops_of(g)
+  cases = [(0, 0, 0), (-1, -1, 0), (0x7F7F7F7F, -0x80808080 & 0xFFFFFFFF, 5), (-1, 0x7F80017F, -9)]
+  cases += [(RAND.getrandbits(32), RAND.getrandbits(32), RAND.getrandbits(20)) for _ in range(200)]
+  for x, y, z in cases:
+    x, y = truncate(dtypes.int32, x), truncate(dtypes.int32, y)
+    want = z + sum(((x >> 8 * k) & 255) * (((y >> 8 * k) & 255 ^ 128) - 128) for k in range(4))
+    assert sym_infer(g, {a: x, b: y, c: z}) == exec_alu(Ops.DOT4, dtypes.int32, (x, y, z)) == \
+      truncate(dtypes.int32, want), (x, y, z)

@@ -2,13 +2,18 @@
 from __future__ import annotations
 
 import math
+import platform
 
 import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from unigrad import Tensor
-from unigrad.codegen.isel import pm_fma_horner
+from unigrad import Context, Device, Tensor
+from unigrad.codegen.isel import form_dot4, pm_fma_horner
+from unigrad.codegen.pipeline import to_rendered
 from unigrad.dtype import dtypes
-from unigrad.uop import Ops, UOp, graph_rewrite
+from unigrad.uop import Ops, PatternMatcher, UOp, UPat, graph_rewrite, sym_infer
 
 
 def _x() -> UOp: return UOp.variable("x", -math.inf, math.inf, dtypes.float32)
@@ -38,3 +43,89 @@ def test_gelu_cpu_matches_python_and_erf_reference() -> None:
   ref = v.astype(np.float64) * 0.5 * (1 + np.vectorize(math.erf)(v.astype(np.float64) / 2**0.5))
   np.testing.assert_allclose(cpu, py, rtol=0, atol=2e-7)
   np.testing.assert_allclose(cpu, ref, rtol=2e-7, atol=2e-7)
+
+
+# ---- byte dot products (DOT4) ----
+
+def byte_products(a: Tensor, b: Tensor) -> Tensor:
+  """The sum over bytes k of the uint32 words a (unsigned bytes) and b (signed bytes), written
+  as nn/quantized.py writes it."""
+  out = None
+  for k in range(4):
+    signed = (b << (24 - 8 * k)).bitcast(dtypes.int32) >> 24
+    t = ((a >> (8 * k)) & 255).cast(dtypes.int32) * signed
+    out = t if out is None else out + t
+  return out
+
+
+def byte_products_ref(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+  ua = a.view(np.uint8).reshape(-1, 4).astype(np.int64)
+  sb = b.view(np.int8).reshape(-1, 4).astype(np.int64)
+  return (ua * sb).sum(-1)
+
+
+def sources(t: Tensor, device: str) -> str:
+  ren = Device[device].renderer
+  return "".join(to_rendered(u.src[0], ren).src[1].arg for u in t.schedule().src
+                 if u.op is Ops.CALL)
+
+
+@pytest.mark.parametrize("march", ["native", "x86-64-v3", "x86-64-v2"])
+def test_byte_products_of_nibbles_are_dot4_on_targets_with_byte_dots(march) -> None:
+  """Nibble words (bytes at most 127) times signed byte words, 4 products summed: one DOT4 per
+  word on a CPU with VNNI (native here) or AVX2's vpmaddubsw (x86-64-v3); decomposed without
+  them (x86-64-v2). The values are the same everywhere, and on the PYTHON interpreter."""
+  if platform.machine() not in ("x86_64", "AMD64"): pytest.skip("x86 ISAs")
+  rng = np.random.default_rng(0)
+  a = rng.integers(0, 2 ** 32, 256, dtype=np.uint32)
+  b = rng.integers(0, 2 ** 32, 256, dtype=np.uint32)
+  want = byte_products_ref(a & 0x0F0F0F0F, b) + byte_products_ref((a >> 4) & 0x0F0F0F0F, b)
+  with Context(MARCH=march):
+    ta, tb = Tensor(a), Tensor(b)
+    got = byte_products(ta & 0x0F0F0F0F, tb) + byte_products((ta >> 4) & 0x0F0F0F0F, tb)
+    assert ("__dot4" in sources(got, "CPU")) == Device["CPU"].renderer.byte_dot
+    np.testing.assert_array_equal(got.numpy(), want)
+  np.testing.assert_array_equal((byte_products(Tensor(a, device="PYTHON") & 0x0F0F0F0F,
+                                               Tensor(b, device="PYTHON"))).numpy(),
+                                byte_products_ref(a & 0x0F0F0F0F, b))
+
+
+def test_unsigned_bytes_above_127_stay_byte_products() -> None:
+  """Bytes of up to 255 in the unsigned word: no DOT4 (AVX2's pairs of products saturate at
+  int16), the products stay as written and exact."""
+  rng = np.random.default_rng(1)
+  a = rng.integers(0, 2 ** 32, 64, dtype=np.uint32) | 0x80808080
+  b = rng.integers(0, 2 ** 32, 64, dtype=np.uint32)
+  got = byte_products(Tensor(a), Tensor(b))
+  assert "__dot4" not in sources(got, "CPU")
+  np.testing.assert_array_equal(got.numpy(), byte_products_ref(a, b))
+
+
+def u32(name: str) -> UOp: return UOp.variable(name, 0, 2 ** 32 - 1, dtypes.uint32)
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.booleans()), min_size=1, max_size=10),
+       st.integers(0, 3), st.randoms(use_true_random=False))
+@settings(max_examples=60, deadline=None)
+def test_form_dot4_keeps_every_term(terms, extra, rnd) -> None:
+  """An int32 sum of byte products (byte k of word a or a2 times byte k of b, in any order and
+  multiplicity) and other terms: form_dot4 turns every complete group of 4 into a DOT4, leaves
+  the rest, and the value is unchanged for any words."""
+  a, a2, b, c = u32("a"), u32("a2"), u32("b"), UOp.variable("c", -1000, 1000, dtypes.int32)
+  def prod(w: UOp, k: int) -> UOp:
+    ub = ((w & 0x0F0F0F0F) >> (8 * k) & 255).cast(dtypes.int32)
+    return ub * ((b << (24 - 8 * k)).bitcast(dtypes.int32) >> 24)
+  parts = [prod(a2 if second else a, k) for k, second in terms]
+  parts += [prod(a, k) for k in range(4)] + [c] * extra
+  rnd.shuffle(parts)
+  total = parts[0]
+  for p in parts[1:]: total = total + p
+  formed = graph_rewrite(total, pm_dot4_only)
+  assert Ops.DOT4 in {u.op for u in formed.toposort()}
+  for _ in range(5):
+    env = {a: rnd.getrandbits(32), a2: rnd.getrandbits(32), b: rnd.getrandbits(32),
+           c: rnd.randint(-1000, 1000)}
+    assert sym_infer(formed, env) == sym_infer(total, env)
+
+
+pm_dot4_only = PatternMatcher([(UPat(Ops.ADD, dtypes.int32, name="x"), form_dot4)])

@@ -5,10 +5,11 @@ blocks raise naming the tensor."""
 import numpy as np
 import pytest
 
-from unigrad import Tensor, dtypes
+from unigrad import Context, Device, Tensor, dtypes
 from unigrad.nn.gguf import GGML_TYPES, gguf_load
-from unigrad.nn.quantized import (DEQUANTIZE_ROWS, QUANT_FORMATS, QuantizedLinear,
-                                   dequantize_blocks, is_packed, linear, pack, packed_nbytes,
+from unigrad.nn.quantized import (DEQUANTIZE_ROWS, INT8_FORMATS, QUANT_FORMATS, ROW_LANES,
+                                   PackedWeight, QuantizedLinear, dequantize_blocks, int8_linear,
+                                   interleave, is_packed, linear, pack, packed_nbytes,
                                    packed_weight)
 from unigrad.nn.tensor_io import FormatError
 from unigrad.uop import Ops
@@ -67,7 +68,9 @@ def test_packed_linear_reads_the_blocks_in_one_kernel():
   stores = [u for u in kernel.toposort() if u.op is Ops.STORE]
   assert len(stores) == 1
   assert all(b.dtype != dtypes.float32 or b.size < rows * cols for b in buffers)
-  assert {b.dtype for b in buffers} == {dtypes.float32, dtypes.uint8}
+  # the nibbles as bytes, or as the uint32 words of row-interleaved blocks (a CPU with byte dots)
+  assert {b.dtype for b in buffers} in ({dtypes.float32, dtypes.uint8},
+                                        {dtypes.float32, dtypes.uint32})
 
 
 def write_tensors(tensors) -> bytes:
@@ -135,3 +138,83 @@ def test_linear_over_a_symbolic_row_count():
   got = linear(Tensor(x)[:n], w).numpy()
   want = x[:5] @ dequantize_blocks(Tensor(raw), QUANT_FORMATS["Q4_1"], (2, 64)).numpy().T
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+# ---- row-interleaved Q4_0/Q4_1 and the int8 matvec ----
+
+def interleaved(name: str, rows: int, cols: int, seed: int, device: str = "CPU"):
+  """A packed weight with its rows interleaved (as pack lays it out on a CPU with byte dot
+  products) and its raw blocks."""
+  raw = random_blocks(name, rows * cols // 32, seed=seed).reshape(-1)
+  pw = packed_weight(pack(Tensor(raw, device=device), name, (rows, cols)))
+  if pw.lanes == 1:
+    parts = interleave(pw.parts, (rows, cols), ROW_LANES)
+    pw = PackedWeight(pw.fmt, tuple(p.contiguous().realize() for p in parts), (rows, cols),
+                      ROW_LANES)
+  return pw, raw
+
+
+@pytest.mark.parametrize("name", INT8_FORMATS)
+def test_interleaved_rows_dequantize_as_ggml(name):
+  pw, raw = interleaved(name, 2 * ROW_LANES, 64, seed=5)
+  want = dequantize_blocks(Tensor(raw), QUANT_FORMATS[name], (2 * ROW_LANES, 64)).numpy()
+  np.testing.assert_array_equal(pw.tensor().numpy(), want)
+
+
+def int8_reference(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+  """x quantized to int8 per block of 32 (round half away from zero), dequantized, times w.T:
+  what the int8 matvec computes, in float64."""
+  xb = x.reshape(x.shape[0], -1, 32).astype(np.float64)
+  amax = np.abs(xb).max(-1, keepdims=True)
+  scale = np.where(amax > 0, 127 / np.where(amax > 0, amax, 1), 0)
+  q = np.trunc(xb * scale + np.where(xb >= 0, 0.5, -0.5))
+  return (q * amax / 127).reshape(x.shape) @ w.T.astype(np.float64)
+
+
+@pytest.mark.parametrize("name", INT8_FORMATS)
+@pytest.mark.parametrize("device", ["PYTHON", "CPU"])
+def test_int8_matvec_equals_quantize_then_multiply(name, device):
+  """int8_linear (what linear runs for a few rows on a CPU with byte dot products) quantizes the
+  rows to int8 per block and sums byte products: equal (up to float rounding) to multiplying
+  the dequantized int8 rows, and within a few 1e-3 of float32. The PYTHON device runs the same
+  program (its DOT4s evaluated by the interpreter)."""
+  rows, cols = 2 * ROW_LANES, 96
+  pw, _ = interleaved(name, rows, cols, seed=6, device=device)
+  rng = np.random.default_rng(7)
+  x = (rng.standard_normal((3, cols)) * np.exp(rng.standard_normal((3, cols)))).astype(np.float32)
+  x[1, 32:64] = 0  # an all-zero block: scale 0, no division by zero
+  w = pw.tensor().numpy()
+  got = int8_linear(Tensor(x, device=device), pw).numpy()
+  want = int8_reference(x, w)
+  assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+  assert np.abs(got - x @ w.T).max() <= 3e-2 * np.abs(x @ w.T).max()
+
+
+def test_int8_matvec_runs_byte_dot_products_where_the_cpu_has_them():
+  """On a CPU with AVX2 or VNNI the int8 matvec's kernel renders DOT4 (vpdpbusd or vpmaddubsw)
+  and writes no float32 copy of the weight; without them (x86-64-v2) linear keeps float32."""
+  from unigrad.codegen.pipeline import to_rendered  # noqa: PLC0415
+  ren = Device["CPU"].renderer
+  if not ren.byte_dot: pytest.skip("this CPU has no byte dot product")
+  pw, _ = interleaved("Q4_1", 2 * ROW_LANES, 64, seed=8)
+  x = Tensor.randn(1, 64).realize()
+  with Context(INT8_MATVEC=1):
+    y = linear(x, pw)
+    calls = [u for u in y.schedule().src if u.op is Ops.CALL]
+    assert all(b.dtype != dtypes.float32 or b.size < 2 * ROW_LANES * 64
+               for c in calls for b in c.src[1:])
+    assert any("__dot4" in to_rendered(c.src[0], ren).src[1].arg for c in calls)
+    np.testing.assert_array_equal(y.numpy(), int8_linear(x, pw).numpy())
+  with Context(MARCH="x86-64-v2"):
+    assert not Device["CPU"].renderer.byte_dot
+
+
+def test_interleaved_weight_without_byte_dots_keeps_float32():
+  """INT8_MATVEC=0 on a row-interleaved weight: the float32 matvec over the interleaved words,
+  within 1e-5 of dequantize-then-multiply."""
+  pw, raw = interleaved("Q4_0", 2 * ROW_LANES, 64, seed=9)
+  x = np.random.default_rng(10).standard_normal((2, 64)).astype(np.float32)
+  with Context(INT8_MATVEC=0):
+    got = linear(Tensor(x), pw).numpy()
+  want = x @ dequantize_blocks(Tensor(raw), QUANT_FORMATS["Q4_0"], (2 * ROW_LANES, 64)).numpy().T
+  assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()

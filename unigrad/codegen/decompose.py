@@ -5,8 +5,9 @@ Produces: the same graph in which every op of `pm_decompose_ops` that is missing
 replaced, per the spec's table of decomposed ops: NEG, SUB, DIV, CMPGT/CMPGE/CMPLE/CMPEQ, NOT,
 MULACC, EXP2/LOG2/SIN/SQRT/POW (codegen/transcendental.py), THREEFRY (32-bit add-rotate-xor), and
 integer floor IDIV/MOD (C's truncating CDIV/CMOD plus a sign fix-up, or a shift and a mask for a
-positive power-of-two divisor). On every target, EXP2(x*log2(e)), the frontend's exp, becomes
-`xexp(x)` (accurate for every x, unlike EXP2 of the rounded product).
+positive power-of-two divisor); and DOT4, our byte dot product (instruction selection forms it only
+for targets that render it), into its 4 byte products. On every target, EXP2(x*log2(e)), the
+frontend's exp, becomes `xexp(x)` (accurate for every x, unlike EXP2 of the rounded product).
 Invariants: values are unchanged bit for bit (the transcendental ones up to their stated ulp
 error); IDIV/MOD keep Python's floor semantics, x//0 = x%0 = 0 as in unigrad.uop.alu. Lowering
 IDIV/MOD by a non-constant or non-power-of-two divisor needs CDIV/CMOD on the target.
@@ -98,6 +99,15 @@ def _eq(a: UOp, b: UOp) -> UOp: return a.alu(Ops.CMPNE, b).alu(Ops.CMPNE, True)
 def _mulacc(a: UOp, b: UOp, c: UOp) -> UOp: return a.alu(Ops.MUL, b).alu(Ops.ADD, c)
 
 
+def _dot4(a: UOp, b: UOp, c: UOp) -> UOp:
+  """DOT4(a, b, c) on int32: c + sum over bytes k of (a >> 8k) & 255 (unsigned) times
+  (b << 24-8k) >> 24 (signed: the arithmetic shift extends byte k's sign)."""
+  for k in range(4):
+    c = c.alu(Ops.ADD, a.alu(Ops.SHR, 8 * k).alu(Ops.AND, 255).alu(
+      Ops.MUL, b.alu(Ops.SHL, 24 - 8 * k).alu(Ops.SHR, 24)))
+  return c
+
+
 _a, _b, _x, _d = UPat.var("a"), UPat.var("b"), UPat.var("x"), UPat.var("d")
 _fx, _fa, _fb = UPat.var("x", FLOATS), UPat.var("a", FLOATS), UPat.var("b", FLOATS)
 _u64 = UPat.var("x", dtypes.uint64)
@@ -112,6 +122,7 @@ pm_decompose_ops = PatternMatcher([
   (UPat(Ops.CMPEQ, src=(_a, _b)), _eq),  # a==b -> (a!=b) != True
   (UPat(Ops.NOT, src=(_x,)), _not),  # !x -> x != True (ints: x ^ -1)
   (UPat(Ops.MULACC, src=(_a, _b, UPat.var("c"))), _mulacc),  # mulacc(a,b,c) -> a*b+c
+  (UPat(Ops.DOT4, src=(_a, _b, UPat.var("c"))), _dot4),  # dot4 -> 4 byte products + c
   (UPat(Ops.EXP2, src=(_fx,)), xexp2),  # 2**x -> polynomial * 2**round(x)
   (UPat(Ops.LOG2, src=(_fx,)), xlog2),  # log2(x) -> exponent + polynomial
   (UPat(Ops.SIN, src=(_fx,)), xsin),  # sin(x) -> reduction mod pi/2 + polynomials

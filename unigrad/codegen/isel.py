@@ -142,6 +142,91 @@ pm_fma_horner = PatternMatcher([
 ])
 
 
+# ---- byte dot products (DOT4) ----
+
+def _const_is(u: UOp, value: int) -> bool: return u.op is Ops.CONST and u.arg == value
+
+
+def _shift_of(u: UOp, op: Ops) -> tuple[UOp, int]:
+  """(x, c) for u = x op c with c a byte shift (0, 8, 16 or 24); (u, 0) otherwise."""
+  if u.op is op and u.src[1].op is Ops.CONST and u.src[1].arg in (0, 8, 16, 24):
+    return u.src[0], u.src[1].arg
+  return u, 0
+
+
+def unsigned_byte(u: UOp) -> tuple[UOp, int, int] | None:
+  """(X, k, mask) when u is byte k of the uint32 word X masked by `mask`, as an int32:
+  `CAST((X >> 8k) & mask)` or `CAST(((X & M) >> 8k) & 255)` (mask: byte k of M), with the mask at
+  most 127 (a 4-bit nibble of a quantized weight): the bound keeps AVX2's byte products
+  (vpmaddubsw's pairs saturate at int16) exact."""
+  if u.op is not Ops.CAST or u.dtype != dtypes.int32: return None
+  x = u.src[0]
+  if x.op is not Ops.AND or x.dtype != dtypes.uint32 or x.src[1].op is not Ops.CONST: return None
+  word, shift = _shift_of(x.src[0], Ops.SHR)
+  mask = x.src[1].arg & 255
+  if word.op is Ops.AND and word.src[1].op is Ops.CONST:
+    word, mask = word.src[0], mask & (word.src[1].arg >> shift)
+  return (word, shift // 8, mask) if mask <= 127 else None
+
+
+def signed_byte(u: UOp) -> tuple[UOp, int] | None:
+  """(B, k) when u is byte k of the uint32 word B sign-extended to int32:
+  `BITCAST(int32, B << 24-8k) >> 24` (an arithmetic shift)."""
+  if u.op is not Ops.SHR or u.dtype != dtypes.int32 or not _const_is(u.src[1], 24): return None
+  x = u.src[0]
+  if x.op is not Ops.BITCAST or x.src[0].dtype != dtypes.uint32: return None
+  word, shift = _shift_of(x.src[0], Ops.SHL)
+  return word, 3 - shift // 8
+
+
+def _sum_terms(u: UOp, dots: list[tuple[UOp, UOp]]) -> list[UOp]:
+  """The terms of an int32 sum (its tree of ADDs flattened); the DOT4s in it go to `dots` as
+  their (a, b), their accumulators' terms join the sum."""
+  if u.dtype != dtypes.int32: return [u]
+  if u.op is Ops.DOT4:
+    dots.append((u.src[0], u.src[1]))
+    return _sum_terms(u.src[2], dots)
+  if u.op is not Ops.ADD: return [u]
+  return [t for s in u.src for t in _sum_terms(s, dots)]
+
+
+def form_dot4(x: UOp) -> UOp | None:
+  """An int32 sum holding, for some words A and B, the 4 products of byte k of A (unsigned, at
+  most 127) and byte k of B (signed), k = 0..3, as DOT4(A, B, the other terms): one VNNI
+  `vpdpbusd` (or AVX2 `vpmaddubsw` + `vpmaddwd`) per vector for 4 multiplies, 4 extractions and
+  4 adds per lane. The DOT4s of a sum chain through their accumulators (one instruction each, no
+  adds between). A quantized weight's nibbles times int8 activations (nn/quantized.py) are
+  written so."""
+  dots: list[tuple[UOp, UOp]] = []
+  terms = _sum_terms(x, dots)
+  groups: dict[tuple[UOp, UOp], dict[int, tuple[UOp, int]]] = {}  # (X, B) -> k -> (term, mask)
+  for t in terms:
+    if t.op is not Ops.MUL: continue
+    for a, b in (t.src, t.src[::-1]):
+      if (ua := unsigned_byte(a)) is not None and (sb := signed_byte(b)) is not None \
+         and ua[1] == sb[1]:
+        groups.setdefault((ua[0], sb[0]), {}).setdefault(ua[1], (t, ua[2]))
+        break
+  complete = [(ab, g) for ab, g in groups.items() if len(g) == 4]
+  if not complete and (len(dots) < 2 or x.src[0].op is not Ops.DOT4 and x.src[1].op is not
+                       Ops.DOT4):
+    return None
+  rest = list(terms)
+  for _, g in complete:
+    for t, _ in g.values(): rest.remove(t)
+  acc = rest[0] if rest else UOp.const(dtypes.int32, 0)
+  for t in rest[1:]: acc = acc.alu(Ops.ADD, t)
+  for a, b in dots: acc = UOp(Ops.DOT4, dtypes.int32, (a, b, acc))
+  for (x_word, b), g in complete:
+    a = x_word.alu(Ops.AND, UOp.const(dtypes.uint32, sum(g[k][1] << 8 * k for k in range(4))))
+    acc = UOp(Ops.DOT4, dtypes.int32, (a.bitcast(dtypes.int32), b.bitcast(dtypes.int32), acc))
+  return acc
+
+
+# for targets with DOT4
+pm_dot4 = PatternMatcher([(UPat(Ops.ADD, dtypes.int32, name="x"), form_dot4)])
+
+
 def index_dtype_for(nodes: Iterable[UOp]) -> DType:
   """int32 when every index value of the kernel (its `nodes`) fits, else int64."""
   lo, hi = -(2 ** 31), 2 ** 31 - 1

@@ -26,7 +26,7 @@ from unigrad.codegen.gpudims import gpudims, launch_dims
 from unigrad.codegen.opt.gpu_heuristic import gpu_optimizations
 from unigrad.codegen.opt.heuristic import hand_coded_optimizations
 from unigrad.codegen.opt.kernel import OptKernel
-from unigrad.codegen.isel import (lower_index_dtype, pm_add_loads, pm_divmod_nonneg,
+from unigrad.codegen.isel import (lower_index_dtype, pm_add_loads, pm_divmod_nonneg, pm_dot4,
                                   pm_fma_accumulate, pm_fma_horner, pm_mul_recip)
 from unigrad.codegen.linearize import linearize
 from unigrad.codegen.transpose_sums import transpose_sums
@@ -61,6 +61,7 @@ def _isel(ast: UOp, ren: Renderer) -> UOp:
   pm: PatternMatcher = pm_add_loads + pm_divmod_nonneg
   if Ops.DIV in ren.supported_ops: pm = pm + pm_mul_recip
   if Ops.MULACC in ren.supported_ops: pm = pm + pm_fma_accumulate + pm_fma_horner
+  if Ops.DOT4 in ren.supported_ops: pm = pm + pm_dot4
   pm = pm + pm_decompose(ren.supported_ops)
   return graph_rewrite(ast, pm, name="isel")
 

@@ -18,19 +18,24 @@ itself). Every device runs it, because it is ordinary tensor code.
 """
 from __future__ import annotations
 
+import functools
 import math
+import operator
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from unigrad.dtype import dtypes
 from unigrad.frontend.tensor import Tensor
+from unigrad.knobs import INT8_MATVEC
 from unigrad.nn.tensor_io import FormatError
+from unigrad.runtime.device import Device
 from unigrad.uop import Ops, UOp
 
 __all__ = ["QuantFormat", "QUANT_FORMATS", "pack", "dequantize_blocks", "packed_nbytes",
            "is_packed", "linear", "QuantizedLinear", "DEQUANTIZE_ROWS", "PackedWeight",
-           "packed_weight", "as_tensor", "Weight"]
+           "packed_weight", "as_tensor", "Weight", "int8_linear", "quantize_rows",
+           "INT8_FORMATS", "ROW_LANES"]
 
 Parts = tuple[Tensor, ...]
 # the buffers `pack` made (held weakly: a part lives as long as a weight reads it)
@@ -205,14 +210,125 @@ class PackedWeight:
   """A packed weight held by its realized parts: `tensor()` builds its lazy dequantization (the
   same UOps each time: hash-consed). A model keeps weights this way, not as the lazy Tensor:
   every realize walks the live lazy Tensors, and 200 weights' graphs made a prompt's 90 realizes
-  take seconds."""
+  take seconds. `lanes` > 1: the parts are row-interleaved (see `interleave`)."""
   fmt: QuantFormat
   parts: Parts
   shape: tuple[int, ...]
+  lanes: int = 1
 
-  def tensor(self) -> Tensor: return self.fmt.dequantize(self.parts).reshape(self.shape)
+  def tensor(self) -> Tensor:
+    parts = self.parts if self.lanes == 1 else _deinterleave(self.parts, self.shape, self.lanes)
+    return self.fmt.dequantize(parts).reshape(self.shape)
 
   def nbytes(self) -> int: return sum(p.nbytes() for p in self.parts)
+
+
+# ---- row-interleaved nibbles for int8 matvecs ----
+
+# the formats whose blocks are 4-bit values with a float scale (and a minimum): a matvec over
+# them quantizes its rows to int8 and takes byte dot products (see linear)
+INT8_FORMATS = ("Q4_0", "Q4_1")
+# output rows interleaved word by word (one row per int32 lane of a 512-bit vector)
+ROW_LANES = 16
+NIBBLES = 0x0F0F0F0F
+
+
+def interleave(parts: Parts, shape: tuple[int, ...], lanes: int) -> Parts:
+  """A Q4_0/Q4_1 weight (out, in)'s parts laid out for a matvec whose vector lanes are `lanes`
+  consecutive output rows: each scale (and minimum) as (out/lanes, blocks, lanes), the nibbles
+  as uint32 words (out/lanes, blocks, 4, lanes), the word `l` of a block of each row side by
+  side (its low nibbles are values 4l..4l+3, its high ones 16+4l..16+4l+3). A vector load then
+  reads one word of `lanes` rows, every lane its own row: no sums across lanes."""
+  rows, g = shape[0] // lanes, shape[1] // 32
+  *scales, qs = parts
+  words = qs.reshape(rows, lanes, g, 4, 4).permute(0, 2, 3, 1, 4).contiguous()
+  return (*(p.reshape(rows, lanes, g).permute(0, 2, 1) for p in scales),
+          words.bitcast(dtypes.uint32).reshape(rows, g, 4, lanes))
+
+
+def _deinterleave(parts: Parts, shape: tuple[int, ...], lanes: int) -> Parts:
+  """The parts in block order ((blocks, 1) scales, (blocks, 16) bytes) of interleaved `parts`."""
+  rows, g = shape[0] // lanes, shape[1] // 32
+  *scales, words = parts
+  qs = words.bitcast(dtypes.uint8).reshape(rows, g, 4, lanes, 4).permute(0, 3, 1, 2, 4)
+  return (*(p.permute(0, 2, 1).reshape(-1, 1) for p in scales), qs.reshape(-1, 16))
+
+
+def byte_dot(device: str) -> bool:
+  """Whether int8 matvecs pay on `device`: its renderer has a native byte dot product."""
+  return bool(INT8_MATVEC) and getattr(Device[device].renderer, "byte_dot", False)
+
+
+def _dot4(a: Tensor, b: Tensor) -> Tensor:
+  """The sum of the products of the 4 bytes of the uint32 words `a` (unsigned) and `b`
+  (signed), as int32: instruction selection makes it one byte dot product (codegen/isel.py
+  form_dot4) where the target has one."""
+  return functools.reduce(operator.add, [((a >> (8 * k)) & 255).cast(dtypes.int32) *
+                                         ((b << (24 - 8 * k)).bitcast(dtypes.int32) >> 24)
+                                         for k in range(4)])
+
+
+def quantize_rows(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+  """Rows x (n, in) in int8 per block of 32 (llama.cpp's Q8 activations): the int8 values 4 to a
+  uint32 word (n, in/32, 8), each block's scale amax/127 (n, in/32) and the sum of its
+  quantized values times the scale (n, in/32). Values round half away from zero."""
+  n, g = x.shape[0], x.shape[1] // 32
+  xb = x.reshape(n, g, 32)
+  amax = xb.abs().max(-1)
+  v = xb * (amax > 0).where(127 / amax, 0).reshape(n, g, 1)
+  qi = (v + (v >= 0).where(0.5, -0.5)).cast(dtypes.int32)
+  q = (qi & 255).cast(dtypes.uint32).reshape(n, g, 8, 4)
+  words = q[..., 0] | (q[..., 1] << 8) | (q[..., 2] << 16) | (q[..., 3] << 24)
+  # the sum of the quantized values, not of x: a block's minimum times it then carries the same
+  # rounding as the scale's term, and the two cancel as in dequantize-then-multiply (the exact
+  # sum of x made SmolLM2's logits 4x further from float32's)
+  dx = amax / 127
+  return _shared(words), _shared(dx), _shared(qi.sum(-1).cast(dtypes.float32) * dx)
+
+
+def _shared(t: Tensor) -> Tensor:
+  """`t` materialized in a buffer of its own that equal expressions share (an untagged
+  CONTIGUOUS: the matvecs of q, k and v quantize their one input once; nothing writes to it)."""
+  return t._wrap(UOp(Ops.CONTIGUOUS, t.dtype, (t.uop,)))
+
+
+def interleaved_linear(x: Tensor, w: PackedWeight) -> Tensor:
+  """`x @ w.T` in float32 for a row-interleaved Q4_0/Q4_1 weight (no byte dot products): each
+  lane of a vector one output row's sum, as over the interleaved words (the fused `x @ w.T` of
+  its dequantization reads them strided and sums across lanes, 8x slower)."""
+  out, cols = w.shape
+  lead, g, lanes = x.shape[:-1], cols // 32, w.lanes
+  xb = x.reshape(-1, cols).cast(dtypes.float32)
+  n = xb.shape[0]
+  *scales, words = w.parts
+  # value 16h + 4l + k of a block: bits 4h + 8k of its word l
+  shifts = _shifts(2, 4, (1, 1, 2, 1), x.device) + _shifts(4, 8, (1, 1, 1, 4), x.device)
+  q = ((words.reshape(-1, g, 4, 1, 1, lanes).cast(dtypes.int32) >> shifts.reshape(1, 1, 1, 2, 4, 1))
+       & 15).cast(dtypes.float32)
+  d = scales[0].reshape(-1, g, 1, 1, 1, lanes)
+  v = (q * d + scales[1].reshape(d.shape)) if len(scales) == 2 else (q - 8) * d
+  xv = xb.reshape(n, 1, g, 2, 4, 4).permute(0, 1, 2, 4, 3, 5).reshape(n, 1, g, 4, 2, 4, 1)
+  return (xv * v).sum((2, 3, 4, 5)).reshape(*lead, out)
+
+
+def int8_linear(x: Tensor, w: PackedWeight) -> Tensor:
+  """`x @ w.T` for a row-interleaved Q4_0/Q4_1 weight: x quantized per block (quantize_rows),
+  per output row and block `d * dx * sum(q * xq) + min * sum(x)` (Q4_0: min = -8d), the integer
+  sums as byte dot products of the nibble words and the activation words (sum(x): the quantized
+  x's, see quantize_rows)."""
+  out, cols = w.shape
+  lead, g = x.shape[:-1], cols // 32
+  xw, dx, xs = quantize_rows(x.reshape(-1, cols).cast(dtypes.float32))
+  n = xw.shape[0]
+  *scales, words = w.parts
+  xw = xw.reshape(n, 1, g, 8, 1)
+  lo, hi = words & NIBBLES, (words >> 4) & NIBBLES
+  p = functools.reduce(operator.add, [_dot4(lo[:, :, j], xw[..., j, :]) +
+                                      _dot4(hi[:, :, j], xw[..., 4 + j, :]) for j in range(4)])
+  d = scales[0]
+  low = scales[1] if len(scales) == 2 else d * -8
+  y = p.cast(dtypes.float32) * (d * dx.reshape(n, 1, g, 1)) + low * xs.reshape(n, 1, g, 1)
+  return y.sum(2).reshape(*lead, out)
 
 
 # the lazy Tensors `pack` returned (by their UOp, held weakly) -> their PackedWeight
@@ -230,10 +346,14 @@ def pack(raw: Tensor, fmt: QuantFormat | str, shape: tuple[int, ...],
                        f"{', '.join(QUANT_FORMATS)})")
     fmt = QUANT_FORMATS[fmt]
   if 0 in shape: return Tensor.empty(*shape, dtype=dtypes.float32, device=raw.device)
-  parts = tuple(p.contiguous() for p in fmt.repack(_blocks(raw, fmt, shape, name)))
+  parts = fmt.repack(_blocks(raw, fmt, shape, name))
+  lanes = ROW_LANES if fmt.name in INT8_FORMATS and len(shape) == 2 and \
+    shape[0] % ROW_LANES == 0 and byte_dot(raw.device) else 1
+  if lanes > 1: parts = interleave(parts, tuple(shape), lanes)
+  parts = tuple(p.contiguous() for p in parts)
   Tensor.realize_all(*parts)
   _PACKED_PARTS.update(u for p in parts for u in p.uop.toposort() if u.op is Ops.BUFFER)
-  pw = PackedWeight(fmt, parts, tuple(shape))
+  pw = PackedWeight(fmt, parts, tuple(shape), lanes)
   out = pw.tensor()
   _PACKED[out.uop] = pw
   return out
@@ -271,10 +391,14 @@ Weight = Tensor | PackedWeight
 def linear(x: Tensor, w: Weight, bias: Tensor | None = None) -> Tensor:
   """`x @ w.T (+ bias)` for a weight `w` (out, in): a Tensor, packed or not, or a PackedWeight.
   A packed weight times fewer than DEQUANTIZE_ROWS rows of x (decoding) is one kernel reading
-  its blocks; times more rows it is first dequantized into a transient float32 buffer (a kernel
-  of its own), freed after."""
+  its blocks (a row-interleaved Q4_0/Q4_1 PackedWeight on a CPU with byte dot products: x in int8
+  per block, `int8_linear`, unless the INT8_MATVEC knob is off); times more rows it is first
+  dequantized into a transient float32 buffer (a kernel of its own), freed after."""
   # a symbolic row count (a prompt's length as a bound Variable) counts at its largest value
   rows = math.prod(s if isinstance(s, int) else int(s.vmax) for s in x.shape[:-1])
+  if isinstance(w, PackedWeight) and w.lanes > 1 and rows < DEQUANTIZE_ROWS:
+    out = int8_linear(x, w) if byte_dot(x.device) else interleaved_linear(x, w)
+    return out if bias is None else out + bias
   if isinstance(w, PackedWeight): w = w.tensor()
   if rows >= DEQUANTIZE_ROWS and is_packed(w): w = w.contiguous()
   out = x @ w.T

@@ -56,6 +56,9 @@ class Renderer:
   access_lanes: tuple[int, ...] = ()
   access_aligned: bool = False
   tensor_cores: tuple = ()  # the TensorCore shapes of the TC opt (codegen/opt/tc.py)
+  # a native byte dot product (x86 AVX2 or VNNI): DOT4 is in supported_ops and runs as one
+  # instruction sequence per vector (nn/quantized.py's int8 matvec takes it)
+  byte_dot: bool = False
 
   def render(self, name: str, linear: UOp) -> str: raise NotImplementedError
 

@@ -285,6 +285,48 @@ FUSED_VECTOR_FMA = """#if defined(__clang__) && (defined(__FMA__) || defined(__A
   return a*b+c;"""
 
 
+# DOT4 (a byte dot product: the 4 unsigned bytes of a times the 4 signed bytes of b, plus c, per
+# int32 lane) on a vector of 16, 8 or 4 lanes: x86's instruction sequences, the best first (the
+# preprocessor picks by the -march macros; {r} is the register type); any other width or target
+# runs the lanes in C
+DOT4_X86 = {
+  16: (("__AVX512VNNI__", "_mm512_dpbusd_epi32(({r})c, ({r})a, ({r})b)"),
+       ("__AVX512BW__", "_mm512_add_epi32(({r})c, _mm512_madd_epi16(_mm512_maddubs_epi16(({r})a, "
+                        "({r})b), _mm512_set1_epi16(1)))")),
+  8: (("__AVX512VNNI__) && defined(__AVX512VL__", "_mm256_dpbusd_epi32(({r})c, ({r})a, ({r})b)"),
+      ("__AVXVNNI__", "_mm256_dpbusd_avx_epi32(({r})c, ({r})a, ({r})b)"),
+      ("__AVX2__", "_mm256_add_epi32(({r})c, _mm256_madd_epi16(_mm256_maddubs_epi16(({r})a, "
+                   "({r})b), _mm256_set1_epi16(1)))")),
+  4: (("__AVX512VNNI__) && defined(__AVX512VL__", "_mm_dpbusd_epi32(({r})c, ({r})a, ({r})b)"),
+      ("__AVXVNNI__", "_mm_dpbusd_avx_epi32(({r})c, ({r})a, ({r})b)"),
+      ("__SSSE3__", "_mm_add_epi32(({r})c, _mm_madd_epi16(_mm_maddubs_epi16(({r})a, ({r})b), "
+                    "_mm_set1_epi16(1)))")),
+}
+DOT4_REGISTERS = {16: "__m512i", 8: "__m256i", 4: "__m128i"}
+DOT4_SCALAR = """static inline int __dot4(int a, int b, int c) {
+  for (int k = 0; k < 32; k += 8) c += ((a >> k) & 255) * (int)(signed char)(b >> k);
+  return c; }"""
+X86 = "(defined(__x86_64__) || defined(__i386__))"
+
+
+def _dot4_fn(st: RenderState, dt: DType) -> str:
+  """The helper computing DOT4 on `dt` (int32 or a vector of them), declared once per source."""
+  st.helpers.setdefault("__dot4", DOT4_SCALAR)
+  if dt.count == 1: return "__dot4"
+  vt = _ctype(st, dt)
+  name = f"__dot4_{vt}"
+  loop = f"{vt} r; for (int i = 0; i < {dt.count}; i++) r[i] = __dot4(a[i], b[i], c[i]); return r;"
+  body = f" {loop} "
+  if (choices := DOT4_X86.get(dt.count)):
+    st.helpers.setdefault("immintrin", f"#if {X86}\n#include <immintrin.h>\n#endif")
+    reg = DOT4_REGISTERS[dt.count]
+    arms = [f"#{'el' if i else ''}if {X86} && defined({cond})\n  return ({vt}){code.format(r=reg)};"
+            for i, (cond, code) in enumerate(choices)]
+    body = "\n" + "\n".join(arms) + f"\n#else\n  {loop}\n#endif\n"
+  st.helpers.setdefault(name, f"{VECTOR_INLINE} {vt} {name}({vt} a, {vt} b, {vt} c) {{{body}}}")
+  return name
+
+
 def _stream_fn(st: RenderState, dt: DType) -> str:
   """A helper storing one vector around the caches (a non-temporal store) where the compiler has
   them and the address is register aligned; a plain store otherwise."""
@@ -340,12 +382,15 @@ class CRenderer(Renderer):
   conversion_attr = "__attribute__((noinline)) "
 
   def __init__(self, device: str = "CPU", vector_bytes: int = 0, stream_bytes: int = 0,
-               vector_registers: int = 16) -> None:
+               vector_registers: int = 16, byte_dot: bool = False) -> None:
+    """`byte_dot`: the target has a byte dot-product instruction (x86 AVX2 or VNNI): DOT4 is
+    rendered with it (and nn's quantized matvecs take int8 activations)."""
     ops = frozenset(GroupOp.Primitive | {Ops.CDIV, Ops.CMOD, Ops.SQRT, Ops.DIV, Ops.SUB, Ops.NEG,
-                                         Ops.MULACC})
+                                         Ops.MULACC} | ({Ops.DOT4} if byte_dot else set()))
     super().__init__(device, ops, has_threads=True, emulated_dtypes=frozenset(EMULATED_FLOATS),
                      vector_bytes=vector_bytes, stream_bytes=stream_bytes,
-                     vector_registers=vector_registers if vector_bytes else 0)
+                     vector_registers=vector_registers if vector_bytes else 0,
+                     byte_dot=byte_dot)
 
   def render(self, name: str, linear: UOp) -> str:
     helpers, function = self.render_parts(name, linear)
@@ -474,6 +519,7 @@ class CRenderer(Renderer):
     if op is Ops.BITCAST: return f"(({vt}){s[0]})"
     if op is Ops.CAST: return _convert(st, u.src[0], dt, s[0])
     if op in LANE_BUILTINS and dtypes.is_float(dt): return f"{_lane_fn(st, op, dt)}({', '.join(s)})"
+    if op is Ops.DOT4: return f"{_dot4_fn(st, dt)}({', '.join(s)})"
     return self._lanewise(st, u, vt)
 
   def _lanewise(self, st: RenderState, u: UOp, vt: str) -> str:
@@ -507,6 +553,7 @@ class CRenderer(Renderer):
     if op is Ops.SQRT: return f"__builtin_sqrt{'f' if dt != dtypes.float64 else ''}({s[0]})"
     if op is Ops.CAST: return f"(({C_TYPES[dt]}){s[0]})"
     if op is Ops.BITCAST: return self._bitcast(st, u.src[0].dtype, dt, s[0])
+    if op is Ops.DOT4: return f"{_dot4_fn(st, dt)}({', '.join(s)})"
     if op is Ops.MAX:
       ct = C_TYPES[dt]
       st.helpers.setdefault(f"max{ct}", _max_fn(ct, dtypes.is_float(dt)))

@@ -148,6 +148,14 @@ def target_vector_registers(march: str | None = None) -> int:
   return 32 if macros & {"__AVX512F__", "__aarch64__"} else 16
 
 
+def target_byte_dot(march: str | None = None) -> bool:
+  """Whether target ISA `march` has a byte dot product (x86 AVX2's vpmaddubsw, or VNNI): the CPU
+  renderer's DOT4."""
+  cc = find_c_compiler()
+  return cc is not None and "__AVX2__" in _predefined_macros(cc, MARCH.value if march is None
+                                                             else march)
+
+
 @functools.cache
 def last_level_cache_bytes() -> int:
   """The size of the largest CPU cache (Linux sysfs), 32 MiB where it cannot be read: outputs at
@@ -543,8 +551,9 @@ class CPUBatch:
 
 
 @functools.cache
-def _cpu_renderer(march: str, vector_bytes: int, vector_registers: int) -> CRenderer:
-  return CRenderer("CPU", vector_bytes, last_level_cache_bytes(), vector_registers)
+def _cpu_renderer(march: str, vector_bytes: int, vector_registers: int,
+                  byte_dot: bool) -> CRenderer:
+  return CRenderer("CPU", vector_bytes, last_level_cache_bytes(), vector_registers, byte_dot)
 
 
 class CPUDevice(Compiled):
@@ -557,7 +566,8 @@ class CPUDevice(Compiled):
   def renderer(self) -> CRenderer:
     """C for the target ISA the `MARCH` knob names (its vector width and register count), made
     per target: `Context(MARCH=...)` switches it."""
-    return _cpu_renderer(str(MARCH), target_vector_bytes(), target_vector_registers())
+    return _cpu_renderer(str(MARCH), target_vector_bytes(), target_vector_registers(),
+                         target_byte_dot())
 
   @property
   def threads(self) -> int:

@@ -131,6 +131,14 @@ def threefry2x32(x: int, key: int) -> int:
   return (x1 << 32) | x0
 
 
+def dot4(a: int, b: int, c: int) -> int:
+  """DOT4: c plus the sum of the products of the 4 bytes of a (unsigned) and b (signed)."""
+  for k in range(4):
+    sb = (b >> (8 * k)) & 0xFF
+    c += ((a >> (8 * k)) & 0xFF) * (sb - 256 if sb & 0x80 else sb)
+  return c
+
+
 PYTHON_ALU: dict[Ops, Callable[..., Any]] = {
   Ops.RECIP: _recip, Ops.TRUNC: _trunc, Ops.NEG: lambda x: -x,
   Ops.NOT: lambda x: not x if isinstance(x, bool) else ~x,
@@ -142,6 +150,7 @@ PYTHON_ALU: dict[Ops, Callable[..., Any]] = {
   Ops.XOR: lambda a, b: a ^ b, Ops.OR: lambda a, b: a | b, Ops.AND: lambda a, b: a & b,
   Ops.SHR: _shr, Ops.SHL: _shl, Ops.POW: _pow, Ops.THREEFRY: threefry2x32,
   Ops.WHERE: lambda c, a, b: a if c else b, Ops.MULACC: lambda a, b, c: a * b + c,
+  Ops.DOT4: dot4,
 }
 
 

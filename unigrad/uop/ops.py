@@ -51,6 +51,9 @@ class Ops(Enum):
   CUSTOMFUNCTION = auto(); PROGRAM = auto(); SOURCE = auto()  # noqa: E702
   GEP = auto()  # read lanes of a vector value
   NOOP = auto()
+  # the 4 bytes of A (unsigned) times those of B (signed), summed into C: int32 (A and B hold the
+  # bytes), introduced by instruction selection on targets with a byte dot product (VNNI, AVX2)
+  DOT4 = auto()
 
   def __repr__(self) -> str: return f"Ops.{self.name}"
   __hash__ = object.__hash__  # members are singletons: identity hashing is exact and fast
@@ -64,7 +67,7 @@ class GroupOp:
   Binary = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.MOD, Ops.IDIV, Ops.CMPLT, Ops.CMPNE, Ops.XOR,
                       Ops.OR, Ops.AND, Ops.SHR, Ops.SHL, Ops.SUB, Ops.DIV, Ops.CMPGT, Ops.CMPGE,
                       Ops.CMPLE, Ops.CMPEQ, Ops.POW, Ops.THREEFRY, Ops.CDIV, Ops.CMOD})
-  Ternary = frozenset({Ops.WHERE, Ops.MULACC})
+  Ternary = frozenset({Ops.WHERE, Ops.MULACC, Ops.DOT4})
   ALU = Unary | Binary | Ternary
   Elementwise = ALU | {Ops.CAST, Ops.BITCAST}
   Primitive = frozenset({Ops.RECIP, Ops.TRUNC, Ops.CAST, Ops.BITCAST, Ops.ADD, Ops.MUL, Ops.MAX,
@@ -72,7 +75,7 @@ class GroupOp:
                          Ops.SHL, Ops.WHERE})
   Decomposed = frozenset({Ops.NEG, Ops.SUB, Ops.DIV, Ops.CMPGT, Ops.CMPGE, Ops.CMPLE, Ops.CMPEQ,
                           Ops.NOT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.POW, Ops.MULACC,
-                          Ops.THREEFRY})
+                          Ops.THREEFRY, Ops.DOT4})
   Comparison = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPGT, Ops.CMPGE, Ops.CMPLE, Ops.CMPEQ})
   Commutative = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.CMPEQ, Ops.XOR, Ops.OR,
                           Ops.AND})

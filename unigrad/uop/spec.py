@@ -158,7 +158,7 @@ def _value_dtype(u: UOp) -> str | None:
 
 
 INT_ONLY = frozenset({Ops.XOR, Ops.OR, Ops.AND, Ops.SHL, Ops.SHR, Ops.IDIV, Ops.CDIV, Ops.CMOD,
-                      Ops.THREEFRY})
+                      Ops.THREEFRY, Ops.DOT4})
 FLOAT_ONLY = frozenset({Ops.RECIP, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.DIV})
 
 

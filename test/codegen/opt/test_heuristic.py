@@ -5,14 +5,15 @@ import math
 import numpy as np
 import pytest
 
-from unigrad import Tensor
+from unigrad import Context, Tensor, dtypes
 from unigrad.codegen.opt.heuristic import (ReducePlan, TilePlan, hand_coded_optimizations,
                                            load_strides, plan_dot, plan_reduce, plan_tiles,
                                            register_tile)
 from unigrad.codegen.opt.kernel import OptKernel
 from unigrad.codegen.pipeline import CODEGEN_STAGES, finish, full_rewrite
 from unigrad.codegen.vectorize import choose_vector_range
-from unigrad.nn.quantized import linear, pack
+from unigrad.nn.quantized import (ROW_LANES, PackedWeight, int8_linear, interleave, linear, pack,
+                                   packed_weight)
 from unigrad.renderer.cstyle import CRenderer
 from unigrad.runtime.device import Buffer, Device
 from unigrad.runtime.ops_cpu import find_c_compiler
@@ -397,10 +398,32 @@ def test_a_packed_weights_nibble_index_is_unrolled_affine():
   """A Q4_1 matvec reads byte r // 2 and its nibble r % 2 along the rest of its reduce: the
   heuristics unroll that axis by 2 so the two nibbles share one load and shift by constants
   (1536x576 on one core: 114 -> 82 us), and the partial sums stay the vector."""
-  w = pack(Tensor(np.zeros(1536 * 18 * 20, np.uint8)), "Q4_1", (1536, 576))
+  with Context(INT8_MATVEC=0):  # the blocks in row order (not interleaved for int8 matvecs)
+    w = pack(Tensor(np.zeros(1536 * 18 * 20, np.uint8)), "Q4_1", (1536, 576))
   k = reduce_kernel(linear(Tensor.empty(1, 576), w))
   out = hand_coded_optimizations(k, AVX512, threads=1)
   unrolls = [s for s, t in zip(out.sizes, out.axis_types()) if t is AxisType.UNROLL]
   assert unrolls == [2]
   vec = choose_vector_range(finish(out), 64)
   assert vec is not None and vec.arg.axis_type is AxisType.GROUP_REDUCE
+
+
+def test_an_int8_matvec_over_interleaved_rows_takes_its_outputs_as_lanes():
+  """The int8 matvec over row-interleaved Q4_1 words (nn/quantized.py): every load that varies
+  with the outputs is contiguous along them, so the vector is 16 output rows (each lane sums
+  its own row: no horizontal sums), not partial sums of the activations, which are contiguous
+  along the reduction but read by every output; and its few iterations (96 x 18), each a few
+  hundred byte ops, are split over the threads (work counts the ops)."""
+  with Context(INT8_MATVEC=0):
+    pw = packed_weight(pack(Tensor(np.zeros(1536 * 18 * 20, np.uint8)), "Q4_1", (1536, 576)))
+  parts = tuple(p.contiguous().realize() for p in interleave(pw.parts, pw.shape, ROW_LANES))
+  y = int8_linear(Tensor.empty(1, 576), PackedWeight(pw.fmt, parts, pw.shape, ROW_LANES))
+  asts = [c.src[0] for c in y.schedule().src if any(
+    u.op is Ops.PARAM and u.dtype == dtypes.uint32 and u.size > 1000 for u in c.src[0].toposort())]
+  assert len(asts) == 1
+  k = OptKernel(CODEGEN_STAGES[0].run(asts[0], SCALAR))
+  out = hand_coded_optimizations(k, AVX512, threads=2)
+  assert upcasts(out) == [16]
+  assert AxisType.THREAD in out.axis_types() and AxisType.GROUP_REDUCE not in out.axis_types()
+  vec = choose_vector_range(finish(out), 64)
+  assert vec is not None and vec.arg.axis_type is AxisType.UPCAST

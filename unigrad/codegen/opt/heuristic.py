@@ -47,10 +47,12 @@ from unigrad.codegen.opt.kernel import OptKernel
 from unigrad.codegen.opt.pack import is_contiguous_panel
 from unigrad.codegen.simplify import pm_kernel_simplify
 from unigrad.renderer import Renderer
-from unigrad.uop import AxisType, Ops, UOp, graph_rewrite
+from unigrad.dtype import dtypes
+from unigrad.uop import AxisType, GroupOp, Ops, UOp, graph_rewrite
 from unigrad.uop.symbolic import is_invalid, linear_terms
 
 MIN_WORK_PER_THREAD = 1 << 15
+WORK_OPS = 16  # value ops one unit of a kernel's work per iteration stands for (see work)
 MIN_TILE_REDUCE = 16  # a reduce this short is not worth a register tile
 # the share of the target's vector registers a register tile's accumulators take: with one reduce
 # loop (matmul) half (16 of AVX-512's 32, 8 of AVX2's 16; the rest hold the loaded vectors and
@@ -185,10 +187,18 @@ def short_window_tiles(k: OptKernel, plans: list[TilePlan]) -> list[TilePlan]:
 
 # ---- the opts ----
 
+def work(k: OptKernel) -> int:
+  """The kernel's iterations (symbolic sizes at their largest), times its value ops per
+  iteration in units of WORK_OPS: an int8 matvec over packed weights runs a few hundred per
+  iteration (its byte products), a copy one."""
+  ops = sum(1 for u in k.ast.toposort() if u.op in GroupOp.ALU and u.dtype.scalar() != dtypes.index)
+  return math.prod(k.max_sizes) * max(1, ops // WORK_OPS)
+
+
 def add_threads(k: OptKernel, threads: int, prefer: tuple[int, ...] = ()) -> OptKernel:
   """THREAD over the first preferred LOOP axis the threads divide, else over the first one."""
   if threads <= 1: return k
-  if math.prod(k.max_sizes) < MIN_WORK_PER_THREAD * threads: return k  # symbolic: largest
+  if work(k) < MIN_WORK_PER_THREAD * threads: return k
   fits = [(r.arg.id not in prefer, i) for i, (r, t) in enumerate(zip(k.axes, k.axis_types()))
           if t is AxisType.LOOP and k.sizes[i] >= threads and k.sizes[i] % threads == 0]
   return _try(k, Opt.thread(min(fits)[1], threads)) if fits else k
@@ -326,8 +336,11 @@ def group_reduce(k: OptKernel, lanes: int) -> OptKernel:
   reduces = [i for i, t in enumerate(k.axis_types()) if t is AxisType.REDUCE]
   if not reduces: return k
   i = reduces[-1]
+  # long enough counted over every reduce axis: a packed weight's 16 lanes of a block are its
+  # innermost reduce axis, the blocks an outer one
+  total = math.prod(k.sizes[j] for j in reduces)
   for g in (lanes, lanes // 2, lanes // 4, 2):
-    if g > 1 and k.sizes[i] % g == 0 and k.sizes[i] >= 4 * g: return _try(k, Opt.group(i, g))
+    if g > 1 and k.sizes[i] % g == 0 and total >= 4 * g: return _try(k, Opt.group(i, g))
   return k
 
 
@@ -336,6 +349,25 @@ def contiguous_reduce(k: OptKernel) -> bool:
   reduces = [r for r in k.axes if r.arg.axis_type is AxisType.REDUCE]
   return bool(reduces) and any(st.of[reduces[-1].arg.id] == 1
                                for st in access_strides(k, False, AxisType.REDUCE))
+
+
+def outputs_in_lanes(k: OptKernel, vector_bytes: int) -> OptKernel | None:
+  """`k` with an output axis as its vector (output_vector) when every load that varies along it
+  then reads it contiguously and no such load reads the innermost reduce axis contiguously: a
+  matvec over row-interleaved packed weights (nn/quantized.py), whose activations are contiguous
+  along the reduction but are one vector every output reads. Each vector of outputs then sums
+  its lanes apart (no horizontal sums), reading whole vectors of weights. None otherwise."""
+  reduces = [r.arg.id for r in k.axes if r.arg.axis_type is AxisType.REDUCE]
+  if not reduces or (vectored := output_vector(k, vector_bytes)) is k: return None
+  simple = OptKernel(_simplified(vectored))
+  lanes = [r.arg.id for r in simple.axes if r.arg.axis_type is AxisType.UPCAST]
+  if not lanes: return None
+  along_lanes = access_strides(simple, False, AxisType.UPCAST)
+  along_reduce = access_strides(simple, False, AxisType.REDUCE)
+  varying = [(a.of[lanes[-1]], r.of.get(reduces[-1])) for a, r in zip(along_lanes, along_reduce)
+             if a.of[lanes[-1]] != 0]
+  if not varying or any(lane != 1 or red == 1 for lane, red in varying): return None
+  return vectored
 
 
 # rows of a transposing load unrolled per vector (each cache line used 8x): clang turns 8 rows
@@ -579,6 +611,8 @@ def hand_coded_optimizations(k: OptKernel, ren: Renderer, threads: int) -> OptKe
              or register_tile(threaded, plan, ren.vector_bytes, ren.vector_registers))
     if tiled is not None: return pack_panel(tiled, contiguous_slot(k, plan), ren.vector_bytes)
   threaded = add_threads(k, threads) if ren.has_threads else k
+  if ren.vector_bytes and (lanes := outputs_in_lanes(threaded, ren.vector_bytes)) is not None:
+    return lanes
   if ren.vector_bytes and not contiguous_reduce(threaded):
     vectored = output_vector(threaded, ren.vector_bytes)
     if vectored is not threaded: return vectored
