@@ -2,15 +2,18 @@
 float32) on the same file and prompt, and the first token of a fresh `python -m unigrad.llm`.
 
   python bench/llm.py [--threads 2] [--prompt-tokens 128] [--decode-tokens 32] [--repeat 3]
-                      [--no-fresh] [--no-torch] [--no-float32] [--no-matvec] [--matvec-only]
+                      [--no-fresh] [--no-torch] [--no-float32] [--no-float-matvec]
+                      [--no-matvec] [--matvec-only]
                       [--llama-cpp-venv DIR | --no-llama-cpp] [--setup-llama-cpp]
 
-unigrad runs twice: on packed weights (the default: quantized blocks read by the matmuls) and
-with the weights dequantized to float32 at load (`--no-float32` skips it). For each: the bytes
+unigrad runs on packed weights (the default: quantized blocks read by the matmuls; decoding's
+matvecs over Q4_0/Q4_1 take int8 activations on a CPU with byte dot products, as llama.cpp's do),
+on packed weights with float32 matvecs ("fp mv": INT8_MATVEC=0, `--no-float-matvec` skips it),
+and with the weights dequantized to float32 at load (`--no-float32` skips it). For each: the bytes
 its weights take (what one decoded token reads, the KV cache aside) and the share of this
 machine's read bandwidth (a unigrad sum over a 256 MiB float32 buffer, best of 5) its decode
 speed implies. A matrix-vector micro-benchmark per block format (a 4096x4096 packed weight
-times a vector under TinyJit): GB/s of packed bytes read.
+times a vector under TinyJit, float32 and, for Q4_0/Q4_1, int8): GB/s of packed bytes read.
 
 Steady state, each library with `--threads` threads (unigrad's THREADS knob, torch's
 set_num_threads): prefill tokens/s (one pass over a `--prompt-tokens` prompt, its last logits read)
@@ -53,13 +56,14 @@ from typing import Any
 
 from common import SETTLE_S
 
-from unigrad import Tensor, TinyJit
-from unigrad.knobs import THREADS
+from unigrad import Context, Tensor, TinyJit
+from unigrad.knobs import INT8_MATVEC, THREADS
 from unigrad.llm import Tokenizer, default_model_path
 from unigrad.llm.cli import DEFAULT_CONTEXT
 from unigrad.llm.generate import Generator
 from unigrad.llm.model import Transformer
-from unigrad.nn.quantized import QUANT_FORMATS, as_tensor, pack, packed_nbytes
+from unigrad.nn.quantized import (INT8_FORMATS, QUANT_FORMATS, as_tensor, byte_dot, linear,
+                                   pack, packed_nbytes, packed_weight)
 
 ROOT = Path(__file__).resolve().parents[1]
 # the benchmark's own virtual environment holding llama-cpp-python (see --setup-llama-cpp)
@@ -95,18 +99,20 @@ def weight_bytes(model: Transformer) -> int:
   return sum(packed_nbytes(as_tensor(w)) for w in ws)
 
 
-def unigrad_run(path: str, packed: bool) -> tuple[Timed, int]:
+def unigrad_run(path: str, packed: bool, int8: bool) -> tuple[Timed, int]:
   """A function timing unigrad on a prompt: (prefill seconds, seconds per decoded token), and the
-  bytes of its weights."""
-  model = Transformer.from_gguf(path, max_context=DEFAULT_CONTEXT, packed=packed)
+  bytes of its weights; `int8`: the INT8_MATVEC knob, at load and in every run."""
+  with Context(INT8_MATVEC=int8):
+    model = Transformer.from_gguf(path, max_context=DEFAULT_CONTEXT, packed=packed)
   gen = Generator(model)
 
   def run(ids: list[int], steps: int) -> tuple[float, float]:
-    t0 = time.perf_counter()
-    tok = gen.prefill_greedy(ids)
-    t1 = time.perf_counter()
-    for pos in range(len(ids), len(ids) + steps): tok = gen.decode_greedy(tok, pos)
-    return t1 - t0, (time.perf_counter() - t1) / steps
+    with Context(INT8_MATVEC=int8):
+      t0 = time.perf_counter()
+      tok = gen.prefill_greedy(ids)
+      t1 = time.perf_counter()
+      for pos in range(len(ids), len(ids) + steps): tok = gen.decode_greedy(tok, pos)
+      return t1 - t0, (time.perf_counter() - t1) / steps
   return run, weight_bytes(model)
 
 
@@ -124,8 +130,9 @@ def read_bandwidth(repeat: int = 5) -> float:
 
 
 def report_matvec(repeat: int) -> None:
-  """GB/s of packed bytes read by a 4096x4096 quantized matrix-vector product, per format."""
-  print("quantized matvec 4096x4096 (x @ W.T, W packed), TinyJit, best of "
+  """GB/s of packed bytes read by a 4096x4096 quantized matrix-vector product, per format: float32
+  in registers, and for Q4_0/Q4_1 on a CPU with byte dot products the int8 matvec too."""
+  print("quantized matvec 4096x4096 (nn.quantized.linear(x, W), W packed), TinyJit, best of "
         f"{repeat * 10} calls:")
   rng = random.Random(0)
   for name, fmt in QUANT_FORMATS.items():
@@ -134,18 +141,21 @@ def report_matvec(repeat: int) -> None:
     block = bytearray(rng.randbytes(fmt.block_bytes * nb))
     for at in (208,) if name == "Q6_K" else (0, 2):  # float16 scales 2**-7: values stay finite
       block[at::fmt.block_bytes], block[at + 1::fmt.block_bytes] = bytes(nb), b"\x20" * nb
-    w = pack(Tensor(bytes(block)), fmt, (rows, cols))
-    x = Tensor.ones(1, cols).contiguous().realize()
-    mv = TinyJit(lambda v, w=w: (v @ w.T).realize())
-    for _ in range(3): mv(x)
-    times = []
-    for _ in range(repeat * 10):
-      t0 = time.perf_counter()
-      mv(x)
-      times.append(time.perf_counter() - t0)
-    size = packed_nbytes(w)
-    print(f"  {name:5s} {size / 2**20:6.1f} MiB  {min(times) * 1e3:7.3f} ms  "
-          f"{size / min(times) / 1e9:6.2f} GB/s")
+    for int8 in (False, True) if name in INT8_FORMATS and byte_dot("CPU") else (False,):
+      with Context(INT8_MATVEC=int8):
+        w = packed_weight(pack(Tensor(bytes(block)), fmt, (rows, cols)))
+        assert w is not None
+        x = Tensor.ones(1, cols).contiguous().realize()
+        mv = TinyJit(lambda v, w=w: linear(v, w).realize())
+        for _ in range(3): mv(x)
+        times = []
+        for _ in range(repeat * 10):
+          t0 = time.perf_counter()
+          mv(x)
+          times.append(time.perf_counter() - t0)
+      size = w.nbytes()
+      print(f"  {name:5s} {'int8 ' if int8 else 'float'} {size / 2**20:6.1f} MiB  "
+            f"{min(times) * 1e3:7.3f} ms  {size / min(times) / 1e9:6.2f} GB/s")
 
 
 def torch_run(torch: Any, path: str) -> Timed:
@@ -237,9 +247,12 @@ def best(run: Timed, ids: list[int], steps: int, repeat: int) -> tuple[float, fl
 def report_steady(args: argparse.Namespace, path: str) -> None:
   ids = prompt_ids(Tokenizer.from_gguf(path), args.prompt_tokens)
   rows, sizes = {}, {}
-  for name, packed in (("unigrad", True), ("unigrad f32", False)):
+  variants = [("unigrad", True, bool(INT8_MATVEC)), ("unigrad f32", False, False)]
+  if INT8_MATVEC and byte_dot("CPU") and not args.no_float_matvec:
+    variants.insert(1, ("unigrad fp mv", True, False))
+  for name, packed, int8 in variants:
     if not packed and args.no_float32: continue
-    run, sizes[name] = unigrad_run(path, packed)
+    run, sizes[name] = unigrad_run(path, packed, int8)
     rows[name] = best(run, ids, args.decode_tokens, args.repeat)
     del run
   ours = rows["unigrad"]
@@ -310,6 +323,8 @@ def main() -> None:
   p.add_argument("--no-torch", action="store_true", help="unigrad alone")
   p.add_argument("--no-float32", action="store_true", help="skip unigrad on float32 weights")
   p.add_argument("--no-matvec", action="store_true", help="skip the quantized matvec per format")
+  p.add_argument("--no-float-matvec", action="store_true",
+                 help="skip unigrad on packed weights with float32 matvecs (INT8_MATVEC=0)")
   p.add_argument("--matvec-only", action="store_true", help="the quantized matvecs alone")
   p.add_argument("--llama-cpp-venv", type=Path, default=LLAMA_CPP_VENV,
                  help=f"the virtual environment of llama-cpp-python (default {LLAMA_CPP_VENV})")

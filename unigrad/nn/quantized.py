@@ -270,8 +270,9 @@ def _dot4(a: Tensor, b: Tensor) -> Tensor:
 
 def quantize_rows(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
   """Rows x (n, in) in int8 per block of 32 (llama.cpp's Q8 activations): the int8 values 4 to a
-  uint32 word (n, in/32, 8), each block's scale amax/127 (n, in/32) and the sum of its
-  quantized values times the scale (n, in/32). Values round half away from zero."""
+  uint32 word (n, in/32, 8), each block's largest magnitude amax (its scale is amax/127; n,
+  in/32) and the sum of its quantized values times the scale (n, in/32). Values round half away
+  from zero. Three small kernels, none of them threaded."""
   n, g = x.shape[0], x.shape[1] // 32
   xb = x.reshape(n, g, 32)
   amax = xb.abs().max(-1)
@@ -282,8 +283,7 @@ def quantize_rows(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
   # the sum of the quantized values, not of x: a block's minimum times it then carries the same
   # rounding as the scale's term, and the two cancel as in dequantize-then-multiply (the exact
   # sum of x made SmolLM2's logits 4x further from float32's)
-  dx = amax / 127
-  return _shared(words), _shared(dx), _shared(qi.sum(-1).cast(dtypes.float32) * dx)
+  return _shared(words), _shared(amax), _shared(qi.sum(-1).cast(dtypes.float32) * (amax / 127))
 
 
 def _shared(t: Tensor) -> Tensor:
@@ -318,7 +318,8 @@ def int8_linear(x: Tensor, w: PackedWeight) -> Tensor:
   x's, see quantize_rows)."""
   out, cols = w.shape
   lead, g = x.shape[:-1], cols // 32
-  xw, dx, xs = quantize_rows(x.reshape(-1, cols).cast(dtypes.float32))
+  xw, amax, xs = quantize_rows(x.reshape(-1, cols).cast(dtypes.float32))
+  dx = amax / 127
   n = xw.shape[0]
   *scales, words = w.parts
   xw = xw.reshape(n, 1, g, 8, 1)
