@@ -283,7 +283,8 @@ def quantize_rows(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
   # the sum of the quantized values, not of x: a block's minimum times it then carries the same
   # rounding as the scale's term, and the two cancel as in dequantize-then-multiply (the exact
   # sum of x made SmolLM2's logits 4x further from float32's)
-  return _shared(words), _shared(amax), _shared(qi.sum(-1).cast(dtypes.float32) * (amax / 127))
+  # (amax, a reduction read by every consumer, gets its own buffer anyway: schedule/fusion.py)
+  return _shared(words), amax, _shared(qi.sum(-1).cast(dtypes.float32) * (amax / 127))
 
 
 def _shared(t: Tensor) -> Tensor:
