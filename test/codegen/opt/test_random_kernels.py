@@ -225,7 +225,7 @@ def check_random(data, expr: str) -> None:
   check_opts(kernel, opts, expr)
 
 
-@settings(max_examples=90, deadline=None, derandomize=True)
+@settings(max_examples=180, deadline=None, derandomize=True)
 @given(st.data(), elementwise_kernels())
 def test_random_elementwise_and_reduce_kernels(data, expr):
   check_random(data, expr)
