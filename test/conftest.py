@@ -1,8 +1,10 @@
 """Test defaults: every stage's spec verifier runs (SPEC=1) and every generated load and store
 checks its index against its buffer (CHECK_OOB=1), so an out-of-bounds access anywhere in the suite
 fails the test that caused it. Tests marked `slow` (a feature's heaviest end-to-end check, whose
-feature the default run also covers with a smaller test) run only with SLOW=1."""
+feature the default run also covers with a smaller test) run only with SLOW=1. PyTorch, the
+reference of many tests, runs on one thread (see pytest_runtest_setup)."""
 import os
+import sys
 
 import pytest
 
@@ -38,3 +40,17 @@ def pytest_collection_modifyitems(config, items):
   skip = pytest.mark.skip(reason="slow: runs with SLOW=1")
   for item in items:
     if "slow" in item.keywords: item.add_marker(skip)
+
+
+_torch_threads_set = False
+
+
+def pytest_runtest_setup(item):
+  """PyTorch on one thread once a test module has imported it: the suite runs one xdist worker
+  per core, and torch's two OpenMP threads then wait on each other while the other worker holds
+  a core (transformers' 16-token greedy generate of SmolLM2 took 12-30 s so, 1.3 s on one)."""
+  global _torch_threads_set
+  if not _torch_threads_set and (torch := sys.modules.get("torch")) is not None:
+    torch.set_num_threads(1)
+    _torch_threads_set = True
+

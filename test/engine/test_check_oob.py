@@ -63,6 +63,18 @@ def test_out_of_bounds_vector_access_names_its_lanes():
     run(shifted_copy(64, 3, "CPU", "oob_vector"), "CPU", 64)
 
 
+@pytest.mark.parametrize("device", ["PYTHON", "CPU"])
+def test_out_of_bounds_negative_index_and_last_element(device):
+  """The check's edges: index -1 (below the buffer) raises, and the last element of the buffer
+  is in bounds (the C check is one unsigned compare: a negative index must not pass it)."""
+  if device == "CPU" and find_c_compiler() is None: pytest.skip("no C compiler")
+  with Context(CHECK_OOB=1):
+    with pytest.raises(OutOfBoundsError, match=r"load at index -1 of buffer data1") as e:
+      run(shifted_copy(5, -1, device, "oob_negative"), device, 5)
+    assert (e.value.slot, e.value.index) == (1, -1)
+    np.testing.assert_array_equal(run(shifted_copy(1, 0, device, "one_element"), device, 1), [0])
+
+
 def test_out_of_bounds_checks_are_rendered_only_with_the_knob():
   """Without the knob the C code has no checks (the hot path stays as it was)."""
   k = shifted_copy(64, 0, "CPU", "plain")

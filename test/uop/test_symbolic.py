@@ -490,7 +490,7 @@ divmod_terms = st.tuples(st.integers(-8, 8), st.integers(-20, 20), st.sampled_fr
                          st.integers(-6, 6), st.integers(0, 40))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(divmod_terms, min_size=1, max_size=3), st.sampled_from([idx, i32]),
        st.randoms(use_true_random=False))
 def test_affine_and_small_remainder_divmod_keep_values(ts: list, dt, rnd: random.Random) -> None:
@@ -501,7 +501,7 @@ def test_affine_and_small_remainder_divmod_keep_values(ts: list, dt, rnd: random
       check_same_values(e, vs, rnd)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.integers(1, 8), st.integers(0, 8), st.integers(-3, 3), st.integers(1, 9),
        st.integers(0, 3), st.integers(0, 70), st.randoms(use_true_random=False))
 def test_divmod_by_a_symbolic_multiple_keeps_values(k: int, e: int, qa: int, bw: int, kc: int,

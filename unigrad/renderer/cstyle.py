@@ -230,16 +230,23 @@ def _checked_accesses(linear: UOp) -> dict[UOp, tuple[int, bool]]:
 
 def _oob_index(st: RenderState, ix: UOp, idx: str) -> str:
   """`idx` checked against its buffer: outside, the first bad access is recorded in OOB_STATE
-  (read by the runtime after the launch) and element 0 is accessed instead."""
+  (read by the runtime after the launch) and element 0 is accessed instead. The check is one
+  unsigned compare against the count of valid starts (negative indices wrap above it); the
+  recording is a call to a cold function, so the checks add little code for clang to optimize."""
   st.helpers.setdefault("__oob", f"""long long {OOB_STATE}[6];
-static inline long long __oob(long long i, long long n, long long w, long long b, long long st) {{
-  if (i >= 0 && i + w <= n) return i;
+static __attribute__((noinline, cold)) long long __oob_fail(long long i, long long n, long long w,
+                                                            long long b, long long st) {{
   if (!__atomic_exchange_n(&{OOB_STATE}[0], 1, __ATOMIC_RELAXED)) {{
     {OOB_STATE}[1] = b; {OOB_STATE}[2] = i; {OOB_STATE}[3] = n; {OOB_STATE}[4] = st;
     {OOB_STATE}[5] = w; }}
-  return 0; }}""")
+  return 0; }}
+static inline long long __oob(long long i, unsigned long long starts, long long n, long long w,
+                              long long b, long long st) {{
+  return (unsigned long long)i < starts ? i : __oob_fail(i, n, w, b, st); }}""")
   lanes, store = st.checked[ix]
-  return f"__oob({idx}, {ix.src[0].shape[0]}, {lanes}, {ix.src[0].arg.slot}, {int(store)})"
+  size = ix.src[0].shape[0]
+  return (f"__oob({idx}, {max(size - lanes + 1, 0)}ull, {size}, {lanes}, {ix.src[0].arg.slot}, "
+          f"{int(store)})")
 
 
 def _ctype(st: RenderState, dt: DType) -> str:

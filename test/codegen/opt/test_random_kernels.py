@@ -231,7 +231,7 @@ def test_random_elementwise_and_reduce_kernels(data, expr):
   check_random(data, expr)
 
 
-@settings(max_examples=50, deadline=None, derandomize=True)
+@settings(max_examples=25, deadline=None, derandomize=True)
 @given(st.data(), matmul_kernels())
 def test_random_matmul_kernels(data, expr):
   check_random(data, expr)
