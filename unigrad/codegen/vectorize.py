@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from unigrad.dtype import AddrSpace, DType, dtypes
 from unigrad.uop import AxisType, GroupOp, KernelInfo, Ops, ParamArg, UOp
 from unigrad.uop.rewrite import rebuild
-from unigrad.uop.symbolic import linear_terms
+from unigrad.uop.symbolic import is_invalid, linear_terms
 
 VECTOR_AXES = (AxisType.UPCAST, AxisType.UNROLL, AxisType.GROUP_REDUCE)
 REDUCING = (AxisType.REDUCE, AxisType.UNROLL, AxisType.GROUP_REDUCE)
@@ -45,9 +45,12 @@ def depends_on(root: UOp, r: UOp, nodes: Iterable[UOp] | None = None) -> set[UOp
 
 
 def _address(ix: UOp) -> UOp:
-  """The index of an INDEX, looking through its validity gate WHERE(valid, i, Invalid)."""
+  """The index of an INDEX, looking through its validity gate WHERE(valid, i, Invalid). A
+  clamped index WHERE(i < n, i, n-1) (a padded axis's reads kept in bounds) stays whole: over
+  the vector range it is no `base + lane`, and one vector load at lane 0's clamp would read past
+  the buffer (a 3-element buffer padded to 4 read [2, 3])."""
   i = ix.src[1]
-  return i.src[1] if i.op is Ops.WHERE and i.src[2].op is Ops.CONST else i
+  return i.src[1] if i.op is Ops.WHERE and is_invalid(i.src[2]) else i
 
 
 def is_unit_stride(ix: UOp, r: UOp, dep: set[UOp]) -> bool:

@@ -253,3 +253,12 @@ def test_fully_masked_group_of_a_padded_reduce_vectorizes(expr, opts):
   reduce's identity (a scalar CONST), and vectorize left GEP(CONST, lanes), which C rendered as
   `0.0f[0]`. A GEP of a value that does not vary over the vector range is that value."""
   check_opts(single_kernel(expr), opts)
+
+
+@pytest.mark.skipif(not HAS_CC, reason="no C compiler")
+def test_a_padded_axis_read_as_a_vector_stays_in_its_buffer():
+  """Regression: PADTO clamps a padded axis's reads into bounds (WHERE(i < 3, i, 2)); upcast
+  into the vector, vectorize took the clamp for `base + lane` and loaded 2 lanes at index 2 of a
+  3-element buffer (CHECK_OOB caught it; without it a read past the buffer). Each lane's clamp
+  is now its own load."""
+  check_opts(single_kernel("x(3,)"), [Opt.padto(0, 2), Opt.upcast(0, 2)])
