@@ -189,9 +189,20 @@ def test_sigint_from_a_timer_thread_never_doubles_a_step(jit):
       time.sleep(0.005)  # the signal arrives here if the step finished first
     except KeyboardInterrupt:
       timer.join()
-    now = _steps_applied(_state(params, opt), trajectory)
+    now = _read_after_a_late_interrupt(lambda: _steps_applied(_state(params, opt), trajectory))
     assert now in (applied, applied + 1)
     applied = now
+
+
+def _read_after_a_late_interrupt(read):
+  """`read()`, once more if a KeyboardInterrupt lands in it: on a loaded machine Python may run
+  the handler of a SIGINT the timer sent before the step ended only when the main thread is
+  back from C code (a kernel launch) after the handler above; reading the state is no step, so
+  the interrupt changes nothing it checks (CI: an xdist worker died of one)."""
+  for _ in range(2):
+    try: return read()
+    except KeyboardInterrupt: continue
+  return read()
 
 
 def test_an_interrupt_as_a_block_starts_leaves_the_deferral_as_it_was(monkeypatch):

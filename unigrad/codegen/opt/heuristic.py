@@ -47,7 +47,7 @@ from unigrad.codegen.opt.kernel import OptKernel
 from unigrad.codegen.opt.pack import is_contiguous_panel
 from unigrad.codegen.simplify import pm_kernel_simplify
 from unigrad.renderer import Renderer
-from unigrad.dtype import dtypes
+from unigrad.dtype import DType, dtypes
 from unigrad.uop import AxisType, GroupOp, Ops, UOp, graph_rewrite
 from unigrad.uop.symbolic import is_invalid, linear_terms
 
@@ -364,10 +364,20 @@ def outputs_in_lanes(k: OptKernel, vector_bytes: int) -> OptKernel | None:
   if not lanes: return None
   along_lanes = access_strides(simple, False, AxisType.UPCAST)
   along_reduce = access_strides(simple, False, AxisType.REDUCE)
-  varying = [(a.of[lanes[-1]], r.of.get(reduces[-1])) for a, r in zip(along_lanes, along_reduce)
-             if a.of[lanes[-1]] != 0]
-  if not varying or any(lane != 1 or red == 1 for lane, red in varying): return None
-  return vectored
+  varying = [(a.of[lanes[-1]], r.of.get(reduces[-1]), dt) for a, r, dt in
+             zip(along_lanes, along_reduce, _load_dtypes(simple)) if a.of[lanes[-1]] != 0]
+  if not varying or any(lane != 1 or red == 1 for lane, red, _ in varying): return None
+  # packed integer weights only: a float kernel keeps the choice below (the order of its sums
+  # is what training runs reproduce: 2-rank data parallel equals one process to 1e-5)
+  return vectored if any(not dtypes.is_float(dt) for _, _, dt in varying) else None
+
+
+def _load_dtypes(k: OptKernel) -> list[DType]:
+  """The element dtype of each buffer read, in access_strides' order."""
+  nodes = k.ast.toposort()
+  written = {u.src[0] for u in nodes if u.op is Ops.STORE}
+  return [u.src[0].dtype.scalar() for u in nodes if u.op is Ops.INDEX and u.src[0].op is Ops.PARAM
+          and len(u.src) > 1 and u not in written]
 
 
 # rows of a transposing load unrolled per vector (each cache line used 8x): clang turns 8 rows
