@@ -115,9 +115,8 @@ def test_int8_matvecs_greedy_ids(model, reference):
   of PROMPTS[1] and PROMPTS[3] equal float32's (transformers') for NEW tokens. PROMPTS[0] leaves
   them at the 6th token (" Paris.\n\nThe", then " answer is:" in float32, " United States
   has..." here), where llama.cpp does, whose continuation it equals for 14 tokens. PROMPTS[2]'s
-  8th token is a
-  near tie (float32 takes 3391, llama.cpp 3272): the int8 decode takes either, by the rounding
-  of its float sums (3391 on AVX-512 here, 3272 with MARCH=x86-64-v3)."""
+  8th token is a near tie (float32 takes 3391, llama.cpp 3272): the int8 decode takes either, by
+  the rounding of its float sums (3391 on AVX-512 here, 3272 with MARCH=x86-64-v3)."""
   from unigrad.nn.quantized import byte_dot  # noqa: PLC0415
   if not byte_dot("CPU"): pytest.skip("this CPU has no byte dot product (float32 matvecs)")
   gen = Generator(model)
