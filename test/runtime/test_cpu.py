@@ -208,3 +208,36 @@ def test_load_directory_that_fails_is_dropped(tmp_path, monkeypatch):
   out[:] = np.frombuffer(buf.copyout(), np.int32)
   assert out.tolist() == [1, 2] and ops_cpu._load_dirs == []
   with pytest.raises(OSError, match="truncated"): ops_cpu.CPUProgram("ids", lib[:len(lib) // 2])
+
+
+# a libm call and a compiler-runtime builtin (128-bit division is __divti3 in libgcc/compiler-rt)
+MATH = """#include <math.h>
+void mathrt(float* restrict out, long long* restrict q, int core_id) {
+  out[0] = expf(out[0]);
+  __int128 big = ((__int128)q[0] << 64) | (unsigned long long)q[1];
+  q[0] = (long long)(big / (__int128)q[2]);
+}"""
+
+
+def _run_mathrt(lib):
+  out = Buffer("CPU", 1, dtypes.float32).copyin(struct.pack("f", 1.0))
+  q = Buffer("CPU", 3, dtypes.int64).copyin(struct.pack("3q", 3, 0, 1 << 20))
+  ops_cpu.CPUProgram("mathrt", lib)(out, q)
+  return struct.unpack("f", out.copyout())[0], struct.unpack("3q", q.copyout())[0]
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["direct_link", "driver_link"])
+def test_kernels_calling_libm_and_runtime_builtins_load_with_either_link(direct, monkeypatch):
+  """The compiler links a kernel's object with the linker itself where the driver says how (50 ms
+  less than the driver's own link), else through the driver: both resolve libm and the compiler
+  runtime's builtins."""
+  if not direct: monkeypatch.setattr(ops_cpu, "_direct_link", lambda cc: None)
+  elif ops_cpu._direct_link(ClangCompiler().cc) is None: pytest.skip("no linker the driver names")
+  e, quotient = _run_mathrt(ClangCompiler().compile(MATH))
+  assert e == pytest.approx(np.e, rel=1e-6) and quotient == (3 << 64) // (1 << 20)
+
+
+def test_a_link_that_fails_falls_back_to_the_driver(monkeypatch):
+  monkeypatch.setattr(ops_cpu, "_direct_link", lambda cc: ("false",))
+  e, _ = _run_mathrt(ClangCompiler().compile(MATH))
+  assert e == pytest.approx(np.e, rel=1e-6)
