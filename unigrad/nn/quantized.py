@@ -278,8 +278,9 @@ def quantize_rows(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
   amax = xb.abs().max(-1)
   v = xb * (amax > 0).where(127 / amax, 0).reshape(n, g, 1)
   qi = (v + (v >= 0).where(0.5, -0.5)).cast(dtypes.int32)
-  q = (qi & 255).cast(dtypes.uint32).reshape(n, g, 8, 4)
-  words = q[..., 0] | (q[..., 1] << 8) | (q[..., 2] << 16) | (q[..., 3] << 24)
+  shifts = _shifts(4, 8, (1, 1, 1, 4), x.device).cast(dtypes.uint32)
+  # the 4 bytes of a word are disjoint: their sum is their OR
+  words = ((qi & 255).cast(dtypes.uint32).reshape(n, g, 8, 4) << shifts).sum(-1, dtype=dtypes.uint32)
   # the sum of the quantized values, not of x: a block's minimum times it then carries the same
   # rounding as the scale's term, and the two cancel as in dequantize-then-multiply (the exact
   # sum of x made SmolLM2's logits 4x further from float32's)
@@ -323,10 +324,15 @@ def int8_linear(x: Tensor, w: PackedWeight) -> Tensor:
   dx = amax / 127
   n = xw.shape[0]
   *scales, words = w.parts
-  xw = xw.reshape(n, 1, g, 8, 1)
-  lo, hi = words & NIBBLES, (words >> 4) & NIBBLES
-  p = functools.reduce(operator.add, [_dot4(lo[:, :, j], xw[..., j, :]) +
-                                      _dot4(hi[:, :, j], xw[..., 4 + j, :]) for j in range(4)])
+  # activation word 4h + j pairs with nibbles h (low 0, high 1) of weight word j: one _dot4 over
+  # both axes (a graph of a few dozen nodes, where one _dot4 per word pair built 8x as many)
+  rows, lanes = words.shape[0], words.shape[-1]
+  shifts = _shifts(2, 4, (1, 1, 2, 1, 1), x.device).cast(dtypes.uint32)
+  nib = (words.reshape(rows, g, 1, 4, lanes) >> shifts) & NIBBLES
+  prods = _dot4(nib, xw.reshape(n, 1, g, 2, 4, 1)).reshape(n, rows, g, 8, lanes)
+  # summed as adds, not a REDUCE: a reduction inside the block sum would be a kernel of its own
+  p = functools.reduce(operator.add, [prods.shrink((None, None, None, (i, i + 1), None))
+                                      for i in range(8)]).reshape(n, rows, g, lanes)
   d = scales[0]
   low = scales[1] if len(scales) == 2 else d * -8
   y = p.cast(dtypes.float32) * (d * dx.reshape(n, 1, g, 1)) + low * xs.reshape(n, 1, g, 1)
