@@ -45,6 +45,21 @@ def model():
 
 
 @pytest.fixture(scope="module")
+def gen(model):
+  """The default (int8 matvec) Generator the tests share: its decode and prefill captures, two
+  eager forwards each, are made once for the module (a fresh Generator per test made this file
+  the suite's slowest)."""
+  return Generator(model)
+
+
+@pytest.fixture(scope="module")
+def gen_fp32(model):
+  """The same with float32 matvecs: used only inside Context(INT8_MATVEC=0), so that every
+  capture it makes reads the knob as 0."""
+  with Context(INT8_MATVEC=0): return Generator(model)
+
+
+@pytest.fixture(scope="module")
 def reference(monkeypatch_module):
   """transformers' greedy continuation and last logits of each prompt. Its GGUF loader parses
   the file's metadata twice (config, then weights) and builds gguf's tensor-name table once per
@@ -86,23 +101,21 @@ def test_weights_stay_packed_within_1_3x_the_file_size(model):
   assert total <= 1.3 * os.path.getsize(os.path.join(FOLDER, NAME))
 
 
-def test_last_logits_match_transformers(model, reference):
+def test_last_logits_match_transformers(gen_fp32, reference):
   """Through the Generator's prefill (float32 matvecs: INT8_MATVEC=0), each prompt padded to
   its bucket as a chat's prompts are (the kernels test_greedy_ids_match_transformers runs
   again); the model's own unpadded forward equals the prefill
   (test_prompts_of_one_bucket_share_their_prefill_kernels)."""
   with Context(INT8_MATVEC=0):
-    gen = Generator(model)
     for p, (_, want) in zip(PROMPTS, reference):
-      np.testing.assert_allclose(gen.prefill(p), want, atol=1e-3, rtol=0)
+      np.testing.assert_allclose(gen_fp32.prefill(p), want, atol=1e-3, rtol=0)
 
 
-def test_greedy_ids_match_transformers(model, reference):
+def test_greedy_ids_match_transformers(model, gen_fp32, reference):
   with Context(INT8_MATVEC=0):
-    gen = Generator(model)
     eos = frozenset({model.metadata["tokenizer.ggml.eos_token_id"]})  # transformers stops there
     for p, (want, _) in zip(PROMPTS, reference):
-      assert list(gen.generate(p, SamplingParams(max_tokens=NEW, stop_ids=eos))) == want
+      assert list(gen_fp32.generate(p, SamplingParams(max_tokens=NEW, stop_ids=eos))) == want
 
 
 # llama.cpp's greedy continuation of PROMPTS[0] (llama-cpp-python 0.3.36, the same file): its
@@ -110,7 +123,7 @@ def test_greedy_ids_match_transformers(model, reference):
 LLAMA_CPP_FIRST = [7042, 30, 198, 198, 504, 1797, 1918, 553, 253, 2155, 282, 4723, 216, 35, 33, 33]
 
 
-def test_int8_matvecs_greedy_ids(model, reference):
+def test_int8_matvecs_greedy_ids(model, gen, reference):
   """The default decode (int8 activations, where the CPU has byte dot products): the greedy ids
   of PROMPTS[1] and PROMPTS[3] equal float32's (transformers') for NEW tokens. PROMPTS[0] leaves
   them at the 6th token (" Paris.\n\nThe", then " answer is:" in float32, " United States
@@ -119,7 +132,6 @@ def test_int8_matvecs_greedy_ids(model, reference):
   the rounding of its float sums (3391 on AVX-512 here, 3272 with MARCH=x86-64-v3)."""
   from unigrad.nn.quantized import byte_dot  # noqa: PLC0415
   if not byte_dot("CPU"): pytest.skip("this CPU has no byte dot product (float32 matvecs)")
-  gen = Generator(model)
   eos = frozenset({model.metadata["tokenizer.ggml.eos_token_id"]})
   params = SamplingParams(max_tokens=NEW, stop_ids=eos)
   # (its 15th token, a digit of "311", is a near tie: either digit, by the float sums' rounding)
@@ -129,8 +141,8 @@ def test_int8_matvecs_greedy_ids(model, reference):
   assert ids[:7] == reference[2][0][:7] and ids[7] in (3391, 3272)
 
 
-def test_greedy_steps_take_the_argmax_of_the_logits_on_the_device(model):
-  gen, p = Generator(model), PROMPTS[0]
+def test_greedy_steps_take_the_argmax_of_the_logits_on_the_device(gen):
+  p = PROMPTS[0]
   tok = gen.prefill_greedy(p)
   assert tok == int(np.argmax(gen.prefill(p)))
   for pos in range(len(p), len(p) + 4):  # each position written twice, with the same token
@@ -139,8 +151,7 @@ def test_greedy_steps_take_the_argmax_of_the_logits_on_the_device(model):
     assert tok == want
 
 
-def test_one_decode_program_serves_every_position(model):
-  gen = Generator(model)
+def test_one_decode_program_serves_every_position(gen):
   gen.prefill([1, 2, 3])
   for pos in range(3, 8): gen.decode(5, pos)
   compiled = GlobalCounters.programs_compiled
@@ -148,13 +159,13 @@ def test_one_decode_program_serves_every_position(model):
   assert GlobalCounters.programs_compiled == compiled, "a new position compiled new kernels"
 
 
-def test_prompts_of_one_bucket_share_their_prefill_kernels(model):
+def test_prompts_of_one_bucket_share_their_prefill_kernels(model, gen_fp32):
   """A prompt is padded to its bucket's length: its logits are those of the prompt alone, and
   another length of the same bucket compiles nothing new."""
   # float32 matvecs: int8 activations round, and the last bit of an attention sum that the
   # padding changes can move a value across a rounding step
   with Context(INT8_MATVEC=0):
-    gen, p = Generator(model), PROMPTS[0]
+    gen, p = gen_fp32, PROMPTS[0]
     assert prefill_bucket(len(p)) == 8 and prefill_bucket(300) == 512
     want = model(Tensor([p]), 0, last_only=True).numpy()[0]
     np.testing.assert_allclose(gen.prefill(p), want, atol=1e-4, rtol=0)
@@ -179,8 +190,7 @@ def test_a_replayed_prefill_writes_the_cache_and_gives_the_prompts_logits(model,
   assert gen.decode_greedy(first, len(p)) == after
 
 
-def test_sampling_with_a_seed_repeats(model):
-  gen = Generator(model)
+def test_sampling_with_a_seed_repeats(gen):
   params = SamplingParams(max_tokens=8, temperature=0.8, top_k=40, top_p=0.9, seed=7)
   first = list(gen.generate(PROMPTS[0], params))
   assert list(gen.generate(PROMPTS[0], params)) == first

@@ -78,11 +78,18 @@ def write_tensors(tensors) -> bytes:
   return write_gguf({}, tensors)
 
 
-def test_gguf_load_keeps_blocks_packed_near_file_size(tmp_path):
+def test_gguf_load_keeps_blocks_packed_near_file_size(tmp_path, monkeypatch):
+  """... in one realize for all the tensors: a realize walks the live lazy Tensors, and a
+  model's 200 weights packed one realize each took seconds."""
   raws = {n: random_blocks(n, 8 * 512 // QUANT_FORMATS[n].block, seed=3) for n in QUANT_FORMATS}
   path = tmp_path / "q.gguf"
   path.write_bytes(write_tensors([(n, (8, 512), TYPE_ID[n], r.tobytes()) for n, r in raws.items()]))
+  realizes, realize_all = [], Tensor.realize_all
+  monkeypatch.setattr(Tensor, "realize_all",
+                      staticmethod(lambda *ts: realizes.append(ts) or realize_all(*ts)))
   _, packed = gguf_load(path, dequantize=False)
+  monkeypatch.undo()
+  assert len(realizes) == 1 and len(realizes[0]) >= len(raws)
   _, floats = gguf_load(path)
   for n, r in raws.items():
     assert is_packed(packed[n]) and not is_packed(floats[n])

@@ -24,7 +24,7 @@ from typing import Any
 
 from unigrad.dtype import DType, dtypes
 from unigrad.frontend.tensor import Tensor
-from unigrad.nn.quantized import QUANT_FORMATS, QuantFormat, dequantize_blocks, pack
+from unigrad.nn.quantized import QUANT_FORMATS, QuantFormat, dequantize_blocks, pack_all
 from unigrad.nn.tensor_io import FileLike, FormatError, read_bytes, source_name, tensor_from_bytes
 
 __all__ = ["gguf_load", "gguf_metadata", "ggml_data_to_tensor", "ggml_type_name", "GGML_TYPES",
@@ -242,7 +242,7 @@ def gguf_load(fn: FileLike, device: str | None = None,
   size = max(0, len(data) - start)
   _check_layout(r, infos, align, size)
   if not infos: return kv, {}
-  if not dequantize: return kv, {t.name: _packed_tensor(t, data[start:], device) for t in infos}
+  if not dequantize: return kv, _packed_tensors(infos, data[start:], device)
   end = max(t.offset + t.nbytes for t in infos)
   body = tensor_from_bytes(data[start:start + end], device, dtypes.uint8) if end else None
   out: dict[str, Tensor] = {}
@@ -257,14 +257,24 @@ def gguf_load(fn: FileLike, device: str | None = None,
   return kv, out
 
 
-def _packed_tensor(t: _TensorInfo, section: memoryview, device: str | None) -> Tensor:
-  """One tensor of the data section in a buffer of its own (so every tensor of a shape repacks
-  with the same kernels), its blocks repacked (`pack`) when it is quantized."""
-  ty = t.ggml_type
-  if t.nbytes == 0: return Tensor.empty(*t.shape, dtype=ty.dtype or dtypes.float32, device=device)
-  raw = tensor_from_bytes(section[t.offset:t.offset + t.nbytes], device, dtypes.uint8)
-  if ty.quant is None: return raw.bitcast(ty.dtype or dtypes.uint8).reshape(t.shape)
-  return pack(raw, ty.quant, t.shape, t.name)
+def _packed_tensors(infos: list[_TensorInfo], section: memoryview,
+                    device: str | None) -> dict[str, Tensor]:
+  """Each tensor of the data section in a buffer of its own (so every tensor of a shape repacks
+  with the same kernels), the quantized ones' blocks repacked (`pack_all`: in one realize)."""
+  out: dict[str, Tensor] = {}
+  quantized = []
+  for t in infos:
+    ty = t.ggml_type
+    if t.nbytes == 0:
+      out[t.name] = Tensor.empty(*t.shape, dtype=ty.dtype or dtypes.float32, device=device)
+      continue
+    raw = tensor_from_bytes(section[t.offset:t.offset + t.nbytes], device, dtypes.uint8)
+    if ty.quant is None: out[t.name] = raw.bitcast(ty.dtype or dtypes.uint8).reshape(t.shape)
+    else:
+      out[t.name] = raw  # its place in the file's order, replaced below
+      quantized.append((raw, ty.quant, t.shape, t.name))
+  for (_, _, _, name), w in zip(quantized, pack_all(quantized)): out[name] = w
+  return out
 
 
 def _mapped(path: str | os.PathLike) -> memoryview:

@@ -22,7 +22,7 @@ import functools
 import math
 import operator
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from unigrad.dtype import dtypes
@@ -32,7 +32,7 @@ from unigrad.nn.tensor_io import FormatError
 from unigrad.runtime.device import Device
 from unigrad.uop import Ops, UOp
 
-__all__ = ["QuantFormat", "QUANT_FORMATS", "pack", "dequantize_blocks", "packed_nbytes",
+__all__ = ["QuantFormat", "QUANT_FORMATS", "pack", "pack_all", "dequantize_blocks", "packed_nbytes",
            "is_packed", "linear", "QuantizedLinear", "DEQUANTIZE_ROWS", "PackedWeight",
            "packed_weight", "as_tensor", "Weight", "int8_linear", "quantize_rows",
            "INT8_FORMATS", "ROW_LANES"]
@@ -280,7 +280,8 @@ def quantize_rows(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
   qi = (v + (v >= 0).where(0.5, -0.5)).cast(dtypes.int32)
   shifts = _shifts(4, 8, (1, 1, 1, 4), x.device).cast(dtypes.uint32)
   # the 4 bytes of a word are disjoint: their sum is their OR
-  words = ((qi & 255).cast(dtypes.uint32).reshape(n, g, 8, 4) << shifts).sum(-1, dtype=dtypes.uint32)
+  byte = (qi & 255).cast(dtypes.uint32).reshape(n, g, 8, 4)
+  words = (byte << shifts).sum(-1, dtype=dtypes.uint32)
   # the sum of the quantized values, not of x: a block's minimum times it then carries the same
   # rounding as the scale's term, and the two cancel as in dequantize-then-multiply (the exact
   # sum of x made SmolLM2's logits 4x further from float32's)
@@ -348,6 +349,31 @@ def pack(raw: Tensor, fmt: QuantFormat | str, shape: tuple[int, ...],
   """The blocks in `raw` (1-D uint8) repacked into realized parts, and their dequantization as a
   lazy float32 Tensor of `shape`: a matmul over it reads the parts, never a float32 copy
   (`packed_weight` gives back its parts). `w = pack(raw, "Q4_1", (out, in)); y = x @ w.T`"""
+  return pack_all([(raw, fmt, shape, name)])[0]
+
+
+PackItem = tuple[Tensor, "QuantFormat | str", tuple[int, ...], str]  # pack's arguments
+
+
+def pack_all(items: Sequence[PackItem]) -> list[Tensor]:
+  """`pack(raw, fmt, shape, name)` for each item, the parts of all of them realized at once: a
+  realize walks every live lazy Tensor, and a model's 200 weights packed one at a time (each
+  pack leaving its lazy dequantization alive) took seconds."""
+  staged = [_staged(*item) for item in items]
+  Tensor.realize_all(*(p for pw in staged if isinstance(pw, PackedWeight) for p in pw.parts))
+  out = []
+  for pw in staged:
+    if isinstance(pw, PackedWeight):
+      _PACKED_PARTS.update(u for p in pw.parts for u in p.uop.toposort() if u.op is Ops.BUFFER)
+      t = pw.tensor()
+      _PACKED[t.uop] = pw
+    out.append(t if isinstance(pw, PackedWeight) else pw)
+  return out
+
+
+def _staged(raw: Tensor, fmt: QuantFormat | str, shape: tuple[int, ...],
+            name: str) -> PackedWeight | Tensor:
+  """The PackedWeight of `raw` with its parts still lazy (an empty Tensor for an empty shape)."""
   if isinstance(fmt, str):
     if fmt not in QUANT_FORMATS:
       raise ValueError(f"pack: unsupported format {fmt!r} for {name!r} (supported: "
@@ -358,13 +384,7 @@ def pack(raw: Tensor, fmt: QuantFormat | str, shape: tuple[int, ...],
   lanes = ROW_LANES if fmt.name in INT8_FORMATS and len(shape) == 2 and \
     shape[0] % ROW_LANES == 0 and byte_dot(raw.device) else 1
   if lanes > 1: parts = interleave(parts, tuple(shape), lanes)
-  parts = tuple(p.contiguous() for p in parts)
-  Tensor.realize_all(*parts)
-  _PACKED_PARTS.update(u for p in parts for u in p.uop.toposort() if u.op is Ops.BUFFER)
-  pw = PackedWeight(fmt, parts, tuple(shape), lanes)
-  out = pw.tensor()
-  _PACKED[out.uop] = pw
-  return out
+  return PackedWeight(fmt, tuple(p.contiguous() for p in parts), tuple(shape), lanes)
 
 
 def packed_weight(t: Tensor) -> PackedWeight | None:
