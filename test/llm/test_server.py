@@ -269,9 +269,13 @@ def test_the_serve_command(model_path):
                           env={**os.environ, "PYTHONPATH": str(root)},
                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
   try:
-    line = proc.stderr.readline()
-    url = re.search(r"at (http://\S+/v1)", line)
-    assert url, line
+    # (a cold compile cache prints progress lines first)
+    lines, url = [], None
+    while len(lines) < 20 and url is None:
+      lines.append(proc.stderr.readline())
+      if not lines[-1]: break
+      url = re.search(r"at (http://\S+/v1)", lines[-1])
+    assert url, "".join(lines)
     c = openai.OpenAI(base_url=url.group(1), api_key="unused", max_retries=0, timeout=120)
     assert [m.id for m in c.models.list().data] == ["m"]
     proc.send_signal(signal.SIGINT)

@@ -9,7 +9,7 @@ from unigrad import Context, Device, Tensor, dtypes
 from unigrad.nn.gguf import GGML_TYPES, gguf_load
 from unigrad.nn.quantized import (DEQUANTIZE_ROWS, INT8_FORMATS, QUANT_FORMATS, ROW_LANES,
                                    PackedWeight, QuantizedLinear, dequantize_blocks, int8_linear,
-                                   interleave, is_packed, linear, pack, packed_nbytes,
+                                   fuse_rows, interleave, is_packed, linear, pack, packed_nbytes,
                                    packed_weight)
 from unigrad.nn.tensor_io import FormatError
 from unigrad.uop import Ops
@@ -225,3 +225,25 @@ def test_interleaved_weight_without_byte_dots_keeps_float32():
     got = linear(Tensor(x), pw).numpy()
   want = x @ dequantize_blocks(Tensor(raw), QUANT_FORMATS["Q4_0"], (2 * ROW_LANES, 64)).numpy().T
   assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("lanes", [1, ROW_LANES])
+def test_fused_rows_compute_each_weights_outputs_and_view_them_back(lanes):
+  """fuse_rows stacks weights packed alike (a layer's q, k, v): one linear gives each one's
+  outputs side by side, and `rows` views each weight back, equal to it; a group mixing formats
+  or input sizes is not fused."""
+  if lanes == 1: ws = [packed_weight(pack(Tensor(random_blocks("Q8_0", r * 2, seed=r).reshape(-1)),
+                                          "Q8_0", (r, 64))) for r in (48, 16, 16)]
+  else: ws = [interleaved("Q4_1", r, 64, seed=r)[0] for r in (48, 16, 16)]
+  fused, mixed, other = fuse_rows([ws, [ws[0], interleaved("Q4_0", 16, 64, seed=1)[0]],
+                                   [ws[0], interleaved("Q4_1", 16, 96, seed=2)[0]]])
+  assert mixed is None and other is None and fused.shape == (80, 64) and fused.lanes == lanes
+  x = Tensor(np.random.default_rng(9).standard_normal((2, 64)).astype(np.float32))
+  with Context(INT8_MATVEC=0):
+    want = np.concatenate([linear(x, w).numpy() for w in ws], axis=1)
+    np.testing.assert_allclose(linear(x, fused).numpy(), want, rtol=1e-6, atol=1e-6)
+  for (a, b), w in zip(((0, 48), (48, 64), (64, 80)), ws):
+    np.testing.assert_array_equal(fused.rows(a, b).tensor().numpy(), w.tensor().numpy())
+  if lanes > 1:  # 16 rows interleaved: a view starts and ends on a group of 16
+    with pytest.raises(ValueError, match="block boundaries"): fused.rows(0, 40)
+  else: np.testing.assert_array_equal(fused.rows(0, 3).tensor().numpy(), ws[0].tensor().numpy()[:3])

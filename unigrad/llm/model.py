@@ -22,7 +22,7 @@ from typing import Any
 from unigrad.dtype import dtypes
 from unigrad.frontend.tensor import Tensor
 from unigrad.nn.layers import RMSNorm, embedding
-from unigrad.nn.quantized import Weight, as_tensor, linear, packed_weight
+from unigrad.nn.quantized import PackedWeight, Weight, as_tensor, fuse_rows, linear, packed_weight
 from unigrad.nn.tensor_io import FormatError
 from unigrad.uop import UOp
 
@@ -108,13 +108,16 @@ class Attention:
 
   def __init__(self, cfg: LlamaConfig, max_context: int, batch: int) -> None:
     self.cfg = cfg
-    shape = (batch, max_context, cfg.n_kv_heads, cfg.head_dim)  # realized by the Transformer
-    self.cache_k = Tensor.zeros(*shape).contiguous()
-    self.cache_v = Tensor.zeros(*shape).contiguous()
+    # keys (0) and values (1) in one buffer, written by one kernel (one realize) per step;
+    # realized by the Transformer
+    self.cache_kv = Tensor.zeros(2, batch, max_context, cfg.n_kv_heads, cfg.head_dim).contiguous()
     self.wq: Weight = Tensor.empty(0)
     self.wk: Weight = Tensor.empty(0)
     self.wv: Weight = Tensor.empty(0)
     self.wo: Weight = Tensor.empty(0)
+    # q, k and v stacked along their rows where they are packed alike (wq, wk, wv then view it):
+    # one matvec, one launch and one graph for the three projections
+    self.wqkv: PackedWeight | None = None
 
   def __call__(self, x: Tensor, start_pos: int | UOp, cos: Tensor, sin: Tensor) -> Tensor:
     cfg = self.cfg
@@ -123,14 +126,18 @@ class Attention:
     # pair's two dot products would be computed for each of its two outputs), and before the
     # cache write reads v as (heads, head_dim): a matmul storing into two output axes is tiled
     # with its weight read across rows (a packed Q4_1 wv: 20x slower than with one axis)
-    q = linear(x, self.wq).contiguous().reshape(b, t, cfg.n_heads, cfg.head_dim)
-    k = linear(x, self.wk).contiguous().reshape(b, t, cfg.n_kv_heads, cfg.head_dim)
-    v = linear(x, self.wv).contiguous().reshape(b, t, cfg.n_kv_heads, cfg.head_dim)
+    nq, nkv = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+    if self.wqkv is not None:
+      qkv = linear(x, self.wqkv).contiguous()
+      q, k, v = qkv[..., :nq], qkv[..., nq:nq + nkv], qkv[..., nq + nkv:]
+    else:
+      q, k, v = (linear(x, w).contiguous() for w in (self.wq, self.wk, self.wv))
+    q = q.reshape(b, t, cfg.n_heads, cfg.head_dim)
+    k, v = (a.reshape(b, t, cfg.n_kv_heads, cfg.head_dim) for a in (k, v))
     q, k = rotate(q, cos, sin), rotate(k, cos, sin)
     end = start_pos + t
-    self.cache_k[:b, start_pos:end].assign(k)
-    self.cache_v[:b, start_pos:end].assign(v)
-    keys, values = self.cache_k[:b, 0:end], self.cache_v[:b, 0:end]
+    self.cache_kv[:, :b, start_pos:end].assign(k.stack(v))
+    keys, values = self.cache_kv[0, :b, 0:end], self.cache_kv[1, :b, 0:end]
     mask = None if t == 1 else causal_mask(t, start_pos, end, x.device)
     out = grouped_attention(q, keys, values, mask)
     # materialized as (b, t, heads * head_dim): read through the heads' permutation, the output
@@ -170,6 +177,7 @@ class Block:
     self.w_gate: Weight = Tensor.empty(0)
     self.w_up: Weight = Tensor.empty(0)
     self.w_down: Weight = Tensor.empty(0)
+    self.w_gate_up: PackedWeight | None = None  # gate and up stacked, as Attention.wqkv
 
   def __call__(self, x: Tensor, start_pos: int | UOp, cos: Tensor, sin: Tensor) -> Tensor:
     # the normed inputs are made contiguous: fused into the projections, the norm's reduction
@@ -179,8 +187,12 @@ class Block:
     # the gate is materialized before the up projection reads it: fused, the two matvecs are
     # sibling reductions of one kernel, and only one of them gets the vector partial sums
     # (SmolLM2: 1.9 ms per block where the two apart take 0.3)
-    gate = linear(n, self.w_gate).contiguous()
-    return h + linear(gate.silu() * linear(n, self.w_up), self.w_down)
+    if self.w_gate_up is not None:
+      gate_up = linear(n, self.w_gate_up).contiguous()
+      f = self.w_gate_up.shape[0] // 2
+      gate, up = gate_up[..., :f], gate_up[..., f:]
+    else: gate, up = linear(n, self.w_gate).contiguous(), linear(n, self.w_up)
+    return h + linear(gate.silu() * up, self.w_down)
 
 
 class Transformer:
@@ -196,8 +208,7 @@ class Transformer:
     self.output: Weight = self.tok_embeddings
     self.cos, self.sin = rope_tables(cfg, self.max_context)
     # one realize for every cache (a realize walks the live lazy graphs: a GGUF's weights are)
-    Tensor.realize_all(*(c for blk in self.layers for c in (blk.attention.cache_k,
-                                                               blk.attention.cache_v)))
+    Tensor.realize_all(*(blk.attention.cache_kv for blk in self.layers))
 
   @staticmethod
   def from_gguf(path: str, max_context: int | None = None, batch: int = 1,
@@ -252,6 +263,18 @@ class Transformer:
       blk.w_up = get(p + "ffn_up.weight", (cfg.ffn_dim, cfg.dim))
       blk.w_down = get(p + "ffn_down.weight", (cfg.dim, cfg.ffn_dim))
     Tensor.realize_all(*loaded)
+    # each layer's q, k, v and its gate, up stacked where they are packed alike, in one realize
+    groups = [ws for blk in self.layers for ws in ((blk.attention.wq, blk.attention.wk,
+                                                    blk.attention.wv), (blk.w_gate, blk.w_up))]
+    fused = fuse_rows(groups)
+    f = cfg.ffn_dim
+    for blk, qkv, gate_up in zip(self.layers, fused[0::2], fused[1::2]):
+      att = blk.attention
+      if qkv is not None:
+        att.wqkv, att.wq, att.wk, att.wv = qkv, qkv.rows(0, q), qkv.rows(q, q + kv), \
+          qkv.rows(q + kv, q + 2 * kv)
+      if gate_up is not None:
+        blk.w_gate_up, blk.w_gate, blk.w_up = gate_up, gate_up.rows(0, f), gate_up.rows(f, 2 * f)
 
   def __call__(self, tokens: Tensor, start_pos: int | UOp = 0, last_only: bool = False,
                last: int | UOp = -1) -> Tensor:

@@ -34,7 +34,7 @@ from unigrad.uop import Ops, UOp
 
 __all__ = ["QuantFormat", "QUANT_FORMATS", "pack", "pack_all", "dequantize_blocks", "packed_nbytes",
            "is_packed", "linear", "QuantizedLinear", "DEQUANTIZE_ROWS", "PackedWeight",
-           "packed_weight", "as_tensor", "Weight", "int8_linear", "quantize_rows",
+           "packed_weight", "as_tensor", "Weight", "int8_linear", "quantize_rows", "fuse_rows",
            "INT8_FORMATS", "ROW_LANES"]
 
 Parts = tuple[Tensor, ...]
@@ -221,6 +221,43 @@ class PackedWeight:
     return self.fmt.dequantize(parts).reshape(self.shape)
 
   def nbytes(self) -> int: return sum(p.nbytes() for p in self.parts)
+
+  def rows(self, start: int, stop: int) -> PackedWeight:
+    """Rows start..stop as a PackedWeight viewing these parts (no copy); each bound a multiple of
+    `lanes` and of a block's rows."""
+    n = self.shape[0]
+    if not 0 <= start <= stop <= n or any(b * p.shape[0] % n for b in (start, stop)
+                                          for p in self.parts):
+      raise ValueError(f"PackedWeight.rows: rows {start}..{stop} of {n} do not fall on block "
+                       f"boundaries ({self.lanes} rows interleaved)")
+    return PackedWeight(self.fmt, tuple(p[start * p.shape[0] // n:stop * p.shape[0] // n]
+                                        for p in self.parts), (stop - start, *self.shape[1:]),
+                        self.lanes)
+
+
+def fuse_rows(groups: Sequence[Sequence[Weight]]) -> list[PackedWeight | None]:
+  """For each group of weights (out_i, in), the PackedWeight of them stacked along their rows
+  (sum of out_i, in): one matvec, one kernel launch and one graph, computes all their outputs (a
+  layer's q, k and v projections). None for a group unless its weights are all PackedWeights of
+  one format, row layout and input size. Realized, every group in one realize; `rows` views each
+  weight's rows back. `qkv, = fuse_rows([[wq, wk, wv]])`"""
+  fused: list[PackedWeight | None] = []
+  for ws in groups:
+    pws = [w for w in ws if isinstance(w, PackedWeight)]
+    first = pws[0] if pws else None
+    if first is None or len(pws) != len(ws) or len(first.shape) != 2 or any(
+        w.fmt is not first.fmt or w.lanes != first.lanes or w.shape[1:] != first.shape[1:] or
+        len(w.parts) != len(first.parts) for w in pws):
+      fused.append(None)
+      continue
+    parts = tuple(Tensor.cat(*(w.parts[i] for w in pws)).contiguous()
+                  for i in range(len(first.parts)))
+    fused.append(PackedWeight(first.fmt, parts, (sum(w.shape[0] for w in pws), first.shape[1]),
+                              first.lanes))
+  Tensor.realize_all(*(p for pw in fused if pw is not None for p in pw.parts))
+  _PACKED_PARTS.update(u for pw in fused if pw is not None for p in pw.parts
+                       for u in p.uop.toposort() if u.op is Ops.BUFFER)
+  return fused
 
 
 # ---- row-interleaved nibbles for int8 matvecs ----
