@@ -193,6 +193,7 @@ def test_sigint_from_a_timer_thread_never_doubles_a_step(jit):
       timer.join()
     now = _steps_applied(_state(params, opt), trajectory)
     assert now in (applied, applied + 1)
+    assert not Tensor.no_grad, "the Ctrl-C left gradients off"
     applied = now
 
 

@@ -31,7 +31,7 @@ import math
 import re
 
 from unigrad.dtype import FP8S, AddrSpace, DType, dtypes
-from unigrad.renderer.cstyle import (C_TYPES, PRELUDE, STORAGE, CRenderer, RenderState,
+from unigrad.renderer.cstyle import (C_TYPES, PORTABLE_PRELUDE, STORAGE, CRenderer, RenderState,
                                       uses_and_params)
 from unigrad.renderer.tensor_core import MMA_M16N8K16, TensorCore
 from unigrad.uop import Ops, UOp
@@ -119,7 +119,7 @@ class GPURenderer(CRenderer):
 
   def prelude(self, linear: UOp) -> str:
     """The C renderer's helpers (software float16/bfloat16 conversions) in this dialect."""
-    prelude = PRELUDE.replace("#include <stdint.h>", "typedef unsigned int uint32_t;")
+    prelude = PORTABLE_PRELUDE.replace("#include <stdint.h>", "typedef unsigned int uint32_t;")
     return prelude.replace("static inline", self.fn_qualifier)
 
   def kernel(self, name: str, args: list[str], lines: list[str], params: list[UOp],

@@ -72,8 +72,10 @@ class Optimizer:
   def schedule_step(self) -> list[Tensor]:
     """Assign the new values lazily; returns the tensors whose realization performs the step."""
     live = [i for i, p in enumerate(self.params) if p.grad is not None]
-    # a Ctrl-C waits until every update is assigned: half a step's assigns would run later
-    with Tensor.no_grad(), deferred_interrupts():
+    # a Ctrl-C waits until every update is assigned: half a step's assigns would run later; the
+    # grad mode is switched inside the deferral, so a Ctrl-C cannot land between its exit's
+    # bytecodes and leave gradients off (CI: the timer test's SIGINT broke later tests' backward)
+    with deferred_interrupts(), Tensor.no_grad():
       new_values, state = self._step(live, [self._grad(i) for i in live])
       for i, v in zip(live, new_values): self.params[i].assign(v)
     return [*state, *self.params, *self.buffers]
