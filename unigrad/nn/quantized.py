@@ -254,10 +254,15 @@ def fuse_rows(groups: Sequence[Sequence[Weight]]) -> list[PackedWeight | None]:
                   for i in range(len(first.parts)))
     fused.append(PackedWeight(first.fmt, parts, (sum(w.shape[0] for w in pws), first.shape[1]),
                               first.lanes))
-  Tensor.realize_all(*(p for pw in fused if pw is not None for p in pw.parts))
-  _PACKED_PARTS.update(u for pw in fused if pw is not None for p in pw.parts
-                       for u in p.uop.toposort() if u.op is Ops.BUFFER)
+  _realize_parts([pw for pw in fused if pw is not None])
   return fused
+
+
+def _realize_parts(pws: list[PackedWeight]) -> None:
+  """Realize the parts of `pws` in one realize, and record their buffers as packed parts."""
+  Tensor.realize_all(*(p for pw in pws for p in pw.parts))
+  _PACKED_PARTS.update(u for pw in pws for p in pw.parts for u in p.uop.toposort()
+                       if u.op is Ops.BUFFER)
 
 
 # ---- row-interleaved nibbles for int8 matvecs ----
@@ -397,14 +402,14 @@ def pack_all(items: Sequence[PackItem]) -> list[Tensor]:
   realize walks every live lazy Tensor, and a model's 200 weights packed one at a time (each
   pack leaving its lazy dequantization alive) took seconds."""
   staged = [_staged(*item) for item in items]
-  Tensor.realize_all(*(p for pw in staged if isinstance(pw, PackedWeight) for p in pw.parts))
+  _realize_parts([pw for pw in staged if isinstance(pw, PackedWeight)])
   out = []
   for pw in staged:
     if isinstance(pw, PackedWeight):
-      _PACKED_PARTS.update(u for p in pw.parts for u in p.uop.toposort() if u.op is Ops.BUFFER)
       t = pw.tensor()
       _PACKED[t.uop] = pw
-    out.append(t if isinstance(pw, PackedWeight) else pw)
+    else: t = pw  # an empty shape's empty Tensor
+    out.append(t)
   return out
 
 
