@@ -96,7 +96,7 @@ def weight_bytes(model: Transformer) -> int:
     a = b.attention
     ws += [a.wq, a.wk, a.wv, a.wo, b.w_gate, b.w_up, b.w_down, b.attention_norm.weight,
            b.ffn_norm.weight]
-  return sum(packed_nbytes(as_tensor(w)) for w in ws)
+  return packed_nbytes(*(as_tensor(w) for w in ws))  # (a stacked q/k/v buffer counted once)
 
 
 def unigrad_run(path: str, packed: bool, int8: bool) -> tuple[Timed, int]:

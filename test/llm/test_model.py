@@ -3,7 +3,6 @@ greedy ids for several prompts, last-position logits (float32 matvecs: INT8_MATV
 matvecs' greedy ids (llama.cpp's where they leave float32's), and one compiled decode program
 serving every position."""
 import importlib.util
-import math
 import os
 
 import numpy as np
@@ -13,9 +12,8 @@ from unigrad import Context, Tensor
 from unigrad.helpers import GlobalCounters
 from unigrad.llm.generate import Generator, SamplingParams, prefill_bucket
 from unigrad.llm.model import LlamaConfig, Transformer
-from unigrad.nn.quantized import PackedWeight, as_tensor
+from unigrad.nn.quantized import PackedWeight, as_tensor, packed_nbytes
 from unigrad.nn.tensor_io import FormatError
-from unigrad.uop import Ops
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -101,9 +99,7 @@ def test_weights_stay_packed_within_1_3x_the_file_size(model):
                                 for n in (b.attention_norm, b.ffn_norm))]
   # (wq, wk and wv view the layer's stacked q/k/v parts, as w_gate and w_up view gate/up's)
   assert all(b.attention.wqkv is not None and b.w_gate_up is not None for b in model.layers)
-  buffers = {u for w in [model.tok_embeddings, *blocks, *norms]
-             for u in as_tensor(w).uop.toposort() if u.op is Ops.BUFFER}
-  total = sum(math.prod(u.shape) * u.dtype.itemsize for u in buffers)
+  total = packed_nbytes(*(as_tensor(w) for w in [model.tok_embeddings, *blocks, *norms]))
   assert total <= 1.3 * os.path.getsize(os.path.join(FOLDER, NAME))
 
 

@@ -434,11 +434,12 @@ def packed_weight(t: Tensor) -> PackedWeight | None:
   return _PACKED.get(t.uop)
 
 
-def packed_nbytes(t: Tensor) -> int:
-  """The bytes of the realized buffers a (lazy) Tensor reads: a packed weight's resident size."""
-  buffers = {u for u in t.uop.toposort() if u.op is Ops.BUFFER}
+def packed_nbytes(*ts: Tensor) -> int:
+  """The bytes of the realized buffers (lazy) Tensors read, each buffer once: packed weights'
+  resident size (weights that view one stacked buffer, as `fuse_rows` leaves them, count it
+  once)."""
+  buffers = {u for t in ts for u in t.uop.toposort() if u.op is Ops.BUFFER}
   return sum(math.prod(int(s) for s in u.shape) * u.dtype.itemsize for u in buffers)
-
 
 
 def is_packed(t: Tensor) -> bool:
