@@ -119,7 +119,7 @@ def _direct_link(cc: str) -> tuple[str, ...] | None:
   and the compiler's runtime library for the builtins it may call). None off Linux or when the
   driver does not say. C library symbols stay undefined and bind at load, where the process
   has them (a symbol nothing defines fails the load with OSError, never a crash)."""
-  if not platform.system() == "Linux": return None
+  if platform.system() != "Linux": return None
   def ask(*args: str) -> str:
     try: proc = subprocess.run([cc, *args], capture_output=True, text=True, timeout=30)
     except OSError: return ""
@@ -217,23 +217,28 @@ class ClangCompiler(Compiler):
     with tempfile.TemporaryDirectory(prefix="unigrad-cc-") as tmp:
       out = pathlib.Path(tmp) / "lib.so"
       link = _direct_link(self.cc) if "-shared" in self.flags else None
-      if link is not None:
-        # compile to an object, then link it with the linker itself: the driver's own link adds
-        # C runtime start files and libraries a kernel never uses, and costs about 50 ms
-        obj = str(pathlib.Path(tmp) / "kernel.o")
-        cmd = [self.cc, *(f for f in self.flags if f != "-shared"), "-c", "-x", "c", "-", "-o", obj]
-        proc = subprocess.run(cmd, input=src.encode(), capture_output=True)
-        if proc.returncode != 0:
-          raise CompileError(" ".join(cmd), proc.stderr.decode(errors="replace"), src)
-        linked = subprocess.run([link[0], "-shared", "-o", str(out), obj, *link[1:]],
-                                capture_output=True)
-        if linked.returncode == 0 and out.exists(): return out.read_bytes()
-      # no linker of its own (or it failed on this object): the driver compiles and links
-      cmd = [self.cc, *self.flags, "-x", "c", "-", "-x", "none", "-o", str(out), *LIBS]
-      proc = subprocess.run(cmd, input=src.encode(), capture_output=True)
-      if proc.returncode != 0 or not out.exists():
-        raise CompileError(" ".join(cmd), proc.stderr.decode(errors="replace"), src)
+      # compile to an object, then link it with the linker itself: the driver's own link adds C
+      # runtime start files and libraries a kernel never uses, and costs about 50 ms. With no
+      # linker of its own (or one that fails on this object) the driver compiles and links.
+      if link is not None and self._object_linked(src, link, out): return out.read_bytes()
+      self._run([self.cc, *self.flags, "-x", "c", "-", "-x", "none", "-o", str(out), *LIBS], src)
+      if not out.exists(): raise CompileError(f"{self.cc}", "no shared object was written", src)
       return out.read_bytes()
+
+  def _object_linked(self, src: str, link: tuple[str, ...], out: pathlib.Path) -> bool:
+    obj = str(out.with_name("kernel.o"))
+    self._run([self.cc, *(f for f in self.flags if f != "-shared"), "-c", "-x", "c", "-", "-o",
+               obj], src)
+    linked = subprocess.run([link[0], "-shared", "-o", str(out), obj, *link[1:]],
+                            capture_output=True)
+    return linked.returncode == 0 and out.exists()
+
+  @staticmethod
+  def _run(cmd: list[str], src: str) -> None:
+    """Run the compiler on `src` (stdin); a failure raises CompileError showing the source."""
+    proc = subprocess.run(cmd, input=src.encode(), capture_output=True)
+    if proc.returncode != 0:
+      raise CompileError(" ".join(cmd), proc.stderr.decode(errors="replace"), src)
 
 
 # *** programs and the thread pool ***
