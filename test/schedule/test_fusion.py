@@ -43,3 +43,26 @@ def test_codegen_answers_whether_a_matmul_runs_in_place():
 @pytest.mark.parametrize("path", sorted(SCHEDULE.glob("*.py")), ids=lambda p: p.name)
 def test_schedule_modules_stay_small(path):
   assert len(path.read_text().splitlines()) <= MAX_LINES, f"{path.name}: split it by job"
+
+
+def test_padded_reduction_gets_a_kernel_of_its_own():
+  # a concatenation computes each part under its region's guard; a matmul or convolution part
+  # computed there ran as guarded scalar loops instead of its register tile (nudenet 10x slower)
+  a, b, c = Tensor.empty(64, 96), Tensor.empty(96, 80), Tensor.empty(64, 48)
+  kernels = [k.src[0] for k in Tensor.cat(a @ b, c, dim=1).schedule().src]
+  reducing = [k for k in kernels if any(u.op is Ops.REDUCE for u in k.toposort())]
+  assert len(kernels) == 2 and len(reducing) == 1
+  assert not any(u.op is Ops.WHERE for u in reducing[0].toposort())  # no region guard
+  x, w = Tensor.empty(1, 8, 10, 10), Tensor.empty(16, 8, 3, 3)
+  cat = Tensor.cat(x.conv2d(w, padding=1).silu(), x, dim=1)
+  kernels = [k.src[0] for k in cat.schedule().src]
+  conv = [k for k in kernels if any(u.op is Ops.REDUCE for u in k.toposort())]
+  assert len(conv) == 1
+  # the silu is the convolution's epilogue, not recomputed by the concatenation's copy
+  assert [any(u.op is Ops.EXP2 for u in k.toposort()) for k in kernels if k is not conv[0]] == \
+    [False] * (len(kernels) - 1)
+  assert any(u.op is Ops.EXP2 for u in conv[0].toposort())
+
+
+def test_arange_under_a_pad_is_still_recomputed_inline():
+  assert len(Tensor.arange(8).pad((2, 2)).schedule().src) == 1

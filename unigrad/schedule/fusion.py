@@ -33,7 +33,8 @@ from enum import Enum
 from unigrad.schedule.indexing import VIEW_OPS
 from unigrad.schedule.matmul import dot_epilogues, transposed_operand
 from unigrad.schedule.probe import collapses, has_closed_form, is_scatter
-from unigrad.schedule.regions import grows, is_expensive, reads_many, recomputes_reduction
+from unigrad.schedule.regions import (grows, is_expensive, needs_reduction, reads_many,
+                                      recomputes_reduction)
 from unigrad.uop import GroupOp, Ops, PatternMatcher, ReduceArg, UOp, UPat
 from unigrad.uop import consumer_map_from_toposort, shape_uop
 
@@ -77,6 +78,28 @@ def scatters(roots: list[UOp], realized: set[UOp]) -> set[UOp]:
           if u.op is Ops.REDUCE and u not in direct and is_scatter(u)}
 
 
+def padded_reductions(roots: list[UOp], realized: set[UOp]) -> set[UOp]:
+  """The value under a PAD (through movement ops) whose kernel would compute a reduction of
+  data: a concatenation's part or a convolution's padded input. Left inline, the reader's kernel
+  computed the reduction under the pad's guard, as scalar loops instead of its register tile
+  (nudenet's C2f concatenations, a 3x3 convolution in a 384x10x10 kernel at 3 GFLOPS: the whole
+  model 115 -> 45 ms). Realized, the reduction's kernel computes the activation after it in its
+  epilogue; where the reduction is realized already (another kernel reads it too), an expensive
+  activation over it is realized on its own all the same: each padding copy of it (a
+  convolution's padded input, a concatenation, both) recomputed it, two lanes wide."""
+  out = set()
+  for r in roots:
+    for u in r.toposort(_walk):
+      if u.op is not Ops.PAD: continue
+      v = u.src[0]
+      while v.op in VIEW_OPS: v = v.src[0]
+      if v in realized or v.op in _LEAVES: continue
+      if (not has_closed_form(v)) if v.op is Ops.REDUCE else v.op in GroupOp.ALU and (
+          recomputes_reduction(v, realized) or needs_reduction(v) and is_expensive(v, realized)):
+        out.add(v)
+  return out
+
+
 def summed_and_read(roots: list[UOp], realized: set[UOp]) -> set[UOp]:
   """Expensive elementwise values that a realized REDUCE sums and something else reads too
   (softmax's exp(x - max): summed, then divided by the sum): realized once, not computed in both
@@ -98,6 +121,7 @@ WHOLE_GRAPH_BEFORE_READS: tuple[tuple[str, RootsRule], ...] = (
   ("shared reduce", shared_reduces),
   ("transposed operand", transposed_operands),
   ("scatter", scatters),
+  ("padded reduction", padded_reductions),
 )
 WHOLE_GRAPH_AFTER_READS: tuple[tuple[str, RootsRule], ...] = (
   ("summed and read", summed_and_read),
