@@ -29,6 +29,7 @@ from unigrad.codegen.opt.kernel import OptKernel
 from unigrad.codegen.isel import (lower_index_dtype, pm_add_loads, pm_divmod_nonneg, pm_dot4,
                                   pm_fma_accumulate, pm_fma_horner, pm_mul_recip)
 from unigrad.codegen.linearize import linearize
+from unigrad.codegen.merge_axes import merge_axes
 from unigrad.codegen.transpose_sums import transpose_sums
 from unigrad.codegen.local_reduce import local_reduce
 from unigrad.codegen.program import compile_program, render_program, spec_program
@@ -64,6 +65,13 @@ def _isel(ast: UOp, ren: Renderer) -> UOp:
   if Ops.DOT4 in ren.supported_ops: pm = pm + pm_dot4
   pm = pm + pm_decompose(ren.supported_ops)
   return graph_rewrite(ast, pm, name="isel")
+
+
+def _merged(ast: UOp) -> UOp:
+  """The simplified `ast` with adjacent axes merged (codegen/merge_axes.py), unless the kernel
+  names its own opts (their axis numbers are those of its ranges as they are)."""
+  info = ast.arg
+  return ast if isinstance(info, KernelInfo) and info.opts_to_apply is not None else merge_axes(ast)
 
 
 def optimize(ast: UOp, ren: Renderer) -> UOp:
@@ -160,8 +168,8 @@ def lower(ast: UOp, ren: Renderer) -> UOp:
 
 
 CODEGEN_STAGES: tuple[Stage, ...] = (
-  Stage("simplify", lambda ast, ren: graph_rewrite(ast, pm_kernel_simplify, name="simplify"),
-        spec_kernel),
+  Stage("simplify", lambda ast, ren: _merged(graph_rewrite(ast, pm_kernel_simplify,
+                                                           name="simplify")), spec_kernel),
   Stage("optimize", optimize, spec_kernel),
   Stage("local reduce", local_reduce, spec_kernel),
   Stage("expand", lambda ast, ren: expand(ast, ren.vector_bytes), spec_kernel),
