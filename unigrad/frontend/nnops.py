@@ -24,6 +24,7 @@ from unigrad import engine
 from unigrad.frontend.dtypes import result_type
 from unigrad.frontend.gradient import override_gradient
 from unigrad.frontend.movement import canonical_axis
+from unigrad.frontend.strided import is_contiguous_layout, strided_view_of
 from unigrad.frontend.reduce import RowNodes, Rows, canonical_axes, any_true, host_values
 from unigrad.frontend.traced import traced
 from unigrad.uop import UOp
@@ -265,10 +266,21 @@ def _conv(x: Tensor, weight: Tensor, groups: int, s_: Sequence[int], d_: Sequenc
   # output channel per group (a depthwise convolution) a weight is one scalar per window
   # position whatever its layout: no copy (it cost a kernel per layer and call)
   wt = weight.cast(acc)
-  if rc > 1: wt = wt.permute(*range(1, n + 2), 0).contiguous().permute(n + 1, *range(n + 1))
+  if rc > 1:
+    kernel = wt.permute(*range(1, n + 2), 0)
+    if not _is_stored(kernel): kernel = kernel.contiguous()  # a weight stored so already is read
+    wt = kernel.permute(n + 1, *range(n + 1))                # in place (unigrad.onnx stores its
+                                                             # initializers so at load)
   w = wt.reshape(1, groups, rc, *[1] * n, cin, *k_)
   out = (win * w).sum(tuple(range(3 + n, 4 + 2 * n)), dtype=acc)  # over (cin, *k_)
   return out.reshape(bs, cout, *o_).cast(dt)
+
+
+def _is_stored(t: Tensor) -> bool:
+  """Whether `t` reads a whole buffer in row-major order (reading it needs no copy)."""
+  sv = strided_view_of(t.uop)
+  return sv is not None and sv.offset == 0 and is_contiguous_layout(t.shape, sv.strides) and \
+    math.prod(sv.buffer.shape) == t.numel()
 
 
 def _dilate(x: Tensor, s_: Sequence[int]) -> Tensor:

@@ -12,6 +12,7 @@ Compress, Loop with a computed condition) cannot be traced into one @function: `
 says so, and the model then runs node by node, reading those values."""
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -19,6 +20,7 @@ import numpy as np
 from onnx import GraphProto, NodeProto, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
+from unigrad.dtype import dtypes
 from unigrad.frontend.tensor import Tensor
 from unigrad.onnx.convert import to_numpy, to_tensor
 from unigrad.onnx.node import Node, OnnxError
@@ -90,6 +92,24 @@ def value_of(n: Node, v: Any, what: str) -> np.ndarray:
   return np.asarray(v)
 
 
+def conv_weights(g: GraphProto) -> set[str]:
+  """The names of the weights of this graph's dense (group 1) Conv nodes."""
+  out = set()
+  for n in g.node:
+    group = next((a.i for a in n.attribute if a.name == "group"), 1)
+    if n.op_type == "Conv" and group == 1 and len(n.input) > 1: out.add(n.input[1])
+  return out
+
+
+def is_stored_as_kernel(w: Tensor) -> bool:
+  """Whether a convolution weight (cout, cin, *window) is stored as (cin, *window, cout): the
+  layout a convolution kernel's register tile reads it in (whole vectors of output channels).
+  Stored as it is, the weight was copied to that layout by every call (a transposing copy
+  kernel the scheduler adds, schedule/matmul.py); an initializer never changes, so it is copied
+  once, at load. A 1x1 window keeps its layout (its kernel reads the image's pixels as vectors)."""
+  return w.ndim >= 3 and math.prod(w.shape[2:]) > 1 and dtypes.is_float(w.dtype)
+
+
 class Graph:
   """A parsed GraphProto: its nodes, initializers (numpy arrays) and input and output names."""
 
@@ -103,6 +123,7 @@ class Graph:
     self.output_names = [o.name for o in g.output]
     self._subgraphs: dict[int, Graph] = {}
     self._weights: dict[str, Tensor] = {}
+    self._kernels: set[str] = set()  # weights stored as convolution kernels (is_stored_as_kernel)
     self.static: set[str] = set()  # the names read as numbers (the model's static_names)
 
   def subgraph(self, g: GraphProto) -> Graph:
@@ -113,14 +134,24 @@ class Graph:
     return sub
 
   def weights(self, static: set[str]) -> dict[str, Any]:
-    """Initializers: numpy arrays where read as numbers, else Tensors (made once)."""
+    """Initializers: numpy arrays where read as numbers, else Tensors (uploaded once). A
+    convolution's weight is stored in the layout its kernel reads (is_stored_as_kernel)."""
     out: dict[str, Any] = {}
     for name, arr in self.initializers.items():
       if name in static or arr.dtype.kind in "USO": out[name] = arr
       else:
-        if name not in self._weights: self._weights[name] = to_tensor(arr, self.device).realize()
-        out[name] = self._weights[name]
+        if name not in self._weights: self._weights[name] = self._upload(name, arr)
+        w = self._weights[name]
+        # the view is made at each call, where the graph runs: a traced call then captures the
+        # buffer itself (a captured view is copied into a buffer of its own by every call)
+        out[name] = w.permute(w.ndim - 1, *range(w.ndim - 1)) if name in self._kernels else w
     return out
+
+  def _upload(self, name: str, arr: np.ndarray) -> Tensor:
+    t = to_tensor(arr, self.device)
+    if name not in conv_weights(self.proto) or not is_stored_as_kernel(t): return t.realize()
+    self._kernels.add(name)
+    return t.permute(*range(1, t.ndim), 0).contiguous().realize()
 
   def run(self, env: dict[str, Any], eager: bool) -> list[Any]:
     """Run every node, reading and writing `env` (name -> value); the outputs' values."""

@@ -119,7 +119,7 @@ class OnnxModel:
     return out
 
   def _run(self, values: dict[str, Any], eager: bool) -> dict[str, Any]:
-    env: dict[str, Any] = {**self.weights, **values}
+    env: dict[str, Any] = {**self.graph.weights(self.static), **values}
     outs = self.graph.run(env, eager)
     return {name: _output(v, self.device) for name, v in zip(self.output_names, outs)}
 
