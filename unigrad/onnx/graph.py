@@ -20,7 +20,6 @@ import numpy as np
 from onnx import GraphProto, NodeProto, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from unigrad.dtype import dtypes
 from unigrad.frontend.tensor import Tensor
 from unigrad.onnx.convert import to_numpy, to_tensor
 from unigrad.onnx.node import Node, OnnxError
@@ -101,13 +100,13 @@ def conv_weights(g: GraphProto) -> set[str]:
   return out
 
 
-def is_stored_as_kernel(w: Tensor) -> bool:
+def is_stored_as_kernel(w: np.ndarray) -> bool:
   """Whether a convolution weight (cout, cin, *window) is stored as (cin, *window, cout): the
   layout a convolution kernel's register tile reads it in (whole vectors of output channels).
   Stored as it is, the weight was copied to that layout by every call (a transposing copy
   kernel the scheduler adds, schedule/matmul.py); an initializer never changes, so it is copied
   once, at load. A 1x1 window keeps its layout (its kernel reads the image's pixels as vectors)."""
-  return w.ndim >= 3 and math.prod(w.shape[2:]) > 1 and dtypes.is_float(w.dtype)
+  return w.ndim >= 3 and math.prod(w.shape[2:]) > 1 and w.dtype.kind == "f"
 
 
 class Graph:
@@ -148,10 +147,11 @@ class Graph:
     return out
 
   def _upload(self, name: str, arr: np.ndarray) -> Tensor:
-    t = to_tensor(arr, self.device)
-    if name not in conv_weights(self.proto) or not is_stored_as_kernel(t): return t.realize()
+    if name not in conv_weights(self.proto) or not is_stored_as_kernel(arr):
+      return to_tensor(arr, self.device).realize()
     self._kernels.add(name)
-    return t.permute(*range(1, t.ndim), 0).contiguous().realize()
+    # moved on the host: a permuting kernel per weight shape compiled 64 kernels at nudenet's load
+    return to_tensor(np.ascontiguousarray(np.moveaxis(arr, 0, -1)), self.device).realize()
 
   def run(self, env: dict[str, Any], eager: bool) -> list[Any]:
     """Run every node, reading and writing `env` (name -> value); the outputs' values."""
