@@ -66,3 +66,12 @@ def test_padded_reduction_gets_a_kernel_of_its_own():
 
 def test_arange_under_a_pad_is_still_recomputed_inline():
   assert len(Tensor.arange(8).pad((2, 2)).schedule().src) == 1
+
+
+def test_an_operand_read_in_place_along_an_output_axis_needs_no_probe():
+  from unigrad.schedule.matmul import reads_output_in_place  # noqa: PLC0415
+  def graph_reduce(t: Tensor):
+    return next(u for u in t.uop.toposort() if u.op is Ops.REDUCE)
+  x = Tensor.empty(64, 384)
+  assert reads_output_in_place(graph_reduce(x @ Tensor.empty(384, 1536)))  # b along its columns
+  assert not reads_output_in_place(graph_reduce(x @ Tensor.empty(1536, 384).T))  # W.T: strided

@@ -19,6 +19,7 @@ from unigrad.codegen.opt.heuristic import runs_in_place
 from unigrad.schedule.indexing import VIEW_OPS
 from unigrad.schedule.probe import has_closed_form, per_node, probe, reads_contiguous_output
 from unigrad.schedule.regions import grows, is_expensive, needs_reduction, region
+from unigrad.shape import view_chain
 from unigrad.uop import GroupOp, Ops, UOp
 
 MIN_COPY_REUSE = 32  # a copied operand is read this many times per element, or it is not copied
@@ -49,13 +50,28 @@ def transposed_operand(red: UOp) -> UOp | None:
   # what the kernel reads from buffers is probed as loads: the question is how this kernel's own
   # loads walk, and a probe of everything upstream would grow with the model's depth
   nested = read_from_buffers(red)
-  if not views or (now := reads_contiguous_output(red, nested)) is None or now != (False, True):
-    return None
+  if not views or reads_output_in_place(red): return None
+  if (now := reads_contiguous_output(red, nested)) is None or now != (False, True): return None
   if is_dot_in_place(red): return None
   for v in views:
     after = reads_contiguous_output(red, [*nested, v])
     if after is not None and after[0]: return v
   return None
+
+
+def reads_output_in_place(red: UOp) -> bool:
+  """The probe's first answer, read off the view chains without a probe where it can be: an
+  operand of the REDUCE's multiply that is one unmasked view of a buffer with stride 1 along an
+  output axis (a convolution's weight stored (cin, *k, cout)) is read contiguously there. The
+  probe rangeifies and simplifies the whole reduction (a convolution's window view: 10-20 ms;
+  nudenet's cold first call probed each of its 64 convolutions several times)."""
+  outs = [i for i in range(len(red.src[0].shape)) if i not in red.arg.axes]
+  for x in red.src[0].src:
+    base, tracker = view_chain(x)
+    if base.op not in (Ops.PARAM, Ops.AFTER, Ops.BUFFER) or len(tracker.views) != 1: continue
+    v = tracker.views[0]
+    if v.mask is None and any(v.strides[i] == 1 and v.shape[i] != 1 for i in outs): return True
+  return False
 
 
 @per_node
