@@ -3,7 +3,8 @@
 Hypothesis draws small single-kernel Tensor expressions (elementwise trees over moved inputs, an
 optional sum or max, matmuls; ragged sizes) as source text, and 1-3 legal opts. The optimized
 kernel on the PYTHON interpreter and on vector C code must equal the unoptimized PYTHON run (the
-oracle), with every stage's spec verifier on (SPEC=1).
+oracle), with every stage's spec verifier on (SPEC=1). Without named opts, the axes merge first
+(codegen/merge_axes.py) and the heuristics choose: that path is checked against the oracle too.
 """
 import math
 
@@ -43,9 +44,11 @@ def xi(*shape: int) -> Tensor: return Tensor.empty(*shape, dtype=dtypes.int32)
 
 
 def run(kernel: UOp, opts, inputs: list[np.ndarray], ren) -> np.ndarray:
-  """The output buffer (slot 0) after running `kernel` with `opts` on `ren`'s device."""
+  """The output buffer (slot 0) after running `kernel` with `opts` on `ren`'s device (None: the
+  heuristics' choice, after the axes merge: codegen/merge_axes.py)."""
+  info = KernelInfo(opts_to_apply=None if opts is None else tuple(opts))
   with Context(SPEC=1):
-    linear = full_rewrite(kernel.replace(arg=KernelInfo(opts_to_apply=tuple(opts))), ren)
+    linear = full_rewrite(kernel.replace(arg=info), ren)
   dev = "PYTHON" if isinstance(ren, PythonRenderer) else "CPU"
   bufs = [Buffer(dev, len(a), p.dtype).copyin(a.tobytes())
           for a, p in zip(inputs, params_of(kernel))]
@@ -235,6 +238,15 @@ def test_random_elementwise_and_reduce_kernels(data, expr):
 @given(st.data(), matmul_kernels())
 def test_random_matmul_kernels(data, expr):
   check_random(data, expr)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(elementwise_kernels())
+def test_random_kernels_with_merged_axes_and_the_heuristics_opts(expr):
+  """No opts named: the axes merge and the heuristics choose, on PYTHON and on vector C."""
+  kernel = single_kernel(expr)
+  assume(kernel is not None)
+  check_opts(kernel, None, expr)
 
 
 # ---- regressions the random kernels found ----
