@@ -2,8 +2,11 @@
 tensors being pointed at what they wrote (that applied an optimizer step twice)."""
 import ctypes
 import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -183,7 +186,19 @@ def test_interrupted_jit_replay_is_applied_once(monkeypatch):
 @pytest.mark.parametrize("jit", [False, True])
 def test_sigint_from_a_timer_thread_never_doubles_a_step(jit):
   """A real Ctrl-C at a random moment of each of 30 steps: afterwards the parameters and
-  moments are those of one more step (or none, if it came before the realize), never two."""
+  moments are those of one more step (or none, if it came before the realize), never two.
+  The steps run in a process of their own: a SIGINT that its handler takes only after the test
+  has returned (CPython may handle a signal long after it arrived) once killed the xdist worker,
+  and with it the whole run, in pytest's report hook, even with the waits of `_quiet`."""
+  code = (f"import signal, sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
+          "signal.signal(signal.SIGINT, signal.default_int_handler); "
+          f"import test_interrupts; test_interrupts.sigint_steps({jit}); print('steps ok')")
+  res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+  assert res.returncode == 0 and "steps ok" in res.stdout, res.stdout + res.stderr
+
+
+def sigint_steps(jit: bool) -> None:
+  """The 30 interrupted steps of test_sigint_from_a_timer_thread_never_doubles_a_step."""
   trajectory = _trajectory("CPU", 31)
   params, opt = _model("CPU")
   step = TinyJit(_step_fn(params, opt)) if jit else _step_fn(params, opt)
