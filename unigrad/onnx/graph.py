@@ -12,7 +12,6 @@ Compress, Loop with a computed condition) cannot be traced into one @function: `
 says so, and the model then runs node by node, reading those values."""
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -102,11 +101,10 @@ def conv_weights(g: GraphProto) -> set[str]:
 
 def is_stored_as_kernel(w: np.ndarray) -> bool:
   """Whether a convolution weight (cout, cin, *window) is stored as (cin, *window, cout): the
-  layout a convolution kernel's register tile reads it in (whole vectors of output channels).
-  Stored as it is, the weight was copied to that layout by every call (a transposing copy
-  kernel the scheduler adds, schedule/matmul.py); an initializer never changes, so it is copied
-  once, at load. A 1x1 window keeps its layout (its kernel reads the image's pixels as vectors)."""
-  return w.ndim >= 3 and math.prod(w.shape[2:]) > 1 and w.dtype.kind == "f"
+  layout conv2d's kernel reads (whole vectors of output channels; frontend/nnops.py `_conv`).
+  Stored as it is, conv2d copied it into that layout at every call; an initializer never
+  changes, so it is moved once, at load, and conv2d reads it in place."""
+  return w.ndim >= 3 and w.dtype.kind == "f"
 
 
 class Graph:
