@@ -120,6 +120,7 @@ class Graph:
     self.output_names = [o.name for o in g.output]
     self._subgraphs: dict[int, Graph] = {}
     self._weights: dict[str, Tensor] = {}
+    self._conv_weights = conv_weights(g)
     self._kernels: set[str] = set()  # weights stored as convolution kernels (is_stored_as_kernel)
     self.static: set[str] = set()  # the names read as numbers (the model's static_names)
 
@@ -145,7 +146,7 @@ class Graph:
     return out
 
   def _upload(self, name: str, arr: np.ndarray) -> Tensor:
-    if name not in conv_weights(self.proto) or not is_stored_as_kernel(arr):
+    if name not in self._conv_weights or not is_stored_as_kernel(arr):
       return to_tensor(arr, self.device).realize()
     self._kernels.add(name)
     # moved on the host: a permuting kernel per weight shape compiled 64 kernels at nudenet's load
