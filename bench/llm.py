@@ -7,13 +7,14 @@ float32) on the same file and prompt, and the first token of a fresh `python -m 
                       [--llama-cpp-venv DIR | --no-llama-cpp] [--setup-llama-cpp]
 
 unigrad runs on packed weights (the default: quantized blocks read by the matmuls; decoding's
-matvecs over Q4_0/Q4_1 take int8 activations on a CPU with byte dot products, as llama.cpp's do),
+matvecs over Q4_0/Q4_1/Q8_0 take int8 activations on a CPU with byte dot products, as llama.cpp's
+do, the output head's two int8 passes),
 on packed weights with float32 matvecs ("fp mv": INT8_MATVEC=0, `--no-float-matvec` skips it),
 and with the weights dequantized to float32 at load (`--no-float32` skips it). For each: the bytes
 its weights take (what one decoded token reads, the KV cache aside) and the share of this
 machine's read bandwidth (a unigrad sum over a 256 MiB float32 buffer, best of 5) its decode
 speed implies. A matrix-vector micro-benchmark per block format (a 4096x4096 packed weight
-times a vector under TinyJit, float32 and, for Q4_0/Q4_1, int8): GB/s of packed bytes read.
+times a vector under TinyJit, float32 and, for Q4_0/Q4_1/Q8_0, int8): GB/s of packed bytes read.
 
 Steady state, each library with `--threads` threads (unigrad's THREADS knob, torch's
 set_num_threads): prefill tokens/s (one pass over a `--prompt-tokens` prompt, its last logits read)
@@ -131,7 +132,7 @@ def read_bandwidth(repeat: int = 5) -> float:
 
 def report_matvec(repeat: int) -> None:
   """GB/s of packed bytes read by a 4096x4096 quantized matrix-vector product, per format: float32
-  in registers, and for Q4_0/Q4_1 on a CPU with byte dot products the int8 matvec too."""
+  in registers, and for Q4_0/Q4_1/Q8_0 on a CPU with byte dot products the int8 matvec too."""
   print("quantized matvec 4096x4096 (nn.quantized.linear(x, W), W packed), TinyJit, best of "
         f"{repeat * 10} calls:")
   rng = random.Random(0)

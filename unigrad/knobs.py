@@ -121,7 +121,7 @@ IGNORE_BEAM_CACHE = knob("IGNORE_BEAM_CACHE", bool, False, "BEAM searches again 
 JIT_CAPTURES = knob("JIT_CAPTURES", int, 8, "input signatures one TinyJit keeps captured programs "
                     "for (the oldest is dropped)")
 SEED = knob("SEED", int, 0, "default random seed")
-INT8_MATVEC = knob("INT8_MATVEC", bool, True, "a packed Q4_0/Q4_1 weight times fewer than 16 "
+INT8_MATVEC = knob("INT8_MATVEC", bool, True, "a packed Q4_0/Q4_1/Q8_0 weight times fewer than 16 "
                    "rows (LLM decoding) quantizes the rows to int8 per block of 32, as llama.cpp "
                    "does, and multiplies with byte dot products where the CPU has them (AVX2, "
                    "VNNI): several times faster, within about 1e-2 relative of float32; 0 "

@@ -122,7 +122,9 @@ class Generator:
 
   @Tensor.no_grad()
   def _greedy(self, token: Tensor, end: UOp) -> Tensor:
-    return self.model(token, end - 1, last_only=True).argmax(-1).realize()
+    # (the logits realized as they are: the argmax's long reduction is split in two kernels,
+    # and its (256, 192) view of them, stored through, cut the head's 16 output lanes to 8)
+    return self.model(token, end - 1, last_only=True).contiguous().argmax(-1).realize()
 
   @Tensor.no_grad()
   def _draw(self, token: Tensor, end: UOp, inv_t: Tensor, u: Tensor) -> Tensor:

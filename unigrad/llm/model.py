@@ -291,4 +291,8 @@ class Transformer:
     for blk in self.layers: x = blk(x, start_pos, cos, sin).realize()
     if last_only:
       x = x[:, last] if isinstance(last, int) else x[:, last:last + 1].reshape(-1, x.shape[2])
-    return linear(self.norm(x), self.output)
+    # the logits' activations in two int8 passes (about 15 bits): in one (7 bits, as the
+    # blocks' matvecs take them, and llama.cpp its head's) SmolLM2's first answer to "What is
+    # the capital of France?" moved from " The" to " L'Étoile", two tokens 0.08 apart. The
+    # normed input is materialized, as in Block
+    return linear(self.norm(x).contiguous(), self.output, int8_passes=2)

@@ -217,7 +217,8 @@ class PackedWeight:
   lanes: int = 1
 
   def tensor(self) -> Tensor:
-    parts = self.parts if self.lanes == 1 else _deinterleave(self.parts, self.shape, self.lanes)
+    parts = self.parts if self.lanes == 1 else _deinterleave(self.fmt, self.parts, self.shape,
+                                                             self.lanes)
     return self.fmt.dequantize(parts).reshape(self.shape)
 
   def nbytes(self) -> int: return sum(p.nbytes() for p in self.parts)
@@ -267,33 +268,48 @@ def _realize_parts(pws: list[PackedWeight]) -> None:
 
 # ---- row-interleaved nibbles for int8 matvecs ----
 
-# the formats whose blocks are 4-bit values with a float scale (and a minimum): a matvec over
-# them quantizes its rows to int8 and takes byte dot products (see linear)
-INT8_FORMATS = ("Q4_0", "Q4_1")
+# the formats whose matvecs quantize their rows to int8 and take byte dot products (see linear):
+# 4-bit values with a float scale (and a minimum), and Q8_0's bytes with a scale
+INT8_FORMATS = ("Q4_0", "Q4_1", "Q8_0")
 # output rows interleaved word by word (one row per int32 lane of a 512-bit vector)
 ROW_LANES = 16
 NIBBLES = 0x0F0F0F0F
+# Q8_0's bytes are stored offset by 128 (q + 128 = q ^ 0x80, unsigned): a byte dot product takes
+# one unsigned operand, and the offset comes back as a minimum of -128 d (as Q4_0's -8 d)
+Q8_OFFSET = 128
+
+
+def _qs_words(fmt: QuantFormat) -> int:
+  """The uint32 words of one block's values in the interleaved layout (4 for 32 nibbles, 8 for
+  32 bytes)."""
+  return 8 if fmt.name == "Q8_0" else 4
 
 
 def interleave(parts: Parts, shape: tuple[int, ...], lanes: int) -> Parts:
-  """A Q4_0/Q4_1 weight (out, in)'s parts laid out for a matvec whose vector lanes are `lanes`
-  consecutive output rows: each scale (and minimum) as (out/lanes, blocks, lanes), the nibbles
-  as uint32 words (out/lanes, blocks, 4, lanes), the word `l` of a block of each row side by
-  side (its low nibbles are values 4l..4l+3, its high ones 16+4l..16+4l+3). A vector load then
-  reads one word of `lanes` rows, every lane its own row: no sums across lanes."""
+  """A Q4_0/Q4_1/Q8_0 weight (out, in)'s parts laid out for a matvec whose vector lanes are
+  `lanes` consecutive output rows: each scale (and minimum) as (out/lanes, blocks, lanes), the
+  values as uint32 words (out/lanes, blocks, words, lanes), the word `l` of a block of each row
+  side by side. A vector load then reads one word of `lanes` rows, every lane its own row: no sums
+  across lanes. A Q4 word `l` holds values 4l..4l+3 in its low nibbles and 16+4l..16+4l+3 in its
+  high ones; a Q8_0 word `l` holds values 4l..4l+3, each byte offset by Q8_OFFSET."""
   rows, g = shape[0] // lanes, shape[1] // 32
   *scales, qs = parts
-  words = qs.reshape(rows, lanes, g, 4, 4).permute(0, 2, 3, 1, 4).contiguous()
+  if qs.dtype == dtypes.int8: qs = qs.bitcast(dtypes.uint8) ^ Q8_OFFSET
+  w = qs.shape[-1] // 4
+  words = qs.reshape(rows, lanes, g, w, 4).permute(0, 2, 3, 1, 4).contiguous()
   return (*(p.reshape(rows, lanes, g).permute(0, 2, 1) for p in scales),
-          words.bitcast(dtypes.uint32).reshape(rows, g, 4, lanes))
+          words.bitcast(dtypes.uint32).reshape(rows, g, w, lanes))
 
 
-def _deinterleave(parts: Parts, shape: tuple[int, ...], lanes: int) -> Parts:
-  """The parts in block order ((blocks, 1) scales, (blocks, 16) bytes) of interleaved `parts`."""
-  rows, g = shape[0] // lanes, shape[1] // 32
+def _deinterleave(fmt: QuantFormat, parts: Parts, shape: tuple[int, ...], lanes: int) -> Parts:
+  """The parts in block order ((blocks, 1) scales, (blocks, bytes) values) of interleaved
+  `parts`."""
+  rows, g, w = shape[0] // lanes, shape[1] // 32, _qs_words(fmt)
   *scales, words = parts
-  qs = words.bitcast(dtypes.uint8).reshape(rows, g, 4, lanes, 4).permute(0, 3, 1, 2, 4)
-  return (*(p.permute(0, 2, 1).reshape(-1, 1) for p in scales), qs.reshape(-1, 16))
+  qs = words.bitcast(dtypes.uint8).reshape(rows, g, w, lanes, 4).permute(0, 3, 1, 2, 4)
+  qs = qs.reshape(-1, 4 * w)
+  if fmt.name == "Q8_0": qs = (qs ^ Q8_OFFSET).bitcast(dtypes.int8)
+  return (*(p.permute(0, 2, 1).reshape(-1, 1) for p in scales), qs)
 
 
 def byte_dot(device: str) -> bool:
@@ -310,11 +326,12 @@ def _dot4(a: Tensor, b: Tensor) -> Tensor:
                                          for k in range(4)])
 
 
-def quantize_rows(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def quantize_rows(x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
   """Rows x (n, in) in int8 per block of 32 (llama.cpp's Q8 activations): the int8 values 4 to a
   uint32 word (n, in/32, 8), each block's largest magnitude amax (its scale is amax/127; n,
-  in/32) and the sum of its quantized values times the scale (n, in/32). Values round half away
-  from zero. Three small kernels, none of them threaded."""
+  in/32), the sum of its quantized values times the scale (n, in/32), and (lazy, read only by
+  a second pass) the rounding error x - q * scale (n, in). Values round half away from zero.
+  Three small kernels, none of them threaded."""
   n, g = x.shape[0], x.shape[1] // 32
   xb = x.reshape(n, g, 32)
   amax = xb.abs().max(-1)
@@ -324,11 +341,12 @@ def quantize_rows(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
   # the 4 bytes of a word are disjoint: their sum is their OR
   byte = (qi & 255).cast(dtypes.uint32).reshape(n, g, 8, 4)
   words = (byte << shifts).sum(-1, dtype=dtypes.uint32)
+  error = (xb - qi.cast(dtypes.float32) * (amax / 127).reshape(n, g, 1)).reshape(n, g * 32)
   # the sum of the quantized values, not of x: a block's minimum times it then carries the same
   # rounding as the scale's term, and the two cancel as in dequantize-then-multiply (the exact
   # sum of x made SmolLM2's logits 4x further from float32's)
   # (amax, a reduction read by every consumer, gets its own buffer anyway: schedule/fusion.py)
-  return _shared(words), amax, _shared(qi.sum(-1).cast(dtypes.float32) * (amax / 127))
+  return _shared(words), amax, _shared(qi.sum(-1).cast(dtypes.float32) * (amax / 127)), error
 
 
 def _shared(t: Tensor) -> Tensor:
@@ -338,48 +356,84 @@ def _shared(t: Tensor) -> Tensor:
 
 
 def interleaved_linear(x: Tensor, w: PackedWeight) -> Tensor:
-  """`x @ w.T` in float32 for a row-interleaved Q4_0/Q4_1 weight (no byte dot products): each
-  lane of a vector one output row's sum, as over the interleaved words (the fused `x @ w.T` of
-  its dequantization reads them strided and sums across lanes, 8x slower)."""
+  """`x @ w.T` in float32 for a row-interleaved Q4_0/Q4_1/Q8_0 weight (no byte dot products):
+  each lane of a vector one output row's sum, as over the interleaved words (the fused `x @ w.T`
+  of its dequantization reads them strided and sums across lanes, 8x slower)."""
   out, cols = w.shape
   lead, g, lanes = x.shape[:-1], cols // 32, w.lanes
   xb = x.reshape(-1, cols).cast(dtypes.float32)
   n = xb.shape[0]
   *scales, words = w.parts
+  d = scales[0].reshape(-1, g, 1, 1, 1, lanes)
+  if w.fmt.name == "Q8_0":  # value 4l + k of a block: byte k of its word l
+    q = (words.reshape(-1, g, 8, 1, 1, lanes).cast(dtypes.int32) >>
+         _shifts(4, 8, (1, 1, 1, 1, 4, 1), x.device)) & 255
+    v = (q - Q8_OFFSET).cast(dtypes.float32) * d
+    xv = xb.reshape(n, 1, g, 8, 1, 4, 1)
+    return (xv * v).sum((2, 3, 4, 5)).reshape(*lead, out)
   # value 16h + 4l + k of a block: bits 4h + 8k of its word l
   shifts = _shifts(2, 4, (1, 1, 2, 1), x.device) + _shifts(4, 8, (1, 1, 1, 4), x.device)
   q = ((words.reshape(-1, g, 4, 1, 1, lanes).cast(dtypes.int32) >> shifts.reshape(1, 1, 1, 2, 4, 1))
        & 15).cast(dtypes.float32)
-  d = scales[0].reshape(-1, g, 1, 1, 1, lanes)
   v = (q * d + scales[1].reshape(d.shape)) if len(scales) == 2 else (q - 8) * d
   xv = xb.reshape(n, 1, g, 2, 4, 4).permute(0, 1, 2, 4, 3, 5).reshape(n, 1, g, 4, 2, 4, 1)
   return (xv * v).sum((2, 3, 4, 5)).reshape(*lead, out)
 
 
-def int8_linear(x: Tensor, w: PackedWeight) -> Tensor:
-  """`x @ w.T` for a row-interleaved Q4_0/Q4_1 weight: x quantized per block (quantize_rows),
-  per output row and block `d * dx * sum(q * xq) + min * sum(x)` (Q4_0: min = -8d), the integer
-  sums as byte dot products of the nibble words and the activation words (sum(x): the quantized
-  x's, see quantize_rows)."""
+def _word_sum(prods: Tensor, words: int) -> Tensor:
+  """The sum of `prods` (n, rows, g, words, lanes) over its words axis, as adds, not a REDUCE: a
+  reduction inside the block sum would be a kernel of its own."""
+  return functools.reduce(operator.add, [prods.shrink((None, None, None, (i, i + 1), None))
+                                         for i in range(words)])
+
+
+def int8_linear(x: Tensor, w: PackedWeight, passes: int = 1) -> Tensor:
+  """`x @ w.T` for a row-interleaved Q4_0/Q4_1/Q8_0 weight: x quantized per block
+  (quantize_rows), per output row and block `d * dx * sum(q * xq) + min * sum(x)` (Q4_0: min =
+  -8d; Q8_0: its offset bytes, min = -128d), the integer sums as byte dot products of the weight
+  words and the activation words (sum(x): the quantized x's, see quantize_rows). `passes=2`:
+  the rounding error of x's int8 quantization quantized again and multiplied too (x to about 15
+  bits, where int8 holds 7), in the same kernel: each weight word loaded once for both."""
+  if passes not in (1, 2): raise ValueError(f"int8_linear: passes is 1 or 2, got {passes}")
   out, cols = w.shape
   lead, g = x.shape[:-1], cols // 32
-  xw, amax, xs = quantize_rows(x.reshape(-1, cols).cast(dtypes.float32))
-  dx = amax / 127
-  n = xw.shape[0]
+  rest = x.reshape(-1, cols).cast(dtypes.float32)
+  n = rest.shape[0]
   *scales, words = w.parts
-  # activation word 4h + j pairs with nibbles h (low 0, high 1) of weight word j: one _dot4 over
-  # both axes (a graph of a few dozen nodes, where one _dot4 per word pair built 8x as many)
   rows, lanes = words.shape[0], words.shape[-1]
   shifts = _shifts(2, 4, (1, 1, 2, 1, 1), x.device).cast(dtypes.uint32)
-  nib = (words.reshape(rows, g, 1, 4, lanes) >> shifts) & NIBBLES
-  prods = _dot4(nib, xw.reshape(n, 1, g, 2, 4, 1)).reshape(n, rows, g, 8, lanes)
-  # summed as adds, not a REDUCE: a reduction inside the block sum would be a kernel of its own
-  p = functools.reduce(operator.add, [prods.shrink((None, None, None, (i, i + 1), None))
-                                      for i in range(8)]).reshape(n, rows, g, lanes)
+  if w.fmt.name == "Q8_0": nib = (words.reshape(rows, g, 1, 8, lanes) >> shifts) & NIBBLES
+  else: nib = (words.reshape(rows, g, 1, 4, lanes) >> shifts) & NIBBLES
   d = scales[0]
-  low = scales[1] if len(scales) == 2 else d * -8
-  y = p.cast(dtypes.float32) * (d * dx.reshape(n, 1, g, 1)) + low * xs.reshape(n, 1, g, 1)
+  low = scales[1] if len(scales) == 2 else d * -(Q8_OFFSET if w.fmt.name == "Q8_0" else 8)
+  y = None
+  for _ in range(passes):
+    xw, amax, xs, rest = quantize_rows(rest)
+    dx = (amax / 127).reshape(n, 1, g, 1)
+    term = _block_dots(w.fmt, nib, xw) * (d * dx) + low * xs.reshape(n, 1, g, 1)
+    y = term if y is None else y + term
+  assert y is not None
   return y.sum(2).reshape(*lead, out)
+
+
+def _block_dots(fmt: QuantFormat, nib: Tensor, xw: Tensor) -> Tensor:
+  """Each block's integer dot product of weight nibbles `nib` (rows, g, 2, words, lanes) and
+  activation words `xw` (n, g, 8), as float32 (n, rows, g, lanes)."""
+  rows, g, _, _, lanes = nib.shape
+  n = xw.shape[0]
+  if fmt.name == "Q8_0":
+    # activation word j pairs with weight word j, whose bytes (0..255) are taken as two nibbles
+    # (byte = low + 16 high): a byte dot product's unsigned bytes stay within 127, where AVX2's
+    # pairwise sums cannot saturate
+    prods = _dot4(nib, xw.reshape(n, 1, g, 1, 8, 1))
+    # (the high nibbles' factor 16 applied in float32: on the int32 sum, the simplifier would
+    # distribute it over the byte products and no DOT4 would form)
+    low_sum, high_sum = (_word_sum(prods[:, :, :, h], 8).cast(dtypes.float32) for h in (0, 1))
+    return (low_sum + high_sum * 16).reshape(n, rows, g, lanes)
+  # activation word 4h + j pairs with nibbles h (low 0, high 1) of weight word j: one _dot4 over
+  # both axes (a graph of a few dozen nodes, where one _dot4 per word pair built 8x as many)
+  prods = _dot4(nib, xw.reshape(n, 1, g, 2, 4, 1)).reshape(n, rows, g, 8, lanes)
+  return _word_sum(prods, 8).reshape(n, rows, g, lanes).cast(dtypes.float32)
 
 
 # the lazy Tensors `pack` returned (by their UOp, held weakly) -> their PackedWeight
@@ -459,16 +513,17 @@ DEQUANTIZE_ROWS = 16
 Weight = Tensor | PackedWeight
 
 
-def linear(x: Tensor, w: Weight, bias: Tensor | None = None) -> Tensor:
+def linear(x: Tensor, w: Weight, bias: Tensor | None = None, int8_passes: int = 1) -> Tensor:
   """`x @ w.T (+ bias)` for a weight `w` (out, in): a Tensor, packed or not, or a PackedWeight.
   A packed weight times fewer than DEQUANTIZE_ROWS rows of x (decoding) is one kernel reading
-  its blocks (a row-interleaved Q4_0/Q4_1 PackedWeight on a CPU with byte dot products: x in int8
-  per block, `int8_linear`, unless the INT8_MATVEC knob is off); times more rows it is first
-  dequantized into a transient float32 buffer (a kernel of its own), freed after."""
+  its blocks (a row-interleaved Q4_0/Q4_1/Q8_0 PackedWeight on a CPU with byte dot products: x in
+  int8 per block, `int8_linear` with `int8_passes`, unless the INT8_MATVEC knob is off); times
+  more rows it is first dequantized into a transient float32 buffer (a kernel of its own), freed
+  after."""
   # a symbolic row count (a prompt's length as a bound Variable) counts at its largest value
   rows = math.prod(s if isinstance(s, int) else int(s.vmax) for s in x.shape[:-1])
   if isinstance(w, PackedWeight) and w.lanes > 1 and rows < DEQUANTIZE_ROWS:
-    out = int8_linear(x, w) if byte_dot(x.device) else interleaved_linear(x, w)
+    out = int8_linear(x, w, int8_passes) if byte_dot(x.device) else interleaved_linear(x, w)
     return out if bias is None else out + bias
   if isinstance(w, PackedWeight): w = w.tensor()
   if rows >= DEQUANTIZE_ROWS and is_packed(w): w = w.contiguous()
