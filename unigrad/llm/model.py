@@ -193,7 +193,9 @@ class Block:
       f = self.w_gate_up.shape[0] // 2
       gate, up = gate_up[..., :f], gate_up[..., f:]
     else: gate, up = linear(n, self.w_gate).contiguous(), linear(n, self.w_up)
-    return h + linear(gate.silu() * up, self.w_down)
+    # the product materialized: the int8 matvec's three quantization kernels (and a prompt's
+    # matmul tiles) would each compute its exp again
+    return h + linear((gate.silu() * up).contiguous(), self.w_down)
 
 
 class Transformer:

@@ -10,7 +10,9 @@ The policy is data:
   every STORE is a kernel;
 - WHOLE_GRAPH_BEFORE_READS, WHOLE_GRAPH_AFTER_READS: nodes chosen by looking at the whole body:
   a REDUCE that several kernels would compute, a transposing copy for a matmul that would read
-  no operand contiguously, a scatter read inside another kernel; then an expensive value that a
+  no operand contiguously, a scatter read inside another kernel, a reduction of data (or an
+  expensive value over a realized one) under a PAD, which a concatenation would compute under
+  its region guards; then an expensive value that a
   realized REDUCE sums and another kernel reads too, an in-place matmul followed by a
   transcendental;
 - READ_RULES: a node read in a given place (under a broadcasting EXPAND, inside another REDUCE,

@@ -394,6 +394,55 @@ def test_a_symbolic_reduce_takes_an_output_vector():
   assert choose_vector_range(finish(out), 64) is not None
 
 
+def decode_scores() -> OptKernel:
+  """SmolLM2's decode attention scores: 3 key/value heads, each serving 3 query heads, over a
+  bound cache length."""
+  n = Variable("n", 2, 512).bind(140)
+  q = Tensor.empty(1, 3, 3, 1, 64)
+  keys = Tensor.empty(1, 512, 3, 64)[:, :n].permute(0, 2, 3, 1).reshape(1, 3, 1, 64, n)
+  return reduce_kernel(q @ keys)
+
+
+def test_decode_scores_share_each_key_across_its_query_heads():
+  """The dot tile's stream (the 3 query heads of a key) is upcast whole, though 3 is no power of
+  two, and takes the registers the symbolic panel (the positions) cannot: each loaded key serves
+  the 3 heads' accumulators."""
+  out = hand_coded_optimizations(decode_scores(), AVX512, threads=1)
+  assert upcasts(out) == [3] and group_lanes(out) == [8]
+
+
+def test_threads_pad_an_axis_they_do_not_divide():
+  """No output axis of the decode scores divides 2 threads (3 heads, 3 query heads, a symbolic
+  length): the key/value heads are padded to 4 and split 2 and 2, a padded head storing nothing;
+  an axis whose padding would leave more than a quarter idle is not padded."""
+  k = decode_scores()
+  out = hand_coded_optimizations(k, AVX512, threads=2)
+  thread = [s for s, t in zip(out.sizes, out.axis_types()) if t is AxisType.THREAD]
+  assert thread == [2] and any(o.op.name == "PADTO" for o in out.applied)
+  small = reduce_kernel(Tensor.empty(5, 4096).sum(1))
+  assert not any(t is AxisType.THREAD for t in hand_coded_optimizations(small, AVX512,
+                                                                        threads=4).axis_types())
+
+
+@pytest.mark.skipif(find_c_compiler() is None, reason="no C compiler")
+def test_padded_threads_compute_decode_attention_as_numpy():
+  """The decode scores with their padded threads (a padded head's stores skipped) and the rest
+  of grouped attention on the CPU, at two bound lengths of one program, against numpy."""
+  from unigrad.llm.model import grouped_attention  # noqa: PLC0415
+  rng = np.random.default_rng(0)
+  qn, cache = rng.standard_normal((1, 1, 9, 64), np.float32), rng.standard_normal((1, 64, 3, 64),
+                                                                                   np.float32)
+  q, keys = Tensor(qn), Tensor(cache)
+  for end in (17, 40):
+    n = Variable("end", 2, 64).bind(end)
+    got = grouped_attention(q, keys[:, 0:n], keys[:, 0:n], None).numpy()
+    k = np.repeat(cache[0, :end], 3, axis=1)  # (end, 9, 64): each kv head serves 3 query heads
+    s = np.einsum("hd,lhd->hl", qn[0, 0], k) / 8
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    np.testing.assert_allclose(got[0, 0], np.einsum("hl,lhd->hd", p, k), rtol=1e-5, atol=1e-5)
+
+
 def test_a_packed_weights_nibble_index_is_unrolled_affine():
   """A Q4_1 matvec reads byte r // 2 and its nibble r % 2 along the rest of its reduce: the
   heuristics unroll that axis by 2 so the two nibbles share one load and shift by constants

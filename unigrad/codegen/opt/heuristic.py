@@ -196,18 +196,40 @@ def work(k: OptKernel) -> int:
 
 
 def add_threads(k: OptKernel, threads: int, prefer: tuple[int, ...] = ()) -> OptKernel:
-  """THREAD over the first preferred LOOP axis the threads divide, else over the first one."""
+  """THREAD over the first preferred LOOP axis the threads divide, else over the first one; if
+  the threads divide none, over the first LOOP axis padded to a multiple of them (PADTO) that
+  leaves at most MAX_IDLE_SHARE of the padded iterations idle: SmolLM2's attention scores over
+  3 key/value heads (and a symbolic number of positions) ran on one core, now 2 heads on one and
+  1 on the other."""
   if threads <= 1: return k
   if work(k) < MIN_WORK_PER_THREAD * threads: return k
-  fits = [(r.arg.id not in prefer, i) for i, (r, t) in enumerate(zip(k.axes, k.axis_types()))
-          if t is AxisType.LOOP and k.sizes[i] >= threads and k.sizes[i] % threads == 0]
-  return _try(k, Opt.thread(min(fits)[1], threads)) if fits else k
+  loops = [(i, r) for i, (r, t) in enumerate(zip(k.axes, k.axis_types())) if t is AxisType.LOOP]
+  fits = [(r.arg.id not in prefer, i) for i, r in loops
+          if k.sizes[i] >= threads and k.sizes[i] % threads == 0]
+  if fits: return _try(k, Opt.thread(min(fits)[1], threads))
+  for i, r in loops:
+    if not isinstance(k.sizes[i], int) or k.sizes[i] < threads: continue
+    padded = -(-k.sizes[i] // threads) * threads
+    if (padded - k.sizes[i]) > MAX_IDLE_SHARE * padded: continue
+    if (padded_k := _try(k, Opt.padto(i, threads))) is k: continue
+    if (axis := axis_of(padded_k, r.arg.id)) is None: continue
+    if (threaded := _try(padded_k, Opt.thread(axis, threads))) is not padded_k: return threaded
+  return k
 
 
-def _upcast(k: OptKernel, range_id: int | None, lanes: int) -> tuple[OptKernel, UOp | None]:
-  """Upcast the axis by up to `lanes` (see _lanes); also the new UPCAST range."""
+MAX_IDLE_SHARE = 0.25  # a padded THREAD axis leaves at most this share of its iterations idle
+
+
+def _upcast(k: OptKernel, range_id: int | None, lanes: int,
+            whole: bool = False) -> tuple[OptKernel, UOp | None]:
+  """Upcast the axis by up to `lanes` (see _lanes); `whole`: an axis of at most `lanes` is
+  upcast whole, whatever its size (decode attention's 3 query heads per key, SmolLM2: each
+  loaded key then serves the 3); also the new UPCAST range."""
   axis = None if range_id is None else axis_of(k, range_id)
-  if axis is None or (amt := _lanes(k.sizes[axis], lanes)) < 2: return k, None
+  if axis is None: return k, None
+  size = k.sizes[axis]
+  amt = size if whole and isinstance(size, int) and 2 <= size <= lanes else _lanes(size, lanes)
+  if amt < 2: return k, None
   up = _try(k, Opt.upcast(axis, amt))
   new = [r for r in up.axes if r.arg.axis_type is AxisType.UPCAST and r not in k.axes]
   return up, (new[0] if new else None)
@@ -511,8 +533,12 @@ def dot_tile(k: OptKernel, plan: DotPlan, ren: Renderer) -> OptKernel | None:
   if (tiled := _try(k, Opt.group(red, plan.lanes))) is k: return None
   regs = max(2, ren.vector_registers // TILE_SHARE)
   rows = min(8 if 8 * row_bytes <= DOT_PANEL_BYTES else 4, regs // 2)
-  tiled, up = _upcast(tiled, plan.stream, max(1, regs // rows))
-  tiled, _ = _upcast(tiled, plan.panel, rows)
+  # a panel of symbolic length (attention over the cache's positions; its size reads -1) takes
+  # no rows: the stream takes the registers
+  panel = axis_of(tiled, plan.panel)
+  if panel is None or tiled.sizes[panel] < 2: rows = 1
+  tiled, up = _upcast(tiled, plan.stream, max(1, regs // rows), whole=True)
+  tiled, _ = _upcast(tiled, plan.panel, rows, whole=True)
   tiled = dot_order(tiled, plan, row_bytes * (1 if up is None else up.src[0].arg))
   # chosen on the AST as finish() simplifies it (see _simplified), and recorded so
   vec = OptKernel(_simplified(tiled)).vector_range(ren.vector_bytes)
