@@ -538,6 +538,38 @@ def test_lazy_values_made_before_a_capture_or_between_replays_keep_their_values(
   assert len(step.captured.launches) == 2, "the value made before the capture is not replayed"
 
 
+def test_an_old_tensor_given_a_lazy_value_between_replays_keeps_the_value_it_read():
+  """A replay looks again only at the tensors made since the last one and those lazy then,
+  unless a tensor got a new node (replace, setitem, a gradient's sum): here one made before the
+  capture, realized then, is given a value reading what the replay overwrites."""
+  w = Tensor([1.0, 2.0]).realize()
+
+  @TinyJit
+  def step(x):
+    w.assign(w + x).realize()
+    return (w * 1).sum()
+  held = Tensor([0.0, 0.0]).realize()
+  for _ in range(3): step(Tensor([1.0, 1.0]))
+  held.replace(w * 100)  # w is [4, 5] now
+  step(Tensor([1.0, 1.0]))
+  assert held.tolist() == [400.0, 500.0] and w.tolist() == [5.0, 6.0]
+
+
+def test_a_captured_holder_dying_between_replays_is_noticed():
+  """A replay skips the check of its outside tensors while none of the watched ones died and no
+  tensor got a new node; one dying (its other holder still holding the buffer) is looked at."""
+  w = Tensor([1.0, 2.0]).realize()
+  box = {"view": w.reshape(2)}
+
+  @TinyJit
+  def f(x): return x * box["view"]
+  for _ in range(3): assert f(Tensor([1.0, 1.0])).tolist() == [1.0, 2.0]
+  del box["view"]  # w still holds the buffer: no error
+  assert f(Tensor([1.0, 1.0])).tolist() == [1.0, 2.0]
+  del w
+  with pytest.raises(JitError, match="rebound, deleted or replaced"): f(Tensor([1.0, 1.0]))
+
+
 # ---- the class, not only the instances: random call sequences against the eager function ----
 
 @st.composite

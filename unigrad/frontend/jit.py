@@ -92,6 +92,21 @@ class Entry:
   written: dict[UOp, None] = field(default_factory=dict)  # the buffers its assigns write
   outside: list[OutsideBuffer] = field(default_factory=list)  # captured tensors' buffers
   watch: list[tuple[weakref.ref, UOp]] = field(default_factory=list)  # one holder of each
+  # set when a watched holder dies (a weak reference's callback), with the rebind count the
+  # watch was made at (LiveTensors.rebinds): while neither moved, no holder changed
+  watch_refs: list[weakref.ref] = field(default_factory=list)
+  watch_died: list[bool] = field(default_factory=lambda: [True])
+  watch_rebinds: int = -1
+
+  def make_watch(self) -> None:
+    """Watch the first holder of each outside buffer (see TinyJit._check_outside)."""
+    self.watch = [ob.first_holder() for ob in self.outside]
+    died = self.watch_died = [False]
+
+    def on_death(_: weakref.ref) -> None: died[0] = True
+    self.watch_refs = [weakref.ref(t, on_death) for ref, _ in self.watch
+                       if (t := ref()) is not None]
+    self.watch_rebinds = all_tensors.rebinds
 
 
 @dataclass
@@ -193,7 +208,7 @@ class TinyJit:
     entry.program = CapturedProgram.from_capture(cap, [engine.buffer_of(t.uop) for t in inputs])
     entry.input_nodes = tuple(buffer_base(t.uop) for t in inputs)
     entry.outside = self._outside_buffers(entry.program, inputs, start, refs)
-    entry.watch = [ob.first_holder() for ob in entry.outside]
+    entry.make_watch()
     entry.out_uops = tuple((t.uop, t.device) for t in outs.values())
     ins = set(entry.input_nodes)  # the results that read an input (returned as it is, a view)
     entry.out_reads_input = tuple(any(n in ins for n in t.uop.toposort()) for t in outs.values())
@@ -220,13 +235,19 @@ class TinyJit:
 
   def _check_outside(self, entry: Entry, when: str) -> None:
     """Every captured outside tensor's buffer is still held by a tensor that held it (see
-    OutsideBuffer), else JitError: the replay would read the buffer of a tensor that is gone."""
+    OutsideBuffer), else JitError: the replay would read the buffer of a tensor that is gone.
+    Where no watched holder died and no tensor got a new node since the watch was made, nothing
+    is looked at (SmolLM2's decode step: 455 weights, 0.3 ms a step once its kernels had pushed
+    them out of the caches)."""
+    if not entry.watch_died[0] and entry.watch_rebinds == all_tensors.rebinds: return
     for ref, u in entry.watch:  # the fast path: the first holder of each buffer is unchanged
       if (t := ref()) is None or t.uop is not u: break
-    else: return
+    else:
+      entry.make_watch()
+      return
     for ob in entry.outside:
       if not ob.is_held(): self._rebound(ob.desc, when)
-    entry.watch = [ob.first_holder() for ob in entry.outside]
+    entry.make_watch()
 
   def _rebound(self, desc: str, when: str) -> None:
     self.entries.clear()  # nothing captured can be trusted to read the right buffers

@@ -117,7 +117,7 @@ _LEAVES, _PARAM, _FUNCTION = (Ops.BUFFER, Ops.CONST), Ops.PARAM, Ops.FUNCTION
 _RESHAPE, _BUFFER = Ops.RESHAPE, Ops.BUFFER
 
 
-def _is_value(u: UOp) -> bool:
+def is_value(u: UOp) -> bool:
   """A node that is no buffer and no view of one (a realized tensor is one of those: a model's
   hundreds of weights, asked on every TinyJit replay, are mostly a RESHAPE of their BUFFER)."""
   op = u.op
@@ -130,7 +130,7 @@ def stale_readers(candidates: Iterable[UOp], written: dict[UOp, None],
   """The nodes of `candidates` that read a buffer of `written` as it is before the writes (not
   through one of the writes' AFTER nodes) and are values, not views of the buffer (a view shows
   the write). Their graphs are walked once together: a training step's gradients share one."""
-  roots = [u for u in dict.fromkeys(candidates) if _is_value(u)]
+  roots = [u for u in dict.fromkeys(candidates) if is_value(u)]
   if not roots: return []
   stop = set(afters)
   sink = UOp(Ops.SINK, dtypes.void, tuple(roots))
