@@ -671,7 +671,7 @@ def hand_coded_optimizations(k: OptKernel, ren: Renderer, threads: int) -> OptKe
   # positions) takes its vector from an output axis instead of running scalar (SmolLM2's
   # decode, probabilities @ values, 9 heads x 64 over 140 positions: 70 -> 10 us)
   if ren.vector_bytes and symbolic_reduce(threaded):
-    return output_vector(threaded, ren.vector_bytes)
+    return output_accumulators(output_vector(threaded, ren.vector_bytes), ren)
   return affine_unroll(grouped, ren) if grouped is not threaded else grouped
 
 
@@ -702,6 +702,19 @@ def _reduce_strides(k: OptKernel) -> list[int | None]:
   reduce = [r.arg.id for r in k.axes if r.arg.axis_type is AxisType.REDUCE][-1]
   simple = OptKernel(_simplified(k))  # (16*r + g) // 32 with g < 16 reads as r // 2
   return [st.of.get(reduce) for st in access_strides(simple, False, AxisType.REDUCE)]
+
+
+def output_accumulators(k: OptKernel, ren: Renderer) -> OptKernel:
+  """A kernel whose reduce cannot be split into partial sums (a symbolic length) with its first
+  other LOOP axis upcast by its largest divisor up to half the target's registers: that many
+  independent accumulators, where one FMA chain waited on its own latency at every step
+  (SmolLM2's decode, probabilities @ values, 18 vectors of outputs per core over 150 positions:
+  one chain per vector, each position's loads read once per vector)."""
+  budget = max(1, ren.vector_registers // TILE_SHARE)
+  for i, t in enumerate(k.axis_types()):
+    if t is AxisType.LOOP and k.sizes[i] >= 2 and (amt := _divisor_upto(k.sizes[i], budget)) > 1:
+      return _try(k, Opt.upcast(i, amt))
+  return k
 
 
 def symbolic_reduce(k: OptKernel) -> bool:
