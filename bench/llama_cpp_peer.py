@@ -14,6 +14,7 @@ import argparse
 import json
 import time
 
+import llama_cpp
 import numpy as np
 from llama_cpp import Llama
 
@@ -31,15 +32,22 @@ def main() -> None:
   llm = Llama(args.model, n_ctx=args.context, n_batch=max(512, len(ids)), n_threads=args.threads,
               n_threads_batch=args.threads, verbose=False)
 
+  def last_logits() -> np.ndarray:
+    # the last evaluated token's logits, from the context itself: without logits_all (which
+    # would add the head over every prompt token to the prefill) llama-cpp-python 0.3 keeps no
+    # copy in `scores`, which stay zero (the greedy loop fed token 0 at every step)
+    ptr = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
+    return np.ctypeslib.as_array(ptr, shape=(llm.n_vocab(),))
+
   def run(steps: int) -> tuple[float, float]:
     llm.reset()
     t0 = time.perf_counter()
     llm.eval(ids)
-    logits = llm.scores[llm.n_tokens - 1]
+    logits = last_logits()
     t1 = time.perf_counter()
     for _ in range(steps):
       llm.eval([int(np.argmax(logits))])
-      logits = llm.scores[llm.n_tokens - 1]
+      logits = last_logits()
     return t1 - t0, (time.perf_counter() - t1) / steps
 
   run(3)
