@@ -47,7 +47,7 @@ class LiveTensors:
 
   def __iter__(self) -> Iterator[Tensor]: return iter(self.alive())
 
-  def __len__(self) -> int: return len(self._refs)
+  def __len__(self) -> int: return len(self._refs) - (self._mark is not None)  # (the mark)
 
 
 class _Gone:
