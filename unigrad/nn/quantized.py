@@ -279,12 +279,6 @@ NIBBLES = 0x0F0F0F0F
 Q8_OFFSET = 128
 
 
-def _qs_words(fmt: QuantFormat) -> int:
-  """The uint32 words of one block's values in the interleaved layout (4 for 32 nibbles, 8 for
-  32 bytes)."""
-  return 8 if fmt.name == "Q8_0" else 4
-
-
 def interleave(parts: Parts, shape: tuple[int, ...], lanes: int) -> Parts:
   """A Q4_0/Q4_1/Q8_0 weight (out, in)'s parts laid out for a matvec whose vector lanes are
   `lanes` consecutive output rows: each scale (and minimum) as (out/lanes, blocks, lanes), the
@@ -304,8 +298,9 @@ def interleave(parts: Parts, shape: tuple[int, ...], lanes: int) -> Parts:
 def _deinterleave(fmt: QuantFormat, parts: Parts, shape: tuple[int, ...], lanes: int) -> Parts:
   """The parts in block order ((blocks, 1) scales, (blocks, bytes) values) of interleaved
   `parts`."""
-  rows, g, w = shape[0] // lanes, shape[1] // 32, _qs_words(fmt)
+  rows, g = shape[0] // lanes, shape[1] // 32
   *scales, words = parts
+  w = words.shape[2]  # words per block: 4 of nibbles, Q8_0's 8 of bytes
   qs = words.bitcast(dtypes.uint8).reshape(rows, g, w, lanes, 4).permute(0, 3, 1, 2, 4)
   qs = qs.reshape(-1, 4 * w)
   if fmt.name == "Q8_0": qs = (qs ^ Q8_OFFSET).bitcast(dtypes.int8)
@@ -402,8 +397,7 @@ def int8_linear(x: Tensor, w: PackedWeight, passes: int = 1) -> Tensor:
   *scales, words = w.parts
   rows, lanes = words.shape[0], words.shape[-1]
   shifts = _shifts(2, 4, (1, 1, 2, 1, 1), x.device).cast(dtypes.uint32)
-  if w.fmt.name == "Q8_0": nib = (words.reshape(rows, g, 1, 8, lanes) >> shifts) & NIBBLES
-  else: nib = (words.reshape(rows, g, 1, 4, lanes) >> shifts) & NIBBLES
+  nib = (words.reshape(rows, g, 1, words.shape[2], lanes) >> shifts) & NIBBLES
   d = scales[0]
   low = scales[1] if len(scales) == 2 else d * -(Q8_OFFSET if w.fmt.name == "Q8_0" else 8)
   y = None
