@@ -5,7 +5,7 @@ interleavings of reads, writes, realizes and backward, against PyTorch run eager
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from unigrad import Tensor, nn
@@ -132,12 +132,53 @@ def _run(steps, lib):
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(programs())
+# values made before a step, combined after it with the stepped weights: one read both the old
+# and the new contents of w in one kernel (a wrong sum; with a pending write to `a` as well, a
+# cycle in the assign graph)
+@example([("compute", 0, 0, 0, 0.0)] + [("assign", 0, 0, 0, 0.0)] * 4 + [
+  ("backward", 0, 0, 0, 0.0), ("compute", 2, 0, 0, 1.0), ("compute", 0, 0, 0, 0.0),
+  ("step", 0, 0, 0, 0.0), ("compute", 4, 2, 0, 1.0)])
+@example([("compute", 0, 0, 0, 0.0), ("backward", 0, 0, 0, 0.0), ("assign", 0, 0, 0, 0.0),
+          ("compute", 2, 0, 0, 0.0), ("compute", 0, 0, 0, 0.0), ("step", 0, 0, 0, 0.0),
+          ("compute", 3, 2, 0, 0.0)])
 def test_interleaved_reads_writes_realizes_and_backward_match_pytorch(steps):
   got_reads, got = _run(steps, "ug")
   want_reads, want = _run(steps, "torch")
   assert len(got_reads) == len(want_reads)
   for g, w in zip(got_reads + got, want_reads + want):
     np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_value_made_before_a_write_keeps_old_contents_when_combined_with_the_written_buffer():
+  a = Tensor([1.0, 2.0, 3.0, 4.0]).realize()
+  w = Tensor([0.5] * 4).realize()
+  before = w * 1.0 + a.sum()
+  w.assign(w - 0.1)
+  both = before * 1.0 + w.sum()  # old w through `before`, new w through w itself
+  assert both.tolist() == pytest.approx([10.5 + 1.6] * 4)
+  assert before.tolist() == pytest.approx([10.5] * 4) and w.tolist() == pytest.approx([0.4] * 4)
+
+
+def test_values_reading_old_and_new_contents_of_two_written_buffers_have_no_cycle():
+  a, w = Tensor([1.0, 2.0]).realize(), Tensor([3.0, 4.0]).realize()
+  old_a = a * 2
+  a.assign(a + 1)
+  new_a_old_w = w * 1.0 + a.sum()  # must run after a's write and before w's
+  w.assign(w * 0)
+  old_a_new_w = old_a * 1.0 + w.sum()  # reads a before its write and w after its write
+  assert old_a_new_w.tolist() == [2.0, 4.0] and new_a_old_w.tolist() == [8.0, 9.0]
+  assert a.tolist() == [2.0, 3.0] and w.tolist() == [0.0, 0.0]
+
+
+@pytest.mark.parametrize("keep_old", [False, True])
+def test_write_of_a_value_made_before_another_write_stores_the_old_contents(keep_old):
+  a, b = Tensor([1.0, 2.0]).realize(), Tensor([0.0, 0.0]).realize()
+  old = a * 2
+  a.assign(a + 1)
+  b.assign(old + a)  # old a through `old`, new a through a: once stored 2 * new a + new a
+  if not keep_old: del old
+  assert b.tolist() == [4.0, 7.0] and a.tolist() == [2.0, 3.0]
+  if keep_old: assert old.tolist() == [2.0, 4.0]
 
 
 def test_pending_write_is_seen_by_a_dlpack_consumer():

@@ -341,8 +341,11 @@ def _realize_with_writes(tensors: list[Tensor]) -> None:
   """Realize `tensors` and run every pending write, computing first (in the same command buffer)
   each live lazy value that reads the old contents of a written buffer: it keeps the values it
   was made from (frontend/writes.py). A target that is a view of a written buffer is read after
-  the writes, in a realize of its own. Under a TinyJit capture, the stale values made before the
-  capture began are computed outside it: a replay must not recompute them."""
+  the writes, in a realize of its own. Where a value (a target, a live tensor, or what a write
+  stores) reads both a buffer's old contents and a write's result, its old-contents parts are
+  computed first, in a realize of their own, and it reads them from there. Under a TinyJit
+  capture, the stale values made before the capture began are computed outside it: a replay
+  must not recompute them."""
   live = all_tensors.alive()
   # a write no live tensor holds any more is gone with it (a failed @function trace put its
   # tensors back): what still reads it runs it
@@ -350,27 +353,27 @@ def _realize_with_writes(tensors: list[Tensor]) -> None:
   for t in tensors:
     if engine.is_realized(t.uop): _check_bound(t.uop)
   todo = [t for t in tensors if not engine.is_realized(t.uop)]
-  views = [t for t in todo if buffer_base(t.uop) in written]
-  if views: todo = [t for t in todo if buffer_base(t.uop) not in written]
-  stale = _stale_values(live, written, afters)
-  if (cap := engine.capturing[-1] if engine.capturing else None) is not None:
+  stale, snapshots = writes.stale_readers([t.uop for t in live], written, afters)
+  device_of = {**{t.uop: t.device for t in live}, **dict(zip(afters, devices))} \
+    if stale or snapshots else {}
+  before = {u: device_of[u] for u in stale}
+  cap = engine.capturing[-1] if engine.capturing else None
+  if cap is not None:
     cap.written.update(written)
-    outside = {u: d for u, d in stale.items() if u in cap.before}
+    outside = {u: d for u, d in before.items() if u in cap.before}
     with outside_capture(): _realize_values(outside)
-    stale = {u: d for u, d in stale.items() if u not in outside}
-  targets = {**{t.uop: t.device for t in todo}, **dict(zip(afters, devices)), **stale}
-  _realize_values(targets)
+    before = {u: d for u, d in before.items() if u not in outside}
+  later = [t for t in todo if buffer_base(t.uop) in written]
+  if snapshots:
+    # computed on their own: then the values holding them read their buffers (_apply_map
+    # substitutes them), the writes' AFTERs included (their tensors hold the new ones)
+    holders = [next(t for t in live if t.uop is a) for a in afters]
+    _realize_values({**before, **{u: device_of[r] for u, r in snapshots.items()}})
+    before, afters = {}, [t.uop for t in holders]
+  if later: todo = [t for t in todo if not any(t is x for x in later)]
+  _realize_values({**{t.uop: t.device for t in todo}, **dict(zip(afters, devices)), **before})
   engine.mark_written(written)
-  if views: Tensor.realize_all(*views)
-
-
-def _stale_values(live: list[Tensor], written: dict[UOp, None],
-                  afters: list[UOp]) -> dict[UOp, str]:
-  """The live lazy values that read the old contents of a buffer in `written`, with devices."""
-  stale = writes.stale_readers([t.uop for t in live], written, afters)
-  if not stale: return {}
-  device_of = {t.uop: t.device for t in live}
-  return {u: device_of[u] for u in stale}
+  if later: Tensor.realize_all(*later)
 
 
 def _realize_values(targets: dict[UOp, str]) -> None:
@@ -382,8 +385,10 @@ def realize_stale_values(written: dict[UOp, None]) -> None:
   """Compute every live lazy value that reads a buffer of `written`, before something that is no
   realize (a TinyJit replay) overwrites those buffers."""
   with engine.realize_lock:
-    if written and (values := _live_values()) and (stale := _stale_values(values, written, [])):
-      _realize_values(stale)
+    if written and (values := _live_values()) and \
+        (stale := writes.stale_readers([t.uop for t in values], written, [])[0]):
+      device_of = {t.uop: t.device for t in values}
+      _realize_values({u: device_of[u] for u in stale})
 
 
 class _ValueScan:

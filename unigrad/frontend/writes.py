@@ -126,23 +126,57 @@ def is_value(u: UOp) -> bool:
 
 
 def stale_readers(candidates: Iterable[UOp], written: dict[UOp, None],
-                  afters: list[UOp]) -> list[UOp]:
-  """The nodes of `candidates` that read a buffer of `written` as it is before the writes (not
-  through one of the writes' AFTER nodes) and are values, not views of the buffer (a view shows
-  the write). Their graphs are walked once together: a training step's gradients share one."""
+                  afters: list[UOp]) -> tuple[list[UOp], dict[UOp, UOp]]:
+  """(stale, snapshots).
+  - `stale`: the nodes of `candidates` that read a buffer of `written` as it is before the
+    writes (not through one of the writes' AFTER nodes) and are values, not views of the buffer
+    (a view shows the write).
+  - `snapshots`: where a candidate, or the value a write stores, reads both old contents (of a
+    buffer other than the one it writes) and a write's result (a value made before an optimizer
+    step, added to the weights after it), the largest values inside it that read only old
+    contents, each with that candidate or write's AFTER. No one kernel can read a buffer both
+    before and after its write: those are computed before the writes, the rest after.
+  The graphs are walked once together: a training step's gradients share one."""
   roots = [u for u in dict.fromkeys(candidates) if is_value(u)]
-  if not roots: return []
+  stores = {a.src[1].src[1]: a for a in afters if len(a.src) > 1 and a.src[1].op is Ops.STORE}
+  if not roots and not stores: return [], {}
   stop = set(afters)
-  sink = UOp(Ops.SINK, dtypes.void, tuple(roots))
-  # per node: 1 reads an old buffer, 2 reads a free PARAM (a function's placeholder while it is
-  # traced: such a value cannot be realized on its own, it stays lazy), 3 both. A write's AFTER
-  # reads the new contents; a FUNCTION's body is its own world (its PARAMs are its arguments).
+  sink = UOp(Ops.SINK, dtypes.void, (*roots, *stores))
+  # per node, bits: 1 reads an old buffer, 2 reads a free PARAM (a function's placeholder while
+  # it is traced: such a value cannot be realized on its own, it stays lazy), 4 reads a write's
+  # result (its AFTER). A FUNCTION's body is its own world (its PARAMs are its arguments).
   state: dict[UOp, int] = {}
+  mixed = False
   for u in sink.toposort(bodies=False):
     if u in stop:
-      state[u] = 0
+      state[u] = 4
       continue
     st = 1 if u in written else 2 if u.op is _PARAM else 0
     for s in (u.src[1:] if u.op is _FUNCTION else u.src): st |= state[s]
     state[u] = st
-  return [u for u in roots if state.get(u, 0) == 1]
+    if (st & 5) == 5 and u is not sink: mixed = True
+  stale = [u for u in roots if state[u] == 1]
+  if not mixed: return stale, {}
+  snapshots: dict[UOp, UOp] = {}
+  for r in roots: _snapshots(r, r, None, state, written, snapshots)
+  for value, a in stores.items():  # a write reads its own buffer's old contents in its kernel
+    _snapshots(value, a, buffer_base(a.src[0]), state, written, snapshots)
+  return stale, snapshots
+
+
+def _snapshots(root: UOp, owner: UOp, own: UOp | None, state: dict[UOp, int],
+               written: dict[UOp, None], out: dict[UOp, UOp]) -> None:
+  """Into `out` (node -> `owner`), the largest values under `root` that read old contents only
+  (of a buffer other than `own`), found by descending through the nodes that read both old
+  contents and a write's result."""
+  seen: set[UOp] = set()
+  todo = [root]
+  while todo:
+    u = todo.pop()
+    if u in seen or (state[u] & 5) != 5: continue
+    seen.add(u)
+    for s in (u.src[1:] if u.op is _FUNCTION else u.src):
+      if state[s] != 1: todo.append(s)
+      elif is_value(s) and (own is None or any(b in written and b is not own
+                                                for b in s.toposort(bodies=False))):
+        out.setdefault(s, owner)
