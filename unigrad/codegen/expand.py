@@ -62,7 +62,25 @@ def split_vector_reduce(ctx: ExpandCtx, red: UOp) -> UOp | None:
   return split_lane_reduce(red, ctx.keep)
 
 
+def invariant_reduce(red: UOp) -> UOp | None:
+  """A REDUCE over ranges its value does not depend on drops them: a sum multiplies by their
+  sizes, a max is the value. After unrolling, the prefix sum of an arange whose index
+  became a constant (a nibble's shift) sums a constant 1: a loop per use, and a shift whose
+  amount is no constant renders one scalar guarded shift per lane."""
+  if red.arg.op not in (Ops.ADD, Ops.MAX): return None
+  value, rngs = red.src[0], red.src[1:]
+  free = [r for r in rngs if r.op is Ops.RANGE and r not in value.toposort()]
+  # (a max over a range that may be empty is the identity, not the value)
+  if red.arg.op is not Ops.ADD: free = [r for r in free if r.src[0].vmin > 0]
+  if not free: return None
+  if red.arg.op is Ops.ADD:
+    for r in free: value = value * r.src[0].cast(value.dtype)
+  kept = tuple(r for r in rngs if not any(r is f for f in free))
+  return red.replace(src=(value, *kept)) if kept else value
+
+
 pm_expand_reduce = PatternMatcher([
+  (UPat(Ops.REDUCE, name="red"), invariant_reduce),  # a value free of the ranges: no loop
   (UPat(Ops.REDUCE, name="red"), split_vector_reduce),  # REDUCE over lanes -> per-lane REDUCE
   (UPat(Ops.REDUCE, name="red"), lower_reduce),  # REDUCE -> accumulator loop
 ])
