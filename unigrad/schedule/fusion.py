@@ -232,12 +232,62 @@ pm_split_reduce = PatternMatcher([
 ])
 
 
+def read_stored_values(body: UOp) -> UOp:
+  """A value that one STORE writes whole into its target and that other STOREs' values read
+  too: those read the target once it is written (its AFTER), when the value holds a reduction
+  of data. A training step stores each weight's gradient (a `.grad` target, transposed from
+  the matmul that sums it) and reads it again in the weight's update: the shared reduction got
+  a buffer of its own and each store a copy of it, where now the gradient's store computes it
+  in the gradient's layout and the update reads the gradient (the MLP step's 784x256 weight:
+  a transposing copy less)."""
+  stores = [st for st in body.src if st.op is Ops.STORE]
+  if len(stores) < 2: return body
+  # each value stored by exactly one STORE, whole (one stored on several devices' buffers is
+  # one node: it is read where it is)
+  stored: dict[UOp, list[UOp]] = {}
+  for st in stores: stored.setdefault(st.src[1], []).append(st)
+  first = {v: sts[0] for v, sts in stored.items() if len(sts) == 1 and v.op not in _LEAVES
+           and _whole_view(sts[0].src[0]) and v.shape == sts[0].src[0].shape}
+  if not first: return body
+  read = {u for st in stores for u in st.src[1].toposort(_walk)
+          if u in first and first[u] is not st}
+  shared = [v for v in first if v in read and _holds_reduction(v)]
+  if not shared: return body
+  # one substitution of the whole body, so that an AFTER naming a rewritten STORE names the
+  # new one; a writer of a shared value keeps it (maps to itself)
+  sub = {first[v]: first[v] for v in shared}
+  sub.update({v: UOp(Ops.AFTER, v.dtype, (first[v].src[0], first[v])) for v in shared})
+  out = body.substitute(sub)
+  # a STORE left in its old form beside its new one would write its target twice
+  if _count_stores(out) != _count_stores(body): return body
+  return out
+
+
+def _count_stores(body: UOp) -> int: return sum(u.op is Ops.STORE for u in body.toposort())
+
+
+def _base_of(u: UOp) -> UOp:
+  while u.op in VIEW_OPS: u = u.src[0]
+  return u
+
+
+def _whole_view(target: UOp) -> bool:
+  """A STORE target that is its buffer, whole (a PARAM, or a reshape of one)."""
+  return target.op is Ops.PARAM or target.op is Ops.RESHAPE and target.src[0].op is Ops.PARAM
+
+
+def _holds_reduction(v: UOp) -> bool:
+  return any(u.op is Ops.REDUCE and not has_closed_form(u) for u in v.toposort(_walk))
+
+
 def fix_store_hazards(body: UOp) -> UOp:
   """A STORE whose value reads its own target at other positions first copies the value."""
   def fix(st: UOp) -> UOp:
     target, value = st.src[0], st.src[1]
     base = target.src[0] if target.op is Ops.RESHAPE else target
-    reads = [u for u in value.toposort()
+    # what an AFTER of another buffer reads, its STORE's kernel read before this one runs
+    def inside(u: UOp) -> bool: return u.op is not Ops.AFTER or _base_of(u.src[0]) is base
+    reads = [u for u in value.toposort(inside)
              if u.op in VIEW_OPS and (base in u.src or target in u.src) and u is not target]
     if not reads: return st
     return st.replace(src=(target, UOp(Ops.CONTIGUOUS, value.dtype, (value,)), *st.src[2:]))

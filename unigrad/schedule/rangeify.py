@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from unigrad.dtype import dtypes
 from unigrad.schedule.callify import max_numel
-from unigrad.schedule.fusion import find_realizes, fix_store_hazards, pm_split_reduce
+from unigrad.schedule.fusion import (find_realizes, fix_store_hazards, pm_split_reduce,
+                                     read_stored_values)
 from unigrad.schedule.indexing import Kernel, RangeifyCtx, index, pm_rangeify, view
 from unigrad.schedule.scatter import scatter_kernels
 from unigrad.uop import AxisType, Ops, ParamArg, UOp, graph_rewrite, shape_uop
@@ -115,7 +116,8 @@ def _base_param(u: UOp) -> UOp:
 
 def rangeify(body: UOp, nargs: int, device: str) -> RangeifyCtx:
   """All kernels of the function `body` (a SINK of STOREs over PARAM slots 0..nargs-1)."""
-  body = fix_store_hazards(graph_rewrite(body, pm_split_reduce, name="split reduce"))
+  body = fix_store_hazards(read_stored_values(graph_rewrite(body, pm_split_reduce,
+                                                           name="split reduce")))
   ctx = RangeifyCtx(nargs, device, realize=find_realizes(body))
   for st in _stores_in_order(body.src):
     _build_realized_below(ctx, st.src[1])
