@@ -209,18 +209,30 @@ def form_dot4(x: UOp) -> UOp | None:
         break
   complete = [(ab, g) for ab, g in groups.items() if len(g) == 4]
   if not complete and (len(dots) < 2 or x.src[0].op is not Ops.DOT4 and x.src[1].op is not
-                       Ops.DOT4):
+                       Ops.DOT4 or x.tag == _TWO_CHAINS):
     return None
   rest = list(terms)
   for _, g in complete:
     for t, _ in g.values(): rest.remove(t)
-  acc = rest[0] if rest else UOp.const(dtypes.int32, 0)
-  for t in rest[1:]: acc = acc.alu(Ops.ADD, t)
-  for a, b in dots: acc = UOp(Ops.DOT4, dtypes.int32, (a, b, acc))
+  pairs = list(dots)
   for (x_word, b), g in complete:
     a = x_word.alu(Ops.AND, UOp.const(dtypes.uint32, sum(g[k][1] << 8 * k for k in range(4))))
-    acc = UOp(Ops.DOT4, dtypes.int32, (a.bitcast(dtypes.int32), b.bitcast(dtypes.int32), acc))
-  return acc
+    pairs.append((a.bitcast(dtypes.int32), b.bitcast(dtypes.int32)))
+  acc = rest[0] if rest else UOp.const(dtypes.int32, 0)
+  for t in rest[1:]: acc = acc.alu(Ops.ADD, t)
+  if len(pairs) < 2 * DOT4_CHAIN:
+    for a, b in pairs: acc = UOp(Ops.DOT4, dtypes.int32, (a, b, acc))
+    return acc
+  # two chains, added at the end: each DOT4 waits for its accumulator (vpdpbusd: 5 cycles)
+  other = UOp.const(dtypes.int32, 0)
+  for i, (a, b) in enumerate(pairs):
+    if i % 2: other = UOp(Ops.DOT4, dtypes.int32, (a, b, other))
+    else: acc = UOp(Ops.DOT4, dtypes.int32, (a, b, acc))
+  return UOp(Ops.ADD, dtypes.int32, (acc, other), tag=_TWO_CHAINS)
+
+
+DOT4_CHAIN = 4  # a sum of at least twice this many byte dot products runs as two chains
+_TWO_CHAINS = "two dot4 chains"
 
 
 # for targets with DOT4
