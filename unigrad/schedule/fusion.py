@@ -249,9 +249,10 @@ def read_stored_values(body: UOp) -> UOp:
   first = {v: sts[0] for v, sts in stored.items() if len(sts) == 1 and v.op not in _LEAVES
            and _whole_view(sts[0].src[0]) and v.shape == sts[0].src[0].shape}
   if not first: return body
-  read = {u for st in stores for u in st.src[1].toposort(_walk)
-          if u in first and first[u] is not st}
-  shared = [v for v in first if v in read and _holds_reduction(v)]
+  # read by another store: consumed by a node other than its writer (one walk of the body)
+  consumers = consumer_map_from_toposort(body.toposort(_walk))
+  shared = [v for v, st in first.items()
+            if any(c is not st for c in consumers.get(v, ())) and _holds_reduction(v)]
   if not shared: return body
   # one substitution of the whole body, so that an AFTER naming a rewritten STORE names the
   # new one; a writer of a shared value keeps it (maps to itself)
