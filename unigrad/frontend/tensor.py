@@ -354,8 +354,7 @@ def _realize_with_writes(tensors: list[Tensor]) -> None:
     if engine.is_realized(t.uop): _check_bound(t.uop)
   todo = [t for t in tensors if not engine.is_realized(t.uop)]
   stale, snapshots = writes.stale_readers([t.uop for t in live], written, afters)
-  device_of = {**{t.uop: t.device for t in live}, **dict(zip(afters, devices))} \
-    if stale or snapshots else {}
+  device_of = _devices_of(live) | dict(zip(afters, devices)) if stale or snapshots else {}
   before = {u: device_of[u] for u in stale}
   cap = engine.capturing[-1] if engine.capturing else None
   if cap is not None:
@@ -387,8 +386,12 @@ def realize_stale_values(written: dict[UOp, None]) -> None:
   with engine.realize_lock:
     if written and (values := _live_values()) and \
         (stale := writes.stale_readers([t.uop for t in values], written, [])[0]):
-      device_of = {t.uop: t.device for t in values}
+      device_of = _devices_of(values)
       _realize_values({u: device_of[u] for u in stale})
+
+
+def _devices_of(tensors: list[Tensor]) -> dict[UOp, str]:
+  return {t.uop: t.device for t in tensors}
 
 
 class _ValueScan:

@@ -2,9 +2,11 @@
 
 Consumes: the function body made by callify, `SINK(STORE(buf, value)...)`.
 Produces: `find_realizes(body)`, the set of nodes that rangeify builds a kernel for; every other
-node is recomputed inline where it is read. Also the two rewrites of the body before that
-choice: long reductions split into two kernels (`pm_split_reduce`), and a store whose value
-reads its own target at other positions copied first (`fix_store_hazards`).
+node is recomputed inline where it is read. Also the three rewrites of the body before that
+choice: long reductions split into two kernels (`pm_split_reduce`), a reduction that one store
+writes whole and other stores read read from that store's target (`read_stored_values`: a
+gradient and the update reading it), and a store whose value reads its own target at other
+positions copied first (`fix_store_hazards`).
 The policy is data:
 - REALIZED_OPS: nodes that always get a kernel (CONTIGUOUS, COPY, COLLECTIVE), and
   every STORE is a kernel;
@@ -267,8 +269,9 @@ def read_stored_values(body: UOp) -> UOp:
 def _count_stores(body: UOp) -> int: return sum(u.op is Ops.STORE for u in body.toposort())
 
 
-def _base_of(u: UOp) -> UOp:
-  while u.op in VIEW_OPS: u = u.src[0]
+def base_param(u: UOp) -> UOp:
+  """The PARAM under a body node's views (and AFTERs): the buffer it reads or writes."""
+  while u.op is not Ops.PARAM and u.src: u = u.src[0]
   return u
 
 
@@ -287,7 +290,7 @@ def fix_store_hazards(body: UOp) -> UOp:
     target, value = st.src[0], st.src[1]
     base = target.src[0] if target.op is Ops.RESHAPE else target
     # what an AFTER of another buffer reads, its STORE's kernel read before this one runs
-    def inside(u: UOp) -> bool: return u.op is not Ops.AFTER or _base_of(u.src[0]) is base
+    def inside(u: UOp) -> bool: return u.op is not Ops.AFTER or base_param(u.src[0]) is base
     reads = [u for u in value.toposort(inside)
              if u.op in VIEW_OPS and (base in u.src or target in u.src) and u is not target]
     if not reads: return st

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from unigrad.dtype import dtypes
 from unigrad.schedule.callify import max_numel
-from unigrad.schedule.fusion import (find_realizes, fix_store_hazards, pm_split_reduce,
-                                     read_stored_values)
+from unigrad.schedule.fusion import (base_param, find_realizes, fix_store_hazards,
+                                     pm_split_reduce, read_stored_values)
 from unigrad.schedule.indexing import Kernel, RangeifyCtx, index, pm_rangeify, view
 from unigrad.schedule.scatter import scatter_kernels
 from unigrad.uop import AxisType, Ops, ParamArg, UOp, graph_rewrite, shape_uop
@@ -55,7 +55,7 @@ def _build_copy(ctx: RangeifyCtx, target: UOp, copy: UOp, key: UOp) -> None:
   """A COPY to another device (or a COLLECTIVE between processes) is a call of its own in the
   command buffer, not a kernel."""
   src, dep = _source_buffer(ctx, copy.src[0])
-  dst = _base_param(target)
+  dst = base_param(target)
   ast = UOp(copy.op, copy.dtype, (dst, src), copy.arg)
   kernel = Kernel(ast=ast, key=key, writes=dst, reads={src})
   if dep is not None: kernel.deps.add(dep)
@@ -75,7 +75,7 @@ def _build_kernel(ctx: RangeifyCtx, store: UOp, key: UOp) -> None:
   if value.op in (Ops.COPY, Ops.COLLECTIVE):
     if _is_whole_buffer(target): return _build_copy(ctx, target, value, key)
     _source_buffer(ctx, value)  # copied whole into an intermediate, stored into the view below
-  kernel = Kernel(ast=value, key=key, writes=_base_param(target))
+  kernel = Kernel(ast=value, key=key, writes=base_param(target))
   saved = ctx.current
   ctx.current = kernel
   ctx.producer[key] = len(ctx.kernels)
@@ -107,11 +107,6 @@ def _split_scatter(ctx: RangeifyCtx, key: UOp, kernel: Kernel, fill: UOp, scatte
   kernel.ast, kernel.reads, kernel.deps = fill, set(), set()
   ctx.producer[key] = len(ctx.kernels)
   ctx.kernels.append(after)
-
-
-def _base_param(u: UOp) -> UOp:
-  while u.op is not Ops.PARAM: u = u.src[0]
-  return u
 
 
 def rangeify(body: UOp, nargs: int, device: str) -> RangeifyCtx:
