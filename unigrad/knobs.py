@@ -98,6 +98,9 @@ PROFILE_TOP = knob("PROFILE_TOP", int, 20, "rows of the kernel table PROFILE=1 p
 NOOPT = knob("NOOPT", bool, False, "skip kernel optimizations (heuristics and BEAM)")
 BEAM = knob("BEAM", int, 0, "beam width for the kernel optimizer search; 0 uses the heuristics")
 BEAM_BUDGET = knob("BEAM_BUDGET", float, 30.0, "seconds BEAM may spend searching one kernel")
+PREFETCH = knob("PREFETCH", int, 16384, "bytes the CPU's streamed loads (each element read once, "
+                "as a matrix-vector product reads its weight) prefetch ahead of their loop, all "
+                "together; 0 leaves prefetching to the hardware")
 THREADS = knob("THREADS", int, 0, "CPU threads for THREAD axes; 0 uses every core")
 LRU = knob("LRU", bool, True, "reuse freed device buffers of the same size")
 CHECK_OOB = knob("CHECK_OOB", bool, False, "every generated load and store checks its index "

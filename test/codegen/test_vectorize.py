@@ -252,6 +252,49 @@ def test_small_read_or_scalar_outputs_are_not_streamed():
   assert "nontemporal" not in src(x(64, 64) * 2, [])  # scalar stores
 
 
+# ---- prefetching: loads that stream through memory ask for their data ahead ----
+
+PREFETCHING = CRenderer("CPU", vector_bytes=64, prefetch_bytes=4096)
+
+
+def rendered(t: Tensor, opts, ren=PREFETCHING) -> tuple[UOp, str]:
+  kernel = t.schedule().src[-1].src[0]
+  return kernel, ren.render("k", full_rewrite(
+    kernel.replace(arg=KernelInfo(opts_to_apply=tuple(opts))), ren))
+
+
+def prefetch_lines(src: str) -> list[str]:
+  return [line.strip() for line in src.splitlines() if "__builtin_prefetch" in line]
+
+
+def test_a_matvec_prefetches_its_weight_not_its_vector():
+  # each weight element is read once (its address moves with every loop): prefetched 4096 bytes
+  # ahead (64 trips of the reduce loop moving 64 bytes); the vector is read once per row: not
+  kernel, src = rendered((x(64, 256) * x(256)).sum(1), [Opt.thread(0, 2), Opt.unroll(2, 16)])
+  lines = prefetch_lines(src)
+  assert len(lines) == 1 and lines[0].endswith("+4096);") and "(data1+" in lines[0], src
+  inputs = inputs_for(kernel)
+  np.testing.assert_allclose(run(kernel, [Opt.thread(0, 2), Opt.unroll(2, 16)], inputs,
+                                 PREFETCHING),
+                             run(kernel, [], inputs, PythonRenderer()), rtol=1e-5)
+
+
+def test_reused_narrow_or_unlooped_loads_are_not_prefetched():
+  # a matmul reads each input once per output row or column: the caches serve it
+  assert not prefetch_lines(rendered(x(64, 64) @ x(64, 64), [Opt.upcast(1, 16)])[1])
+  # scalar loads move 4 bytes a trip: the hardware's prefetcher follows them
+  assert not prefetch_lines(rendered((x(64, 256) * x(256)).sum(1), [])[1])
+  # prefetch_bytes=0 (the PREFETCH knob's 0): none
+  assert not prefetch_lines(rendered((x(64, 256) * x(256)).sum(1), [Opt.unroll(1, 16)], VEC)[1])
+
+
+def test_prefetch_distance_is_shared_by_a_loops_streams():
+  # two streamed weights of one loop, 64 bytes a trip each: 4096 bytes in all is 32 trips ahead
+  _, src = rendered((x(64, 256) * x(64, 256) * x(256)).sum(1), [Opt.unroll(1, 16)])
+  lines = prefetch_lines(src)
+  assert len(lines) == 2 and all(line.endswith("+2048);") for line in lines), src
+
+
 def test_expand_keeps_the_vector_range_the_kernel_records():
   kernel = (x(16, 8) + x(16, 8)).schedule().src[-1].src[0]
   k = OptKernel(kernel).apply(Opt.upcast(1, 8)).apply(Opt.upcast(0, 4))

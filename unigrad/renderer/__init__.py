@@ -45,6 +45,7 @@ class Renderer:
   emulated_dtypes: frozenset = frozenset()
   vector_bytes: int = 0  # width of the target's vector registers (0: no vector values)
   stream_bytes: int = 0  # outputs this big are written around the caches (0: never)
+  prefetch_bytes: int = 0  # streamed loads prefetch this many bytes ahead in all (0: never)
   vector_registers: int = 0  # how many vector registers the target has (0: no vector values)
   # GPU targets: output axes run as work groups x work items (SPECIAL gidx/lidx, codegen/gpudims)
   has_local: bool = False

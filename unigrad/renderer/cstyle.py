@@ -225,6 +225,7 @@ class RenderState:
   streamed: frozenset[UOp] = frozenset()  # PARAMs whose vector stores are streaming stores
   stream_used: bool = False
   checked: dict[UOp, tuple[int, bool]] = field(default_factory=dict)  # CHECK_OOB: (lanes, store)
+  prefetched: dict[UOp, int] = field(default_factory=dict)  # LOAD -> bytes ahead to prefetch
 
   def emit(self, line: str) -> None: self.lines.append("  " * self.depth + line)
 
@@ -244,6 +245,52 @@ def _checked_accesses(linear: UOp) -> dict[UOp, tuple[int, bool]]:
     lanes = _vdt(u.src[1] if u.op is Ops.STORE else u).count
     w, store = out.get(ix, (1, False))
     out[ix] = (max(w, lanes), store or u.op is Ops.STORE)
+  return out
+
+
+def _stride(e: UOp, r: UOp) -> int | None:
+  """The change of integer expression `e` when RANGE `r` steps by one, if `e` is affine in `r`
+  (sums, differences, products and left shifts by constants); None otherwise."""
+  if e is r: return 1
+  if r not in e.ranges: return 0
+  if e.op in (Ops.ADD, Ops.SUB):
+    a, b = _stride(e.src[0], r), _stride(e.src[1], r)
+    if a is None or b is None: return None
+    return a + b if e.op is Ops.ADD else a - b
+  if e.op in (Ops.MUL, Ops.SHL) and e.src[1].op is Ops.CONST:
+    a = _stride(e.src[0], r)
+    if a is None: return None
+    return a * e.src[1].arg if e.op is Ops.MUL else a << e.src[1].arg
+  if e.op is Ops.MUL and e.src[0].op is Ops.CONST:
+    a = _stride(e.src[1], r)
+    return None if a is None else a * e.src[0].arg
+  return None
+
+
+def _prefetched(linear: UOp, ahead: int) -> dict[UOp, int]:
+  """The streamed loads -> how many bytes ahead of each to prefetch. A load is streamed when its
+  address depends on every loop around it (each element is read once: from memory, not a cache)
+  and moves at least a cache line per trip of the innermost loop; each streamed load of a loop
+  prefetches the same number of trips ahead, so that together they have `ahead` bytes in flight."""
+  loops: list[UOp | None] = []
+  streams: dict[UOp, list[tuple[UOp, int]]] = {}
+  for u in linear.src:
+    if u.op is Ops.RANGE: loops.append(u)
+    elif u.op is Ops.IF: loops.append(None)
+    elif u.op in (Ops.END, Ops.ENDIF): loops.pop()
+    elif u.op is Ops.LOAD:
+      ix, open_ranges = u.src[0], [r for r in loops if r is not None]
+      if not open_ranges or len(u.src) == 3 or ix.op is not Ops.INDEX or ix.dtype.count > 1:
+        continue  # (a gated load's address may lie outside its buffer)
+      if ix.src[0].op is not Ops.PARAM or ix.src[0].arg.name is not None: continue
+      if any(r not in ix.src[1].ranges for r in open_ranges): continue
+      step = _stride(ix.src[1], open_ranges[-1])
+      if step is None or abs(step) * ix.src[0].dtype.itemsize < 64: continue
+      streams.setdefault(open_ranges[-1], []).append((u, step * ix.src[0].dtype.itemsize))
+  out: dict[UOp, int] = {}
+  for loads in streams.values():
+    trips = max(1, -(-ahead // sum(_vdt(u).itemsize for u, _ in loads)))
+    for u, b in loads: out[u] = trips * b
   return out
 
 
@@ -408,7 +455,8 @@ class CRenderer(Renderer):
   conversion_attr = "__attribute__((noinline)) "
 
   def __init__(self, device: str = "CPU", vector_bytes: int = 0, stream_bytes: int = 0,
-               vector_registers: int = 16, byte_dot: bool = False) -> None:
+               vector_registers: int = 16, byte_dot: bool = False,
+               prefetch_bytes: int = 0) -> None:
     """`byte_dot`: the target has a byte dot-product instruction (x86 AVX2 or VNNI): DOT4 is
     rendered with it (and nn's quantized matvecs take int8 activations)."""
     ops = frozenset(GroupOp.Primitive | {Ops.CDIV, Ops.CMOD, Ops.SQRT, Ops.DIV, Ops.SUB, Ops.NEG,
@@ -416,7 +464,7 @@ class CRenderer(Renderer):
     super().__init__(device, ops, has_threads=True, emulated_dtypes=frozenset(EMULATED_FLOATS),
                      vector_bytes=vector_bytes, stream_bytes=stream_bytes,
                      vector_registers=vector_registers if vector_bytes else 0,
-                     byte_dot=byte_dot)
+                     byte_dot=byte_dot, prefetch_bytes=prefetch_bytes)
 
   def render(self, name: str, linear: UOp) -> str:
     helpers, function = self.render_parts(name, linear)
@@ -428,6 +476,7 @@ class CRenderer(Renderer):
     st, (uses, params) = RenderState(), uses_and_params(linear)
     st.streamed = self._streamed(linear)
     if CHECK_OOB: st.checked = _checked_accesses(linear)
+    if self.prefetch_bytes: st.prefetched = _prefetched(linear, self.prefetch_bytes)
     for u in linear.src: self._node(st, u, uses)
     # streaming stores are weakly ordered: fence them before the caller reads the output
     if st.stream_used: st.emit("__atomic_thread_fence(__ATOMIC_SEQ_CST);")
@@ -513,6 +562,10 @@ class CRenderer(Renderer):
     name = st.fresh("val")
     st.emit(f"{_ctype(st, u.dtype)} {name} = {val};")
     st.names[u] = name
+    if (ahead := st.prefetched.get(u)) is not None:  # unchecked (CHECK_OOB): it cannot fault
+      ix = u.src[0]
+      st.emit(f"__builtin_prefetch((const char*)({st.names[ix.src[0]]}+{st.names[ix.src[1]]})"
+              f"+{ahead});")
 
   def _value(self, st: RenderState, u: UOp, expr: str, uses: dict[UOp, int]) -> None:
     if u.dtype.count == 1 and self.emulates(u.dtype) and u.op is not Ops.BITCAST:

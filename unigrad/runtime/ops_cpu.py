@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from unigrad.helpers import cpu_threads
-from unigrad.knobs import CC, MARCH
+from unigrad.knobs import CC, MARCH, PREFETCH
 from unigrad.renderer.cstyle import CRenderer
 from unigrad.runtime.device import (Buffer, Compiled, CompileError, Compiler, LRUAllocator,
                                     OOB_STATE, OutOfBoundsError)
@@ -591,9 +591,10 @@ class CPUBatch:
 
 
 @functools.cache
-def _cpu_renderer(march: str, vector_bytes: int, vector_registers: int,
-                  byte_dot: bool) -> CRenderer:
-  return CRenderer("CPU", vector_bytes, last_level_cache_bytes(), vector_registers, byte_dot)
+def _cpu_renderer(march: str, vector_bytes: int, vector_registers: int, byte_dot: bool,
+                  prefetch_bytes: int) -> CRenderer:
+  return CRenderer("CPU", vector_bytes, last_level_cache_bytes(), vector_registers, byte_dot,
+                   max(0, prefetch_bytes))
 
 
 class CPUDevice(Compiled):
@@ -604,10 +605,10 @@ class CPUDevice(Compiled):
 
   @property
   def renderer(self) -> CRenderer:
-    """C for the target ISA the `MARCH` knob names (its vector width and register count), made
-    per target: `Context(MARCH=...)` switches it."""
+    """C for the target ISA the `MARCH` knob names (its vector width and register count) and
+    the `PREFETCH` distance, made per setting: `Context(MARCH=...)` switches it."""
     return _cpu_renderer(str(MARCH), target_vector_bytes(), target_vector_registers(),
-                         target_byte_dot())
+                         target_byte_dot(), int(PREFETCH))
 
   @property
   def threads(self) -> int:
