@@ -385,6 +385,11 @@ def contiguous_reduce(k: OptKernel) -> bool:
                                for st in access_strides(k, False, AxisType.REDUCE))
 
 
+# outputs_in_lanes keeps at least this many bytes of outputs per step (two AVX2 registers): each
+# activation word broadcast serves them all
+LANES_BYTES = 64
+
+
 def outputs_in_lanes(k: OptKernel, vector_bytes: int) -> OptKernel | None:
   """`k` with an output axis as its vector (output_vector) when every load that varies along it
   then reads it contiguously and no such load reads the innermost reduce axis contiguously: a
@@ -392,7 +397,8 @@ def outputs_in_lanes(k: OptKernel, vector_bytes: int) -> OptKernel | None:
   along the reduction but are one vector every output reads. Each vector of outputs then sums
   its lanes apart (no horizontal sums), reading whole vectors of weights. None otherwise."""
   reduces = [r.arg.id for r in k.axes if r.arg.axis_type is AxisType.REDUCE]
-  if not reduces or (vectored := output_vector(k, vector_bytes)) is k: return None
+  if not reduces or (vectored := output_vector(k, max(vector_bytes, LANES_BYTES))) is k:
+    return None
   simple = OptKernel(_simplified(vectored))
   lanes = [r.arg.id for r in simple.axes if r.arg.axis_type is AxisType.UPCAST]
   if not lanes: return None
