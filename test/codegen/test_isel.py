@@ -13,6 +13,7 @@ from unigrad import Context, Device, Tensor
 from unigrad.codegen.isel import form_dot4, pm_fma_horner
 from unigrad.codegen.pipeline import to_rendered
 from unigrad.dtype import dtypes
+from unigrad.renderer.cstyle import _dot4_chains
 from unigrad.uop import Ops, PatternMatcher, UOp, UPat, graph_rewrite, sym_infer
 
 
@@ -152,3 +153,45 @@ def test_a_long_sum_of_byte_dot_products_runs_as_two_chains() -> None:
     env = {**{w: int(rnd.integers(0, 2 ** 32)) for w in words}, b: int(rnd.integers(0, 2 ** 32)),
            c: int(rnd.integers(-1000, 1000))}
     assert sym_infer(formed, env) == sym_infer(total, env)
+
+
+def dot4_chain(n: int, bound: int | None) -> tuple[UOp, list[UOp]]:
+  """A LINEAR-like list of n vector DOT4s, each the accumulator of the next (the last the top),
+  each a's bytes at most `bound`."""
+  vt = dtypes.int32.vec(8)
+  acc, chain = u32("c"), []
+  for i in range(n):
+    a, b = u32(f"a{i}"), u32(f"b{i}")
+    acc = UOp(Ops.DOT4, vt, (a, b, acc), bound)
+    chain.append(acc)
+  return UOp(Ops.SINK, dtypes.void, tuple(chain[-1:])), chain
+
+
+@pytest.mark.parametrize("n, bound, lengths", [
+  (10, 15, [8, 2]),  # 8 pairs of nibble products: 8 * 2 * 128 * 15 = 30720 fits in int16
+  (2, 63, [2]), (2, 64, []),  # 2 * 2 * 128 * 64 = 32768 does not
+  (3, 127, []),  # 7-bit bytes: one DOT4's pairs alone nearly fill 16 bits
+  (3, None, []),  # a DOT4 whose bound is unknown
+])
+def test_dot4_chains_sum_in_16_bits_only_what_cannot_overflow(n, bound, lengths) -> None:
+  """The C renderer's AVX2 chains (several vpmaddubsw summed in 16 bits, one vpmaddwd) take a
+  chain of DOT4s only as long as the bound on a's bytes (DOT4's arg, from isel's masks) keeps
+  the 16-bit sum exact; the rest render one DOT4 at a time."""
+  linear, chain = dot4_chain(n, bound)
+  uses = {c: 1 for c in chain[:-1]}
+  chains, absorbed = _dot4_chains(UOp(Ops.SINK, dtypes.void, tuple(chain)), uses)
+  assert sorted((len(c) for c in chains.values()), reverse=True) == lengths
+  assert len(absorbed) == sum(lengths) - len(lengths)
+  assert not absorbed & set(chains)
+  if lengths: assert linear.src[0] in chains  # the last DOT4 renders the longest chain
+
+
+def test_isel_records_the_nibble_bound_on_dot4() -> None:
+  """form_dot4 records the mask of a's bytes (15 for nibbles) as each DOT4's arg."""
+  a, b = u32("a"), u32("b")
+  total = UOp.const(dtypes.int32, 0)
+  for k in range(4):
+    ub = ((a & 0x0F0F0F0F) >> (8 * k) & 255).cast(dtypes.int32)
+    total = total + ub * ((b << (24 - 8 * k)).bitcast(dtypes.int32) >> 24)
+  dots = [u for u in graph_rewrite(total, pm_dot4_only).toposort() if u.op is Ops.DOT4]
+  assert dots and all(d.arg == 15 for d in dots)

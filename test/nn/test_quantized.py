@@ -2,6 +2,8 @@
 (the `gguf` package's numpy port), a matmul over a packed weight equals dequantize-then-matmul on
 every device, its schedule is one kernel that writes no float32 copy of the weight, and bad
 blocks raise naming the tensor."""
+import platform
+
 import numpy as np
 import pytest
 
@@ -150,10 +152,11 @@ def test_linear_over_a_symbolic_row_count():
 
 # ---- row-interleaved Q4_0/Q4_1 and the int8 matvec ----
 
-def interleaved(name: str, rows: int, cols: int, seed: int, device: str = "CPU"):
+def interleaved(name: str, rows: int, cols: int, seed: int, device: str = "CPU",
+                raw: np.ndarray | None = None):
   """A packed weight with its rows interleaved (as pack lays it out on a CPU with byte dot
-  products) and its raw blocks."""
-  raw = random_blocks(name, rows * cols // 32, seed=seed).reshape(-1)
+  products) and its raw blocks (random unless given)."""
+  if raw is None: raw = random_blocks(name, rows * cols // 32, seed=seed).reshape(-1)
   pw = packed_weight(pack(Tensor(raw, device=device), name, (rows, cols)))
   if pw.lanes == 1:
     parts = interleave(pw.parts, (rows, cols), ROW_LANES)
@@ -240,6 +243,28 @@ def test_int8_matvec_runs_byte_dot_products_where_the_cpu_has_them(name):
     np.testing.assert_array_equal(y.numpy(), int8_linear(x, pw).numpy())
   with Context(MARCH="x86-64-v2"):
     assert not Device["CPU"].renderer.byte_dot
+
+
+@pytest.mark.parametrize("name", INT8_FORMATS)
+def test_avx2_sums_of_nibble_products_in_16_bits_are_exact(name):
+  """On AVX2 (no VNNI) a chain of DOT4s over nibbles sums its byte products in 16 bits before
+  one widening multiply (renderer/cstyle.py): with every nibble 15 and every activation -127,
+  the largest sums it can meet, the matvec still equals quantize-then-multiply."""
+  from unigrad.codegen.pipeline import to_rendered  # noqa: PLC0415
+  if platform.machine() not in ("x86_64", "AMD64"): pytest.skip("x86 ISAs")
+  rows, cols = 2 * ROW_LANES, 256
+  raw = random_blocks(name, rows * cols // 32, seed=13)
+  quants = np.ones(raw.shape[1], bool)
+  for at in SCALE_BYTES[name]: quants[at:at + 2] = False
+  raw[:, quants] = 0x7F if name == "Q8_0" else 0xFF  # Q8_0: 127, stored as 255 (two nibbles 15)
+  x = -np.ones((1, cols), np.float32)
+  with Context(MARCH="x86-64-v3", INT8_MATVEC=1):
+    pw, _ = interleaved(name, rows, cols, seed=0, raw=raw.reshape(-1))
+    y = int8_linear(Tensor(x), pw)
+    assert any("__dot4x" in to_rendered(c.src[0], Device["CPU"].renderer).src[1].arg
+               for c in y.schedule().src if c.op is Ops.CALL)
+    got, want = y.numpy(), int8_reference(x, pw.tensor().numpy())
+  assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
 
 
 def test_interleaved_weight_without_byte_dots_keeps_float32():

@@ -179,12 +179,12 @@ def signed_byte(u: UOp) -> tuple[UOp, int] | None:
   return word, 3 - shift // 8
 
 
-def _sum_terms(u: UOp, dots: list[tuple[UOp, UOp]]) -> list[UOp]:
+def _sum_terms(u: UOp, dots: list[tuple[UOp, UOp, int | None]]) -> list[UOp]:
   """The terms of an int32 sum (its tree of ADDs flattened); the DOT4s in it go to `dots` as
-  their (a, b), their accumulators' terms join the sum."""
+  their (a, b, bound), their accumulators' terms join the sum."""
   if u.dtype != dtypes.int32: return [u]
   if u.op is Ops.DOT4:
-    dots.append((u.src[0], u.src[1]))
+    dots.append((u.src[0], u.src[1], u.arg))
     return _sum_terms(u.src[2], dots)
   if u.op is not Ops.ADD: return [u]
   return [t for s in u.src for t in _sum_terms(s, dots)]
@@ -196,8 +196,9 @@ def form_dot4(x: UOp) -> UOp | None:
   `vpdpbusd` (or AVX2 `vpmaddubsw` + `vpmaddwd`) per vector for 4 multiplies, 4 extractions and
   4 adds per lane. The DOT4s of a sum chain through their accumulators (one instruction each, no
   adds between). A quantized weight's nibbles times int8 activations (nn/quantized.py) are
-  written so."""
-  dots: list[tuple[UOp, UOp]] = []
+  written so. Each DOT4's arg is the largest value a byte of its `a` can hold (its mask): the
+  renderer may then sum several byte products in 16 bits (renderer/cstyle.py, AVX2)."""
+  dots: list[tuple[UOp, UOp, int | None]] = []
   terms = _sum_terms(x, dots)
   groups: dict[tuple[UOp, UOp], dict[int, tuple[UOp, int]]] = {}  # (X, B) -> k -> (term, mask)
   for t in terms:
@@ -217,17 +218,17 @@ def form_dot4(x: UOp) -> UOp | None:
   pairs = list(dots)
   for (x_word, b), g in complete:
     a = x_word.alu(Ops.AND, UOp.const(dtypes.uint32, sum(g[k][1] << 8 * k for k in range(4))))
-    pairs.append((a.bitcast(dtypes.int32), b.bitcast(dtypes.int32)))
+    pairs.append((a.bitcast(dtypes.int32), b.bitcast(dtypes.int32), max(g[k][1] for k in g)))
   acc = rest[0] if rest else UOp.const(dtypes.int32, 0)
   for t in rest[1:]: acc = acc.alu(Ops.ADD, t)
   if len(pairs) < 2 * DOT4_CHAIN:
-    for a, b in pairs: acc = UOp(Ops.DOT4, dtypes.int32, (a, b, acc))
+    for a, b, bound in pairs: acc = UOp(Ops.DOT4, dtypes.int32, (a, b, acc), bound)
     return acc
   # two chains, added at the end: each DOT4 waits for its accumulator (vpdpbusd: 5 cycles)
   other = UOp.const(dtypes.int32, 0)
-  for i, (a, b) in enumerate(pairs):
-    if i % 2: other = UOp(Ops.DOT4, dtypes.int32, (a, b, other))
-    else: acc = UOp(Ops.DOT4, dtypes.int32, (a, b, acc))
+  for i, (a, b, bound) in enumerate(pairs):
+    if i % 2: other = UOp(Ops.DOT4, dtypes.int32, (a, b, other), bound)
+    else: acc = UOp(Ops.DOT4, dtypes.int32, (a, b, acc), bound)
   return UOp(Ops.ADD, dtypes.int32, (acc, other), tag=_TWO_CHAINS)
 
 

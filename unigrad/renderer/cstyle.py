@@ -226,6 +226,8 @@ class RenderState:
   stream_used: bool = False
   checked: dict[UOp, tuple[int, bool]] = field(default_factory=dict)  # CHECK_OOB: (lanes, store)
   prefetched: dict[UOp, int] = field(default_factory=dict)  # LOAD -> bytes ahead to prefetch
+  dot4_chains: dict[UOp, list[UOp]] = field(default_factory=dict)  # see _dot4_chains
+  absorbed: set[UOp] = field(default_factory=set)  # DOT4s a chain's last one renders
 
   def emit(self, line: str) -> None: self.lines.append("  " * self.depth + line)
 
@@ -382,6 +384,61 @@ DOT4_SCALAR = """static inline int __dot4(int a, int b, int c) {
 X86 = "(defined(__x86_64__) || defined(__i386__))"
 
 
+# x86 byte products summed in 16 bits (vpmaddubsw's pairs, then plain 16-bit adds) before one
+# widening vpmaddwd, per vector width: (the instruction set, the intrinsics' prefix, the byte dot
+# product instructions that make it pointless)
+MADDUBS_X86 = {16: ("__AVX512BW__", "_mm512", "defined(__AVX512VNNI__)"),
+               8: ("__AVX2__", "_mm256", "(defined(__AVX512VNNI__) && defined(__AVX512VL__)) || "
+                   "defined(__AVXVNNI__)"),
+               4: ("__SSSE3__", "_mm", "(defined(__AVX512VNNI__) && defined(__AVX512VL__)) || "
+                   "defined(__AVXVNNI__)")}
+
+
+def _dot4_chains(linear: UOp, uses: dict[UOp, int]) -> tuple[dict[UOp, list[UOp]], set[UOp]]:
+  """Vector DOT4s whose accumulator is another DOT4 read only there, as chains (the last DOT4 ->
+  the chain, last first) short enough that their byte products summed in 16 bits cannot
+  overflow: each pair of products is at most 2 * 128 * the bound on a's bytes (DOT4's arg, see
+  codegen/isel.py), so 8 DOT4s of nibbles (15) fit where one of 7-bit bytes does. Without a
+  byte dot product instruction a chain costs one widening multiply, not one per DOT4 (AVX2: 4
+  DOT4s in 9 instructions, not 12). Also the DOT4s inside chains."""
+  chains: dict[UOp, list[UOp]] = {}
+  absorbed: set[UOp] = set()
+  for u in reversed(linear.src):
+    if u.op is not Ops.DOT4 or u.dtype.count not in MADDUBS_X86 or u in absorbed: continue
+    chain, c = [u], u.src[2]
+    while c.op is Ops.DOT4 and c.dtype == u.dtype and uses.get(c, 0) == 1:
+      bounds = [d.arg for d in (*chain, c)]
+      if not all(isinstance(b, int) for b in bounds) or \
+         len(bounds) * 2 * 128 * max(bounds) > 32767: break
+      chain.append(c)
+      c = c.src[2]
+    if len(chain) > 1:
+      chains[u] = chain
+      absorbed.update(chain[1:])
+  return chains, absorbed
+
+
+def _dot4_chain_fn(st: RenderState, dt: DType, n: int) -> str:
+  """The helper computing a chain of `n` DOT4s on vector `dt`: `(a0, b0, ..., c)`."""
+  one, vt = _dot4_fn(st, dt), _ctype(st, dt)
+  name = f"__dot4x{n}_{vt}"
+  if name in st.helpers: return name
+  isa, mm, dot_isa = MADDUBS_X86[dt.count]
+  reg = DOT4_REGISTERS[dt.count]
+  params = ", ".join(f"{vt} a{i}, {vt} b{i}" for i in range(n))
+  nested = "c"
+  for i in reversed(range(n)): nested = f"{one}(a{i}, b{i}, {nested})"
+  sums = [f"  {reg} s = {mm}_maddubs_epi16(({reg})a0, ({reg})b0);"]
+  sums += [f"  s = {mm}_add_epi16(s, {mm}_maddubs_epi16(({reg})a{i}, ({reg})b{i}));"
+           for i in range(1, n)]
+  st.helpers[name] = (
+    f"{VECTOR_INLINE} {vt} {name}({params}, {vt} c) {{\n"
+    f"#if {X86} && defined({isa}) && !({dot_isa})\n" + "\n".join(sums) + "\n"
+    f"  return ({vt}){mm}_add_epi32(({reg})c, {mm}_madd_epi16(s, {mm}_set1_epi16(1)));\n"
+    f"#else\n  return {nested};\n#endif\n}}")
+  return name
+
+
 def _dot4_fn(st: RenderState, dt: DType) -> str:
   """The helper computing DOT4 on `dt` (int32 or a vector of them), declared once per source."""
   st.helpers.setdefault("__dot4", DOT4_SCALAR)
@@ -477,6 +534,7 @@ class CRenderer(Renderer):
     st.streamed = self._streamed(linear)
     if CHECK_OOB: st.checked = _checked_accesses(linear)
     if self.prefetch_bytes: st.prefetched = _prefetched(linear, self.prefetch_bytes)
+    if Ops.DOT4 in self.supported_ops: st.dot4_chains, st.absorbed = _dot4_chains(linear, uses)
     for u in linear.src: self._node(st, u, uses)
     # streaming stores are weakly ordered: fence them before the caller reads the output
     if st.stream_used: st.emit("__atomic_thread_fence(__ATOMIC_SEQ_CST);")
@@ -540,6 +598,7 @@ class CRenderer(Renderer):
     elif op is Ops.GEP:
       lane = f"{st.names[u.src[0]]}[{u.arg[0]}]"
       st.names[u] = f"({lane}!=0)" if u.dtype == dtypes.bool else lane
+    elif u in st.absorbed: return  # rendered by the DOT4 chain that reads it
     elif _is_vector(u): self._value(st, u, self._vector_expr(st, u), uses)
     else: self._value(st, u, self._expr(st, u), uses)
 
@@ -581,6 +640,9 @@ class CRenderer(Renderer):
   # ---- vectors (GCC/clang vector extensions; a bool vector is an int mask of 0 / -1 lanes) ----
 
   def _vector_expr(self, st: RenderState, u: UOp) -> str:
+    if chain := st.dot4_chains.get(u):
+      args = [st.names[x] for d in chain for x in d.src[:2]] + [st.names[chain[-1].src[2]]]
+      return f"{_dot4_chain_fn(st, _vdt(u), len(chain))}({', '.join(args)})"
     op, dt, s = u.op, _vdt(u), [st.names[x] for x in u.src]
     vt = _ctype(st, dt)
     if op is Ops.STACK: return _stack(u, vt, s)
