@@ -11,9 +11,10 @@ matvecs over Q4_0/Q4_1/Q8_0 take int8 activations on a CPU with byte dot product
 do, the output head's two int8 passes),
 on packed weights with float32 matvecs ("fp mv": INT8_MATVEC=0, `--no-float-matvec` skips it),
 and with the weights dequantized to float32 at load (`--no-float32` skips it). For each: the bytes
-its weights take (what one decoded token reads, the KV cache aside) and the share of this
-machine's read bandwidth (a unigrad sum over a 256 MiB float32 buffer, best of 5, measured before
-and after the runs: the higher counts) its decode speed implies. A matrix-vector
+its weights take and the KV cache a decoded token reads (its keys and values of every position
+before it, on average over the run's positions), and the share of this machine's read bandwidth
+(a unigrad sum over a 256 MiB float32 buffer, best of 5, measured before and after the runs: the
+higher counts) its decode speed implies, with and without the cache. A matrix-vector
 micro-benchmark per block format (a 4096x4096 packed weight times a vector under TinyJit,
 float32 and, for Q4_0/Q4_1/Q8_0, int8): GB/s of packed bytes read.
 
@@ -101,9 +102,17 @@ def weight_bytes(model: Transformer) -> int:
   return packed_nbytes(*(as_tensor(w) for w in ws))  # (a stacked q/k/v buffer counted once)
 
 
-def unigrad_run(path: str, packed: bool, int8: bool) -> tuple[Timed, int]:
-  """A function timing unigrad on a prompt: (prefill seconds, seconds per decoded token), and the
-  bytes of its weights; `int8`: the INT8_MATVEC knob, at load and in every run."""
+def kv_bytes_per_position(model: Transformer) -> int:
+  """The bytes of the KV cache one position holds over every layer: what a decoded token reads
+  per position before it (its keys and its values)."""
+  cfg, cache = model.cfg, model.layers[0].attention.cache_kv
+  return cfg.n_layers * 2 * cfg.n_kv_heads * cfg.head_dim * cache.dtype.itemsize
+
+
+def unigrad_run(path: str, packed: bool, int8: bool) -> tuple[Timed, int, int]:
+  """A function timing unigrad on a prompt: (prefill seconds, seconds per decoded token); the
+  bytes of its weights and of one position of its KV cache; `int8`: the INT8_MATVEC knob, at
+  load and in every run."""
   with Context(INT8_MATVEC=int8):
     model = Transformer.from_gguf(path, max_context=DEFAULT_CONTEXT, packed=packed)
   gen = Generator(model)
@@ -115,7 +124,7 @@ def unigrad_run(path: str, packed: bool, int8: bool) -> tuple[Timed, int]:
       t1 = time.perf_counter()
       for pos in range(len(ids), len(ids) + steps): tok = gen.decode_greedy(tok, pos)
       return t1 - t0, (time.perf_counter() - t1) / steps
-  return run, weight_bytes(model)
+  return run, weight_bytes(model), kv_bytes_per_position(model)
 
 
 def read_bandwidth(repeat: int = 5) -> float:
@@ -249,13 +258,13 @@ def best(run: Timed, ids: list[int], steps: int, repeat: int) -> tuple[float, fl
 def report_steady(args: argparse.Namespace, path: str) -> None:
   ids = prompt_ids(Tokenizer.from_gguf(path), args.prompt_tokens)
   bandwidth = read_bandwidth()  # measured again at the end: the higher one counts
-  rows, sizes = {}, {}
+  rows, sizes, kv = {}, {}, {}
   variants = [("unigrad", True, bool(INT8_MATVEC)), ("unigrad f32", False, False)]
   if INT8_MATVEC and byte_dot("CPU") and not args.no_float_matvec:
     variants.insert(1, ("unigrad fp mv", True, False))
   for name, packed, int8 in variants:
     if not packed and args.no_float32: continue
-    run, sizes[name] = unigrad_run(path, packed, int8)
+    run, sizes[name], kv[name] = unigrad_run(path, packed, int8)
     rows[name] = best(run, ids, args.decode_tokens, args.repeat)
     del run
   ours = rows["unigrad"]
@@ -278,10 +287,15 @@ def report_steady(args: argparse.Namespace, path: str) -> None:
   print(f"read bandwidth (unigrad sum of 256 MiB float32, the higher of two measurements, before "
         f"and after the runs): {bandwidth / 1e9:.2f} GB/s; "
         f"file {os.path.getsize(path) / 1e6:.1f} MB")
+  # a token decoded at position p reads the cache's p + 1 positions: on average over the run's
+  # positions len(ids) .. len(ids) + steps - 1
+  positions = len(ids) + (args.decode_tokens + 1) / 2
   for name, size in sizes.items():
-    per_s = size / rows[name][1]
-    print(f"  {name:13s} weights {size / 1e6:7.1f} MB read per decoded token: "
-          f"{per_s / 1e9:6.2f} GB/s, {per_s / bandwidth:6.1%} of the read bandwidth")
+    cache = kv[name] * positions
+    per_s, weights_per_s = (size + cache) / rows[name][1], size / rows[name][1]
+    print(f"  {name:13s} weights {size / 1e6:7.1f} MB + KV cache {cache / 1e6:4.1f} MB read per "
+          f"decoded token: {per_s / 1e9:6.2f} GB/s, {per_s / bandwidth:6.1%} of the read "
+          f"bandwidth (the weights alone: {weights_per_s / bandwidth:6.1%})")
 
 
 def try_torch(threads: int) -> Any:
