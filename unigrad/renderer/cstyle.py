@@ -20,6 +20,7 @@ from unigrad.knobs import CHECK_OOB
 from unigrad.renderer import Renderer
 from unigrad.renderer.fp8 import FP8_HELPER_NAMES, fp8_helpers
 from unigrad.uop import GroupOp, Ops, UOp
+from unigrad.uop.symbolic import linear_terms
 
 # the C symbol (long long[6]) where a CHECK_OOB kernel records its first bad access:
 # (set, buffer slot, index, buffer size, 1 for a store, lanes accessed); the runtime reads it
@@ -251,22 +252,11 @@ def _checked_accesses(linear: UOp) -> dict[UOp, tuple[int, bool]]:
 
 
 def _stride(e: UOp, r: UOp) -> int | None:
-  """The change of integer expression `e` when RANGE `r` steps by one, if `e` is affine in `r`
-  (sums, differences, products and left shifts by constants); None otherwise."""
-  if e is r: return 1
-  if r not in e.ranges: return 0
-  if e.op in (Ops.ADD, Ops.SUB):
-    a, b = _stride(e.src[0], r), _stride(e.src[1], r)
-    if a is None or b is None: return None
-    return a + b if e.op is Ops.ADD else a - b
-  if e.op in (Ops.MUL, Ops.SHL) and e.src[1].op is Ops.CONST:
-    a = _stride(e.src[0], r)
-    if a is None: return None
-    return a * e.src[1].arg if e.op is Ops.MUL else a << e.src[1].arg
-  if e.op is Ops.MUL and e.src[0].op is Ops.CONST:
-    a = _stride(e.src[1], r)
-    return None if a is None else a * e.src[0].arg
-  return None
+  """The change of integer expression `e` when RANGE `r` steps by one, if `e` is affine in `r`;
+  None otherwise (`r` inside a term that is not linear: a division, a remainder)."""
+  terms, _ = linear_terms(e)
+  if any(t is not r and r in t.ranges for t in terms): return None
+  return terms.get(r, 0)
 
 
 def _prefetched(linear: UOp, ahead: int) -> dict[UOp, int]:
